@@ -1,0 +1,63 @@
+# gpuclass developer commands. `make help` lists them.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help venv demo test test-fast lint format types fixtures controlplane bench clean
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip > $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
+	$(BIN)/pip install -e '.[test]' >> $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
+	touch $(STAMP)
+
+venv: $(STAMP) ## create .venv with gpuclass and its test tools
+
+demo: $(STAMP) ## run the offline CLI on examples/: status, then sample reviews
+	@echo "== gpuclass status --objects examples   (JSON summarised as a table)"
+	@$(BIN)/gpuclass status --objects examples | $(BIN)/python examples/show_status.py
+	@for f in examples/reviews/*.json; do \
+	  echo "== gpuclass review --objects examples --vgpu-entitled $$f"; \
+	  $(BIN)/gpuclass review --objects examples --vgpu-entitled $$f | $(BIN)/python examples/show_review.py; \
+	done
+	@echo "== gpuclass validate examples/catalog"
+	@$(BIN)/gpuclass validate examples/catalog && echo "catalog is valid"
+
+test: $(STAMP) ## install what the tests need, lint, type-check and run every test (what CI runs)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	KUBEBUILDER_ASSETS="$$(bash tests/controlplane/build.sh)" $(BIN)/python -m pytest
+
+test-fast: $(STAMP) ## the tests that need no control plane
+	$(BIN)/python -m pytest -m "not controlplane"
+
+lint: $(STAMP) ## ruff lint and format check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP) ## apply ruff's formatting and safe fixes
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+types: $(STAMP) ## mypy --strict
+	$(BIN)/mypy
+
+fixtures: $(STAMP) ## regenerate golden responses (review the diff)
+	$(BIN)/python tests/fixtures/build_requests.py
+	$(BIN)/python -m pytest -q tests/test_golden.py --update-fixtures
+
+controlplane: ## build (or reuse) kube-apiserver and etcd from their Go modules
+	bash tests/controlplane/build.sh
+
+bench: $(STAMP) ## print the benchmark figures
+	$(BIN)/python benchmarks/bench_decision.py
+	$(BIN)/python benchmarks/bench_status.py
+
+clean: ## remove the virtualenv and caches (not the control-plane cache)
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""reconciler: placeholder until its issue lands."""

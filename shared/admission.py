@@ -1,0 +1,102 @@
+"""Admission decisions as values, and the one renderer to an AdmissionReview response.
+
+A decision is `Allowed(operations, warnings)` or `Denied(causes)`. Every admitter
+returns one; :func:`render_response` is the only place that knows the wire shape
+(CONTRACT.md section 3): uid copied, apiVersion echoed, base64 JSON patch only when
+there are operations, warnings under 120 characters, a denial coded 422 when any
+cause is invalid input and 403 when all are policy refusals, its message naming
+every cause with its field path (after 20: "and N more").
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+CauseKind = Literal["invalid", "forbidden"]
+MAX_LISTED_CAUSES = 20
+MAX_WARNING_CHARS = 119
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """One reason for a refusal: where (field path), what to do (message), and its class."""
+
+    field: str
+    message: str
+    kind: CauseKind = "invalid"
+    code: str = "Invalid"
+
+    def render(self) -> str:
+        return f"{self.field}: {self.message}" if self.field else self.message
+
+
+@dataclass(frozen=True, slots=True)
+class Allowed:
+    operations: tuple[dict[str, Any], ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Denied:
+    causes: tuple[Cause, ...]
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def code(self) -> int:
+        return 422 if any(c.kind == "invalid" for c in self.causes) else 403
+
+
+Decision = Allowed | Denied
+
+
+def invalid(path: str, message: str, code: str = "Invalid") -> Cause:
+    return Cause(path, message, "invalid", code)
+
+
+def forbidden(path: str, message: str, code: str = "Forbidden") -> Cause:
+    return Cause(path, message, "forbidden", code)
+
+
+def clip_warning(text: str) -> str:
+    """Kubernetes shows warnings verbatim; keep each under 120 characters."""
+    return text if len(text) <= MAX_WARNING_CHARS else text[: MAX_WARNING_CHARS - 3] + "..."
+
+
+def denial_message(causes: tuple[Cause, ...]) -> str:
+    listed = "; ".join(c.render() for c in causes[:MAX_LISTED_CAUSES])
+    extra = len(causes) - MAX_LISTED_CAUSES
+    if extra > 0:
+        listed += f"; and {extra} more"
+    return listed
+
+
+def render_response(decision: Decision, *, uid: str, api_version: str) -> dict[str, Any]:
+    """The AdmissionReview the API server expects back, for any decision."""
+    response: dict[str, Any] = {"uid": uid}
+    if isinstance(decision, Allowed):
+        response["allowed"] = True
+        if decision.operations:
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(orjson.dumps(list(decision.operations))).decode()
+    else:
+        code = decision.code
+        response["allowed"] = False
+        response["status"] = {
+            "code": code,
+            "reason": "Invalid" if code == 422 else "Forbidden",
+            "message": denial_message(decision.causes),
+            "details": {
+                "causes": [
+                    {"field": c.field, "message": c.message, "reason": c.code}
+                    for c in decision.causes[:MAX_LISTED_CAUSES]
+                ]
+            },
+        }
+    warnings = [clip_warning(w) for w in dict.fromkeys(decision.warnings)]
+    if warnings:
+        response["warnings"] = warnings
+    return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}

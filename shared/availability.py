@@ -1,0 +1,228 @@
+"""Class status (CONTRACT.md section 6): free units, per-node figures and conditions.
+
+Pure: a snapshot and `now` in, a status dict out. The reconciler writes what
+:func:`compute_status` returns; the offline CLI prints it; the webhook reads the
+same figures (stored by the reconciler, or computed here offline) for its
+default limit and shortage warning. Nothing here asks whether an event was an
+add or an update: the status is a function of the state.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from shared import names
+from shared.k8s import tolerates_all
+from shared.snapshot import ClassRecord, NodeRecord, Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    free: int = 0
+    max_free_per_node: int = 0
+    max_units_per_node: int = 0
+    eligible_nodes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class UsageIndex:
+    """Units requested per resource per node by the pods that hold them; built once per snapshot."""
+
+    used: Mapping[str, Mapping[str, int]]
+    nodes_by_resource: Mapping[str, tuple[NodeRecord, ...]]
+
+    @classmethod
+    def build(cls, snapshot: Snapshot) -> UsageIndex:
+        used: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for pod in snapshot.pods:
+            for resource, units in pod.requests.items():
+                used[resource][pod.node] += units
+        by_resource: dict[str, list[NodeRecord]] = defaultdict(list)
+        for node in snapshot.nodes:
+            for resource in node.allocatable:
+                by_resource[resource].append(node)
+        return cls(used, {k: tuple(v) for k, v in by_resource.items()})
+
+
+def _sort_key(record: ClassRecord) -> tuple[str, str]:
+    return (record.created, record.name)
+
+
+def conflict_winners(classes: Mapping[str, ClassRecord]) -> dict[str, str]:
+    """For each resource name, the class that owns it: the oldest, then by name.
+
+    A deleting class keeps its claim until it is gone, so a new class cannot take
+    over the pool of a class that still has VMs.
+    """
+    winners: dict[str, ClassRecord] = {}
+    for record in classes.values():
+        resource = record.resource_name
+        if resource is None:
+            continue
+        current = winners.get(resource)
+        if current is None or _sort_key(record) < _sort_key(current):
+            winners[resource] = record
+    return {resource: record.name for resource, record in winners.items()}
+
+
+def compute_figures(
+    record: ClassRecord, index: UsageIndex, *, conflict_lost: bool
+) -> Figures:
+    """free, maxFreePerNode and maxUnitsPerNode of one class; zeros when it lost a conflict."""
+    resource = record.resource_name
+    if resource is None or conflict_lost:
+        return Figures()
+    tolerations = record.tolerations
+    used = index.used.get(resource, {})
+    free = max_free = max_units = eligible = 0
+    for node in index.nodes_by_resource.get(resource, ()):
+        if not tolerates_all(tolerations, node.taints):
+            continue
+        allocatable = node.allocatable[resource]
+        max_units = max(max_units, allocatable)
+        if node.ready and not node.unschedulable:
+            node_free = max(allocatable - used.get(node.name, 0), 0)
+            free += node_free
+            max_free = max(max_free, node_free)
+            eligible += 1
+    return Figures(free, max_free, max_units, eligible)
+
+
+def licence_problem(record: ClassRecord, snapshot: Snapshot, licence_namespace: str) -> str | None:
+    """Why a licensed class's source Secret is unusable, or None when it is fine (or unlicensed)."""
+    if record.spec is None or record.spec.license is None:
+        return None
+    secret_name = record.spec.license.secret_name
+    secret = snapshot.secrets.get((licence_namespace, secret_name))
+    if secret is None:
+        return f"Secret {licence_namespace}/{secret_name} not found"
+    token = secret.data.get(names.TOKEN_KEY)
+    if token is None or not token.reveal():
+        return f"Secret {licence_namespace}/{secret_name} has no non-empty key {names.TOKEN_KEY}"
+    return None
+
+
+def _condition(
+    type_: str, true: bool, reason: str, message: str, *, previous: Mapping[str, Any] | None, now: str, generation: int
+) -> dict[str, Any]:
+    status = "True" if true else "False"
+    keep = previous is not None and previous.get("status") == status and previous.get("lastTransitionTime")
+    return {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": previous["lastTransitionTime"] if keep and previous else now,
+        "observedGeneration": generation,
+    }
+
+
+def compute_conditions(
+    record: ClassRecord,
+    *,
+    conflict_with: str | None,
+    permitted: frozenset[str] | None,
+    licence: str | None,
+    previous: list[Mapping[str, Any]],
+    now: str,
+) -> list[dict[str, Any]]:
+    """The four conditions, always all present; lastTransitionTime kept unless status flips."""
+    before = {c.get("type"): c for c in previous if isinstance(c, dict)}
+    resource = record.resource_name or "(invalid spec)"
+    gen = record.generation
+    if permitted is None:
+        not_permitted, np_reason, np_msg = True, "NoKubeVirt", "no KubeVirt CR found: configure KubeVirt first"
+    elif resource in permitted:
+        not_permitted, np_reason, np_msg = False, "Permitted", f"{resource} is in KubeVirt's permittedHostDevices"
+    else:
+        not_permitted, np_reason, np_msg = True, "NotPermitted", f"{resource} is missing from KubeVirt's permittedHostDevices"
+    conditions = [
+        _condition(
+            "ResourceNameConflict", conflict_with is not None,
+            "ResourceNameInUse" if conflict_with else "ResourceNameUnique",
+            f"class {conflict_with} already uses {resource}; this offer is not available" if conflict_with
+            else f"no older class uses {resource}",
+            previous=before.get("ResourceNameConflict"), now=now, generation=gen,
+        ),
+        _condition("ResourceNameNotPermitted", not_permitted, np_reason, np_msg,
+                   previous=before.get("ResourceNameNotPermitted"), now=now, generation=gen),
+        _condition(
+            "LicenseSecretMissing", licence is not None,
+            "SecretUnusable" if licence else "SecretFound" if record.spec and record.spec.license else "NotLicensed",
+            licence or ("the licence source Secret is usable" if record.spec and record.spec.license
+                        else "this class delivers no platform licence"),
+            previous=before.get("LicenseSecretMissing"), now=now, generation=gen,
+        ),
+    ]
+    failing = [c["type"] for c in conditions if c["status"] == "True"]
+    conditions.append(_condition(
+        "Ready", not failing,
+        "Ready" if not failing else "NotReady",
+        "the offer is available" if not failing else "not available: " + ", ".join(failing),
+        previous=before.get("Ready"), now=now, generation=gen,
+    ))
+    return conditions
+
+
+@dataclass(frozen=True, slots=True)
+class ClassState:
+    """Everything the rules derive about one class from the rest of the catalog."""
+
+    conflict_with: str | None
+    permitted: bool
+    licence_problem: str | None
+
+
+def class_state(record: ClassRecord, snapshot: Snapshot, winners: Mapping[str, str], licence_namespace: str) -> ClassState:
+    resource = record.resource_name
+    winner = winners.get(resource) if resource else None
+    return ClassState(
+        conflict_with=winner if winner is not None and winner != record.name else None,
+        permitted=snapshot.permitted is not None and resource is not None and resource in snapshot.permitted,
+        licence_problem=licence_problem(record, snapshot, licence_namespace),
+    )
+
+
+def compute_status(
+    record: ClassRecord,
+    snapshot: Snapshot,
+    *,
+    index: UsageIndex,
+    winners: Mapping[str, str],
+    licence_namespace: str,
+    now: str,
+) -> dict[str, Any]:
+    """The full status subresource of one class, as the reconciler writes it."""
+    state = class_state(record, snapshot, winners, licence_namespace)
+    figures = compute_figures(record, index, conflict_lost=state.conflict_with is not None)
+    previous = [c.model_dump(by_alias=True) for c in record.status.conditions] if record.status else []
+    return {
+        "free": figures.free,
+        "maxFreePerNode": figures.max_free_per_node,
+        "maxUnitsPerNode": figures.max_units_per_node,
+        "observedGeneration": record.generation,
+        "conditions": compute_conditions(
+            record,
+            conflict_with=state.conflict_with,
+            permitted=snapshot.permitted,
+            licence=state.licence_problem,
+            previous=previous,
+            now=now,
+        ),
+    }
+
+
+def compute_all(snapshot: Snapshot, *, licence_namespace: str, now: str) -> dict[str, dict[str, Any]]:
+    """Status of every class in the snapshot, by name (sorted)."""
+    index = UsageIndex.build(snapshot)
+    winners = conflict_winners(snapshot.classes)
+    return {
+        name: compute_status(
+            snapshot.classes[name], snapshot, index=index, winners=winners,
+            licence_namespace=licence_namespace, now=now,
+        )
+        for name in sorted(snapshot.classes)
+    }

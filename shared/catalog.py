@@ -1,0 +1,84 @@
+"""The catalog as admission sees it: each class with what the rules derive about it.
+
+Built once per change of state, never per request. Two sources of capacity
+figures feed it through one function: offline, they are computed from nodes and
+pods by :mod:`shared.availability`; in a cluster, they are the reconciler's
+`status.maxUnitsPerNode` / `status.maxFreePerNode` (the webhook never watches pods).
+Conflicts and permission are always derived here from the catalog itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from shared import names
+from shared.availability import UsageIndex, class_state, compute_figures, conflict_winners
+from shared.snapshot import ClassRecord, Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Platform settings the decisions depend on."""
+
+    vgpu_entitled: bool = False
+    licence_namespace: str = names.DEFAULT_LICENSE_NAMESPACE
+    kubevirt_controller_user: str = names.DEFAULT_KUBEVIRT_CONTROLLER_USER
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    record: ClassRecord
+    conflict_with: str | None
+    permitted: bool
+    max_units_per_node: int
+    max_free_per_node: int | None  # None: not known yet (no status written)
+
+    def effective_max_count(self) -> int | None:
+        """spec.maxCount; else 1 for vgpu; else the passthrough default (None = no check yet)."""
+        spec = self.record.spec
+        if spec is None:
+            return None
+        if spec.max_count is not None:
+            return spec.max_count
+        if spec.mode == "vgpu":
+            return 1
+        return self.max_units_per_node or None
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    offers: Mapping[str, Offer] = field(default_factory=dict)
+    namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    policy: Policy = field(default_factory=Policy)
+    resources: frozenset[str] = frozenset()
+    vgpu_resources: Mapping[str, str] = field(default_factory=dict)
+
+    def resource_by_class(self) -> dict[str, str]:
+        return {n: o.record.resource_name for n, o in self.offers.items() if o.record.resource_name}
+
+
+def build_catalog(
+    snapshot: Snapshot, policy: Policy, *, figures: Literal["computed", "stored"]
+) -> Catalog:
+    winners = conflict_winners(snapshot.classes)
+    index = UsageIndex.build(snapshot) if figures == "computed" else None
+    offers = {}
+    for name, record in snapshot.classes.items():
+        state = class_state(record, snapshot, winners, policy.licence_namespace)
+        if index is not None:
+            computed = compute_figures(record, index, conflict_lost=state.conflict_with is not None)
+            units, free = computed.max_units_per_node, computed.max_free_per_node
+        else:
+            stored = record.status
+            units = stored.max_units_per_node if stored else 0
+            free = stored.max_free_per_node if stored else None
+        offers[name] = Offer(record, state.conflict_with, state.permitted, units, free)
+    resources = frozenset(r.resource_name for r in snapshot.classes.values() if r.resource_name)
+    vgpu = {
+        r.resource_name: r.name
+        for r in sorted(snapshot.classes.values(), key=lambda r: (r.created, r.name), reverse=True)
+        if r.spec and r.spec.mode == "vgpu"
+    }
+    return Catalog(offers, dict(snapshot.namespaces), policy, resources, vgpu)  # type: ignore[arg-type]

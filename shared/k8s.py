@@ -1,0 +1,158 @@
+"""Kubernetes value formats the rules need: names, quantities, tolerations.
+
+Each check mirrors apimachinery's validation so that what we accept offline is
+what the API server accepts. Functions return an error message or None; the
+caller attaches the field path.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN_PART = _DNS_LABEL
+_QUALIFIED_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_QUANTITY = re.compile(r"^([+-]?[0-9]*\.?[0-9]*)([a-zA-Z]*|[eE][-+]?[0-9]+)$")
+
+_BINARY_SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL_SUFFIX = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
+
+
+def dns_label_error(value: str) -> str | None:
+    """RFC 1123 label: what metadata.name of a GPUClass must be."""
+    if len(value) > 63:
+        return f"must be at most 63 characters (has {len(value)})"
+    if not _DNS_LABEL.match(value):
+        return "must be a DNS label: lowercase letters, digits and '-', starting and ending with a letter or digit"
+    return None
+
+
+def dns_subdomain_error(value: str) -> str | None:
+    """RFC 1123 subdomain: what a Secret name must be."""
+    if len(value) > 253:
+        return f"must be at most 253 characters (has {len(value)})"
+    if not value or not all(_DNS_SUBDOMAIN_PART.match(p) for p in value.split(".")):
+        return "must be a DNS subdomain: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"
+    return None
+
+
+def qualified_name_error(value: str) -> str | None:
+    """A label key or extended-resource name: optional DNS-subdomain prefix, '/', name part."""
+    prefix, slash, name = value.rpartition("/")
+    if slash and (not prefix or dns_subdomain_error(prefix)):
+        return "prefix before '/' must be a DNS subdomain such as example.com"
+    if not name or len(name) > 63 or not _QUALIFIED_NAME_PART.match(name):
+        return "name part must be 1-63 characters of letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+    return None
+
+
+def extended_resource_error(value: str) -> str | None:
+    """An extended resource a device plugin advertises: `domain/name`, not kubernetes.io."""
+    if "/" not in value:
+        return "must be a qualified extended-resource name such as example.com/gpu"
+    error = qualified_name_error(value)
+    if error:
+        return error
+    domain = value.split("/", 1)[0]
+    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+        return "must not be in the kubernetes.io domain: name the resource the device plugin advertises"
+    if domain == "requests" or value.startswith("requests."):
+        return "must not start with 'requests.'"
+    return None
+
+
+def label_value_error(value: str) -> str | None:
+    if len(value) > 63:
+        return f"must be at most 63 characters (has {len(value)})"
+    if not _LABEL_VALUE.match(value):
+        return "must be a label value: letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+    return None
+
+
+def parse_quantity(value: str) -> Decimal:
+    """Parse a Kubernetes resource quantity (`16Gi`, `500m`, `1e3`) into a Decimal.
+
+    Raises ValueError with a message for the person who wrote it.
+    """
+    match = _QUANTITY.match(value.strip()) if value.strip() == value else None
+    if not match or match.group(1) in ("", "+", "-", ".", "+.", "-."):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity (examples: 16Gi, 500m, 1e3)")
+    number_text, suffix = match.groups()
+    try:
+        number = Decimal(number_text)
+    except InvalidOperation as exc:  # pragma: no cover - the regex admits only numbers
+        raise ValueError(f"{value!r} is not a Kubernetes quantity") from exc
+    if suffix in _BINARY_SUFFIX:
+        return number * _BINARY_SUFFIX[suffix]
+    if suffix in _DECIMAL_SUFFIX:
+        return number * _DECIMAL_SUFFIX[suffix]
+    if suffix[:1] in ("e", "E"):
+        exponent = int(suffix[1:])
+        if abs(exponent) > 1000:
+            raise ValueError(f"{value!r}: exponent out of range")
+        return number.scaleb(exponent)
+    raise ValueError(f"{value!r} has an unknown suffix {suffix!r} (use Ki, Mi, Gi, k, M, G, m, ...)")
+
+
+def quantity_units(value: object) -> int:
+    """Whole units of an extended resource from an API quantity (string or number); 0 if unreadable.
+
+    Extended resources are integers; the API server refuses fractional ones, so
+    flooring only matters for hand-written files.
+    """
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return max(value, 0)
+    if isinstance(value, str):
+        try:
+            return max(int(parse_quantity(value)), 0)
+        except (ValueError, OverflowError):
+            return 0
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+def tolerates(toleration: Mapping[str, Any], taint: Taint) -> bool:
+    """core/v1 Toleration.ToleratesTaint, exactly."""
+    effect = toleration.get("effect") or ""
+    if effect and effect != taint.effect:
+        return False
+    key = toleration.get("key") or ""
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Exists":
+        return key == "" or key == taint.key
+    if operator == "Equal":
+        return key == taint.key and (toleration.get("value") or "") == taint.value
+    return False
+
+
+def tolerates_all(tolerations: tuple[Mapping[str, Any], ...], taints: tuple[Taint, ...]) -> bool:
+    """A class may land on a node when it tolerates every NoSchedule/NoExecute taint there."""
+    return all(
+        any(tolerates(t, taint) for t in tolerations)
+        for taint in taints
+        if taint.effect in ("NoSchedule", "NoExecute")
+    )

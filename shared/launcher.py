@@ -1,0 +1,56 @@
+"""virt-launcher Pods: copy the current class tolerations onto the Pod (never refuse).
+
+KubeVirt copies the VMI's annotations, the selection among them, onto the launcher
+Pod it creates. Only Pods labelled as launchers and created by KubeVirt's controller
+user are touched; anything unreadable leaves the Pod as it is, because refusing a
+launcher would strand an admitted VM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from shared import names
+from shared.admission import Allowed, Decision
+from shared.catalog import Catalog
+from shared.patches import PatchBuilder
+from shared.resolution import TOLERATIONS, annotation
+from shared.selection import parse_selection
+
+
+def is_launcher(request: Mapping[str, Any], catalog: Catalog) -> bool:
+    obj = request.get("object")
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    user = request.get("userInfo")
+    username = user.get("username") if isinstance(user, dict) else None
+    return (
+        request.get("operation") == "CREATE"
+        and isinstance(labels, dict)
+        and labels.get(names.LAUNCHER_LABEL) == names.LAUNCHER_LABEL_VALUE
+        and username == catalog.policy.kubevirt_controller_user
+    )
+
+
+def admit_launcher_pod(request: Mapping[str, Any], catalog: Catalog) -> Decision:
+    if not is_launcher(request, catalog):
+        return Allowed()
+    obj: Mapping[str, Any] = request["object"]
+    builder = PatchBuilder(obj)
+    spec_tolerations = builder.get(TOLERATIONS)
+    present = list(spec_tolerations) if isinstance(spec_tolerations, list) else []
+    warnings = []
+    selection = parse_selection(annotation(obj))
+    if selection.causes:
+        warnings.append("launcher pod: the GPU class selection is unreadable; no tolerations added")
+    for class_name in dict.fromkeys(e.class_name for e in selection.entries):
+        offer = catalog.offers.get(class_name)
+        if offer is None:
+            warnings.append(f"launcher pod: class {class_name} not found; no tolerations added for it")
+            continue
+        for toleration in offer.record.tolerations:
+            if toleration not in present:
+                present.append(toleration)
+                builder.append(TOLERATIONS, [toleration])
+    return Allowed(tuple(builder.operations), tuple(warnings))

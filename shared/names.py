@@ -1,0 +1,48 @@
+"""Names fixed by the contract (CONTRACT.md section 1): one place, imported everywhere.
+
+Changing a value here is a breaking change for users' manifests and CI fixtures.
+"""
+
+from typing import Final
+
+GROUP: Final = "cozystack.io"
+VERSION: Final = "v1alpha1"
+KIND: Final = "GPUClass"
+PLURAL: Final = "gpuclasses"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+
+SELECTION_ANNOTATION: Final = "gpu.cozystack.io/classes"
+IN_USE_FINALIZER: Final = "gpu.cozystack.io/in-use"
+VGPU_ENTITLEMENT_LABEL: Final = "gpu.cozystack.io/vgpu"
+WORKER_POOL_LABEL: Final = "cluster.x-k8s.io/cluster-name"
+LAUNCHER_LABEL: Final = "kubevirt.io"
+LAUNCHER_LABEL_VALUE: Final = "virt-launcher"
+
+DEFAULT_LICENSE_NAMESPACE: Final = "cozy-system"
+TOKEN_KEY: Final = "client_configuration_token.tok"
+GRIDD_KEY: Final = "gridd.conf"
+LICENSE_COPY_PREFIX: Final = "gpuclass-license-"
+MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE: Final = "gpuclass"
+LICENSE_VOLUME: Final = "gpulicense"
+LICENSE_SERIAL: Final = "GPULICENSE"
+
+DEFAULT_KUBEVIRT_NAMESPACE: Final = "cozy-kubevirt"
+DEFAULT_KUBEVIRT_CONTROLLER_USER: Final = "system:serviceaccount:cozy-kubevirt:kubevirt-controller"
+
+ROOT_TENANT: Final = "tenant-root"
+TENANT_PREFIX: Final = "tenant-"
+
+MAX_UNITS_PER_VMI: Final = 1024
+
+CONDITION_TYPES: Final = (
+    "ResourceNameConflict",
+    "ResourceNameNotPermitted",
+    "LicenseSecretMissing",
+    "Ready",
+)
+
+
+def license_copy_name(class_name: str) -> str:
+    """The tenant-namespace Secret that carries a licensed class's token."""
+    return LICENSE_COPY_PREFIX + class_name

@@ -1,0 +1,64 @@
+"""Narrow JSON patches on foreign objects (STYLE rule 5).
+
+The builder only ever appends to lists, creating the missing containers on the
+way, with JSON-pointer escaping; it never replaces `/spec` or reorders
+anything, so fields we do not know survive untouched. It tracks what earlier
+operations created so that several appends under one new parent compose.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+_MISSING = object()
+
+
+def pointer(path: Sequence[str]) -> str:
+    return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in path)
+
+
+class PatchBuilder:
+    def __init__(self, obj: Mapping[str, Any]) -> None:
+        self._obj = obj
+        self._created: dict[tuple[str, ...], Any] = {}
+        self.operations: list[dict[str, Any]] = []
+
+    def get(self, path: Sequence[str]) -> Any:
+        """The value at `path` in the object as patched so far, or None when absent."""
+        node: Any = self._obj
+        for i in range(len(path)):
+            prefix = tuple(path[: i + 1])
+            if prefix in self._created:
+                node = self._created[prefix]
+            elif isinstance(node, dict) and path[i] in node:
+                node = node[path[i]]
+            else:
+                return None
+        return node
+
+    def append(self, path: Sequence[str], items: Sequence[Any]) -> None:
+        """Append `items` to the list at `path`, creating it (and its parents) when absent."""
+        if not items:
+            return
+        path = tuple(path)
+        existing = self.get(path)
+        if isinstance(existing, list):
+            for item in items:
+                self.operations.append({"op": "add", "path": pointer(path) + "/-", "value": copy.deepcopy(item)})
+                if path in self._created:
+                    existing.append(copy.deepcopy(item))
+            return
+        # Find the deepest existing object on the way, then add one nested value below it.
+        depth = len(path) - 1
+        while depth > 0 and not isinstance(self.get(path[:depth]), dict):
+            depth -= 1
+        value: Any = [copy.deepcopy(i) for i in items]
+        self._created[path] = value
+        for level in range(len(path) - 1, depth, -1):
+            value = {path[level]: value}
+            self._created[path[:level]] = value
+        self.operations.append({"op": "add", "path": pointer(path[: depth + 1]), "value": copy.deepcopy(value)})
+        if depth >= 1 and tuple(path[:depth]) in self._created:
+            self._created[tuple(path[:depth])][path[depth]] = value

@@ -1,0 +1,298 @@
+"""VMI admission (CONTRACT.md section 4): from a tenant's selection to KubeVirt GPU entries.
+
+`admit_vmi` takes the AdmissionReview request and the catalog and returns a
+decision. On CREATE it checks the selection and every other GPU request, refuses
+what must be refused (every cause with its path), and otherwise emits narrow
+patches: the GPU entries, the class tolerations and the licence volume and disk.
+Applying its result again yields nothing (webhooks are reinvoked). On UPDATE only
+the selection's immutability and the licence hand-mount rule apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from shared import names
+from shared.admission import Allowed, Cause, Decision, Denied, forbidden, invalid
+from shared.catalog import Catalog, Offer
+from shared.entitlement import entitlement_problem
+from shared.patches import PatchBuilder
+from shared.selection import ANNOTATION_PATH, ClassEntry, parse_selection
+from shared.snapshot import licence_refs
+
+GPUS = ("spec", "domain", "devices", "gpus")
+HOST_DEVICES = ("spec", "domain", "devices", "hostDevices")
+DISKS = ("spec", "domain", "devices", "disks")
+VOLUMES = ("spec", "volumes")
+TOLERATIONS = ("spec", "tolerations")
+
+
+def _dig(obj: object, *path: str) -> Any:
+    for part in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(part)
+    return obj
+
+
+def _list(obj: object, *path: str) -> list[Any]:
+    value = _dig(obj, *path)
+    return value if isinstance(value, list) else []
+
+
+def annotation(obj: object) -> str | None:
+    value = _dig(obj, "metadata", "annotations", names.SELECTION_ANNOTATION)
+    return value if isinstance(value, str) else None
+
+
+def request_namespace(request: Mapping[str, Any]) -> str:
+    namespace = request.get("namespace") or _dig(request.get("object"), "metadata", "namespace")
+    return namespace if isinstance(namespace, str) else ""
+
+
+def licence_volume(class_name: str) -> dict[str, Any]:
+    return {
+        "name": names.LICENSE_VOLUME,
+        "secret": {"secretName": names.license_copy_name(class_name), "volumeLabel": names.LICENSE_SERIAL},
+    }
+
+
+def licence_disk() -> dict[str, Any]:
+    return {"name": names.LICENSE_VOLUME, "serial": names.LICENSE_SERIAL, "disk": {"bus": "virtio"}}
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What the selection resolves to: per class in first-appearance order, its total units."""
+
+    totals: dict[str, int]
+    offers: dict[str, Offer]
+
+    def gpu_entries(self) -> list[dict[str, Any]]:
+        entries = []
+        for name, total in self.totals.items():
+            resource = self.offers[name].record.resource_name
+            for _ in range(total):
+                entries.append({"name": f"gpu{len(entries) + 1}", "deviceName": resource})
+        return entries
+
+    def licensed_class(self) -> str | None:
+        for name, offer in self.offers.items():
+            if offer.record.spec and offer.record.spec.license:
+                return name
+        return None
+
+
+def _class_causes(entries: tuple[ClassEntry, ...], catalog: Catalog) -> tuple[dict[str, Offer], list[Cause]]:
+    """Rule 3: each selected class exists, is not deleting, owns its resource and is permitted."""
+    offers: dict[str, Offer] = {}
+    causes: list[Cause] = []
+    for entry in entries:
+        if entry.class_name in offers:
+            continue
+        path = f"{entry.path}.className"
+        offer = catalog.offers.get(entry.class_name)
+        if offer is None:
+            causes.append(forbidden(path, f"class {entry.class_name} is not in the catalog (kubectl get gpuclasses)", "ClassNotFound"))
+        elif offer.record.spec is None:
+            causes.append(forbidden(path, f"class {entry.class_name} has an invalid spec; the hoster must fix it", "ClassInvalid"))
+        elif offer.record.deleting:
+            causes.append(forbidden(path, f"class {entry.class_name} is being deleted; pick another class", "ClassDeleting"))
+        elif offer.conflict_with:
+            causes.append(forbidden(
+                path, f"class {entry.class_name} is unavailable: class {offer.conflict_with} already uses its resource",
+                "ResourceNameConflict"))
+        elif not offer.permitted:
+            causes.append(forbidden(
+                path, f"class {entry.class_name} is unavailable: its resource is not permitted by KubeVirt",
+                "ResourceNameNotPermitted"))
+        else:
+            offers[entry.class_name] = offer
+    return offers, causes
+
+
+def _limit_causes(entries: tuple[ClassEntry, ...], offers: Mapping[str, Offer]) -> tuple[dict[str, int], list[Cause]]:
+    """Rule 4: per-class totals within the effective maxCount, all within 1024, one vGPU class."""
+    totals: dict[str, int] = {}
+    for entry in entries:
+        totals[entry.class_name] = totals.get(entry.class_name, 0) + entry.count
+    causes: list[Cause] = []
+    grand = sum(totals.values())
+    if grand > names.MAX_UNITS_PER_VMI:
+        causes.append(invalid(ANNOTATION_PATH, f"requests {grand} GPU units; at most {names.MAX_UNITS_PER_VMI} per VMI", "TooManyUnits"))
+    for name, total in totals.items():
+        offer = offers.get(name)
+        limit = offer.effective_max_count() if offer else None
+        if limit is not None and total > limit:
+            causes.append(invalid(ANNOTATION_PATH, f"class {name}: {total} units requested, at most {limit} per VM", "MaxCountExceeded"))
+    vgpu = [n for n in totals if (o := offers.get(n)) and o.record.spec and o.record.spec.mode == "vgpu"]
+    if len(vgpu) > 1:
+        causes.append(invalid(ANNOTATION_PATH, f"a VM may take vGPUs from only one class (got {', '.join(vgpu)})", "MultipleVGPUClasses"))
+    return totals, causes
+
+
+def _policy_causes(obj: Mapping[str, Any], namespace: str, entries: tuple[ClassEntry, ...],
+                   offers: Mapping[str, Offer], catalog: Catalog) -> list[Cause]:
+    """Rule 5 for class entries: vGPU entitlement, and passthrough only for worker pools."""
+    causes: list[Cause] = []
+    worker_pool = isinstance(_dig(obj, "metadata", "labels", names.WORKER_POOL_LABEL), str)
+    seen: set[str] = set()
+    for entry in entries:
+        offer = offers.get(entry.class_name)
+        if offer is None or entry.class_name in seen or not offer.record.spec or offer.record.spec.mode != "vgpu":
+            continue
+        seen.add(entry.class_name)
+        path = f"{entry.path}.className"
+        if worker_pool:
+            causes.append(forbidden(path, f"class {entry.class_name} is vGPU; worker pools take passthrough classes only", "WorkerPoolVGPU"))
+        problem = entitlement_problem(namespace, catalog.namespaces, vgpu_entitled=catalog.policy.vgpu_entitled)
+        if problem:
+            causes.append(forbidden(path, problem, "NotEntitled"))
+    return causes
+
+
+def _raw_request_causes(obj: Mapping[str, Any], catalog: Catalog, *, with_classes: bool, namespace: str) -> list[Cause]:
+    """Rule 2 (no raw request of a catalog resource beside class entries) and rule 5 for raw entries."""
+    causes: list[Cause] = []
+    problem: str | None = None
+    checked_entitlement = False
+
+    def check(path: str, resource: object) -> None:
+        nonlocal problem, checked_entitlement
+        if not isinstance(resource, str) or resource not in catalog.resources:
+            return
+        if with_classes:
+            causes.append(invalid(path, f"{resource} is a catalog resource: do not add raw GPU requests beside class entries", "RawRequestBesideClasses"))
+        elif resource in catalog.vgpu_resources:
+            if not checked_entitlement:
+                problem = entitlement_problem(namespace, catalog.namespaces, vgpu_entitled=catalog.policy.vgpu_entitled)
+                checked_entitlement = True
+            if problem:
+                causes.append(forbidden(path, f"{resource} is a vGPU resource: {problem}", "NotEntitled"))
+
+    for i, dev in enumerate(_list(obj, *HOST_DEVICES)):
+        check(f"spec.domain.devices.hostDevices[{i}].deviceName", _dig(dev, "deviceName"))
+    if not with_classes:
+        for i, gpu in enumerate(_list(obj, *GPUS)):
+            check(f"spec.domain.devices.gpus[{i}].deviceName", _dig(gpu, "deviceName"))
+    for section in ("requests", "limits"):
+        resources = _dig(obj, "spec", "domain", "resources", section)
+        if isinstance(resources, dict) and with_classes:
+            for key in resources:
+                check(f"spec.domain.resources.{section}[{key}]", key)
+    return causes
+
+
+def _licence_mount_causes(obj: Mapping[str, Any], allowed: frozenset[str]) -> list[Cause]:
+    """Rule 8: a tenant cannot mount a platform licence copy by hand."""
+    causes = []
+    for i, volume in enumerate(_list(obj, *VOLUMES)):
+        for ref in licence_refs([volume]):
+            if ref not in allowed:
+                causes.append(forbidden(
+                    f"spec.volumes[{i}]",
+                    f"references Secret {ref}: licence copies reach a VM only through its licensed class",
+                    "LicenceHandMounted"))
+    return causes
+
+
+def _operations(obj: Mapping[str, Any], plan: Plan) -> tuple[list[dict[str, Any]], list[Cause]]:
+    """Rule 6: GPU entries, tolerations and the licence volume/disk, as narrow appends."""
+    builder = PatchBuilder(obj)
+    causes: list[Cause] = []
+    wanted = plan.gpu_entries()
+    existing = _list(obj, *GPUS)
+    if not existing:
+        builder.append(GPUS, wanted)
+    elif existing != wanted:
+        causes.append(invalid(
+            "spec.domain.devices.gpus",
+            "must be empty when GPU classes are selected: the admission integration adds the entries",
+            "RawRequestBesideClasses"))
+    tolerations = list(_list(obj, *TOLERATIONS))
+    for offer in plan.offers.values():
+        for tol in offer.record.tolerations:
+            if tol not in tolerations:
+                tolerations.append(tol)
+                builder.append(TOLERATIONS, [tol])
+    licensed = plan.licensed_class()
+    if licensed:
+        causes += _append_named(builder, VOLUMES, licence_volume(licensed), "spec.volumes")
+        causes += _append_named(builder, DISKS, licence_disk(), "spec.domain.devices.disks")
+    return builder.operations, causes
+
+
+def _append_named(builder: PatchBuilder, path: tuple[str, ...], item: dict[str, Any], where: str) -> list[Cause]:
+    """Add the licence volume or disk once; a different item of that name is a clash."""
+    for i, existing in enumerate(builder.get(path) or ()):
+        if isinstance(existing, dict) and existing.get("name") == item["name"]:
+            if existing == item:
+                return []
+            return [invalid(f"{where}[{i}]", f"the name {item['name']} is reserved for the class licence", "ReservedName")]
+    builder.append(path, [item])
+    return []
+
+
+def _capacity_warnings(plan: Plan) -> list[str]:
+    """Rule 7: a shortage is a warning, not a refusal; the VM waits for scheduling."""
+    warnings = []
+    for name, total in plan.totals.items():
+        free = plan.offers[name].max_free_per_node
+        if free is not None and total > free:
+            warnings.append(f"class {name}: no node has {total} free units now; the VM will wait")
+    return warnings
+
+
+def admit_vmi_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> Decision:
+    selection = parse_selection(annotation(obj))
+    causes = list(selection.causes)
+    with_classes = bool(selection.entries) or any(c.field.endswith(".count") or c.field.endswith(".className") for c in causes)
+    causes += _raw_request_causes(obj, catalog, with_classes=with_classes, namespace=namespace)
+    if not selection.entries:
+        causes += _licence_mount_causes(obj, frozenset())
+        return Denied(tuple(causes)) if causes else Allowed()
+    offers, class_causes = _class_causes(selection.entries, catalog)
+    totals, limit_causes = _limit_causes(selection.entries, offers)
+    causes += class_causes + limit_causes
+    causes += _policy_causes(obj, namespace, selection.entries, offers, catalog)
+    plan = Plan(totals, offers)
+    licensed = plan.licensed_class() if not class_causes else None
+    causes += _licence_mount_causes(obj, frozenset({names.license_copy_name(licensed)} if licensed else ()))
+    if causes:
+        return Denied(tuple(causes))
+    operations, op_causes = _operations(obj, plan)
+    if op_causes:
+        return Denied(tuple(op_causes))
+    return Allowed(tuple(operations), tuple(_capacity_warnings(plan)))
+
+
+def admit_vmi_update(obj: Mapping[str, Any], old: Mapping[str, Any], catalog: Catalog) -> Decision:
+    before, after = annotation(old), annotation(obj)
+    if before != after:
+        verb = "added" if before is None else "removed" if after is None else "changed"
+        return Denied((invalid(ANNOTATION_PATH, f"cannot be {verb} on a running VMI: recreate the VM to change its GPUs", "SelectionImmutable"),))
+    # The VMI's own licence (its class may be deleting by now) and what was already admitted stay.
+    allowed = set(licence_refs(_list(old, *VOLUMES)))
+    for entry in parse_selection(after).entries:
+        offer = catalog.offers.get(entry.class_name)
+        if offer and offer.record.spec and offer.record.spec.license:
+            allowed.add(names.license_copy_name(entry.class_name))
+    causes = _licence_mount_causes(obj, frozenset(allowed))
+    return Denied(tuple(causes)) if causes else Allowed()
+
+
+def admit_vmi(request: Mapping[str, Any], catalog: Catalog) -> Decision:
+    obj = request.get("object")
+    operation = request.get("operation")
+    if not isinstance(obj, dict):
+        if operation in ("CREATE", "UPDATE"):
+            return Denied((invalid("object", "the request carries no VirtualMachineInstance object"),))
+        return Allowed()
+    if operation == "CREATE":
+        return admit_vmi_create(obj, request_namespace(request), catalog)
+    if operation == "UPDATE":
+        old = request.get("oldObject")
+        return admit_vmi_update(obj, old if isinstance(old, dict) else {}, catalog)
+    return Allowed()

@@ -1,0 +1,334 @@
+"""A typed, compact view of the cluster: only the fields the rules read.
+
+Raw API objects go in through :class:`SnapshotBuilder.add`; what stays is a few
+small records per object, so a 150,000-pod cluster fits in a fraction of its
+JSON. The builder is pure (dicts in, records out); reading files or watches is
+the caller's business. Secret payloads are wrapped in :class:`Redacted` so that
+no repr, log line or traceback can print a token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from shared import names
+from shared.k8s import Taint, quantity_units
+from shared.models import GPUClassSpec, GPUClassStatus
+
+ACTIVE_POD_PHASES = frozenset({"Pending", "Running"})
+
+
+class Redacted:
+    """A secret value that never shows itself in repr or str."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "<redacted>"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Redacted) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+@dataclass(frozen=True, slots=True)
+class ClassRecord:
+    name: str
+    raw_spec: Mapping[str, Any]
+    spec: GPUClassSpec | None
+    status: GPUClassStatus | None
+    created: str = ""
+    deleting: bool = False
+    generation: int = 0
+    finalizers: tuple[str, ...] = ()
+    uid: str = ""
+
+    @property
+    def resource_name(self) -> str | None:
+        return self.spec.resource_name if self.spec else None
+
+    @property
+    def tolerations(self) -> tuple[Mapping[str, Any], ...]:
+        raw = self.raw_spec.get("tolerations")
+        return tuple(t for t in raw if isinstance(t, dict)) if isinstance(raw, list) else ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    name: str
+    ready: bool
+    unschedulable: bool
+    taints: tuple[Taint, ...]
+    allocatable: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    node: str
+    requests: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class SecretRecord:
+    namespace: str
+    name: str
+    labels: Mapping[str, str]
+    data: Mapping[str, Redacted]
+
+
+@dataclass(frozen=True, slots=True)
+class VMIRecord:
+    namespace: str
+    name: str
+    selection: str | None
+    device_names: tuple[str, ...]
+    licence_refs: tuple[str, ...]
+    worker_pool: bool
+
+
+@dataclass(slots=True)
+class Snapshot:
+    classes: dict[str, ClassRecord] = field(default_factory=dict)
+    nodes: list[NodeRecord] = field(default_factory=list)
+    pods: list[PodRecord] = field(default_factory=list)
+    permitted: frozenset[str] | None = None
+    namespaces: dict[str, Mapping[str, str]] = field(default_factory=dict)
+    secrets: dict[tuple[str, str], SecretRecord] = field(default_factory=dict)
+    vmis: list[VMIRecord] = field(default_factory=list)
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _str_map(value: object) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _extended(resources: object) -> dict[str, int]:
+    """Extended resources (names with a '/') as whole units."""
+    if not isinstance(resources, dict):
+        return {}
+    return {k: quantity_units(v) for k, v in resources.items() if isinstance(k, str) and "/" in k}
+
+
+def compact_class(obj: Mapping[str, Any]) -> ClassRecord | None:
+    meta = _meta(obj)
+    name = meta.get("name")
+    if not isinstance(name, str):
+        return None
+    raw_spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    try:
+        spec: GPUClassSpec | None = GPUClassSpec.model_validate(raw_spec)
+    except ValidationError:
+        spec = None
+    try:
+        status = GPUClassStatus.model_validate(obj["status"]) if isinstance(obj.get("status"), dict) else None
+    except ValidationError:
+        status = None
+    finalizers = meta.get("finalizers")
+    generation = meta.get("generation")
+    return ClassRecord(
+        name=name,
+        raw_spec=raw_spec,  # type: ignore[arg-type]
+        spec=spec,
+        status=status,
+        created=str(meta.get("creationTimestamp") or ""),
+        deleting=bool(meta.get("deletionTimestamp")),
+        generation=generation if isinstance(generation, int) else 0,
+        finalizers=tuple(f for f in finalizers if isinstance(f, str)) if isinstance(finalizers, list) else (),
+        uid=str(meta.get("uid") or ""),
+    )
+
+
+def compact_node(obj: Mapping[str, Any]) -> NodeRecord | None:
+    name = _meta(obj).get("name")
+    if not isinstance(name, str):
+        return None
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    ready = any(
+        isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (status.get("conditions") or [])  # type: ignore[union-attr]
+    )
+    taints = tuple(
+        Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+        for t in (spec.get("taints") or [])  # type: ignore[union-attr]
+        if isinstance(t, dict)
+    )
+    return NodeRecord(
+        name=name,
+        ready=ready,
+        unschedulable=bool(spec.get("unschedulable")),  # type: ignore[union-attr]
+        taints=taints,
+        allocatable=_extended(status.get("allocatable")),  # type: ignore[union-attr]
+    )
+
+
+def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
+    """Effective Pod request per extended resource: max(sum of containers, largest init container)."""
+    total: dict[str, int] = {}
+    for container in spec.get("containers") or ():
+        if isinstance(container, dict):
+            for key, units in _container_requests(container).items():
+                total[key] = total.get(key, 0) + units
+    for container in spec.get("initContainers") or ():
+        if isinstance(container, dict):
+            for key, units in _container_requests(container).items():
+                total[key] = max(total.get(key, 0), units)
+    return {k: v for k, v in total.items() if v > 0}
+
+
+def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
+    resources = container.get("resources")
+    if not isinstance(resources, dict):
+        return {}
+    # Extended resources cannot be overcommitted: a limit alone implies an equal request.
+    merged = _extended(resources.get("limits"))
+    merged.update(_extended(resources.get("requests")))
+    return merged
+
+
+def compact_pod(obj: Mapping[str, Any]) -> PodRecord | None:
+    """A pod that holds units: bound to a node, Pending or Running, requesting any extended resource."""
+    spec = obj.get("spec")
+    status = obj.get("status")
+    if not isinstance(spec, dict):
+        return None
+    node = spec.get("nodeName")
+    phase = status.get("phase") if isinstance(status, dict) else None
+    if not isinstance(node, str) or not node or phase not in ACTIVE_POD_PHASES:
+        return None
+    requests = pod_requests(spec)
+    return PodRecord(node, requests) if requests else None
+
+
+def permitted_resources(obj: Mapping[str, Any]) -> frozenset[str]:
+    """Every resourceName in the KubeVirt CR's permittedHostDevices, PCI and mediated alike."""
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    config = spec.get("configuration") if isinstance(spec.get("configuration"), dict) else {}  # type: ignore[union-attr]
+    permitted = config.get("permittedHostDevices") if isinstance(config.get("permittedHostDevices"), dict) else {}  # type: ignore[union-attr]
+    found: set[str] = set()
+    for key in ("pciHostDevices", "mediatedDevices"):
+        for entry in permitted.get(key) or ():  # type: ignore[union-attr]
+            if isinstance(entry, dict) and isinstance(entry.get("resourceName"), str):
+                found.add(entry["resourceName"])
+    return frozenset(found)
+
+
+def compact_secret(obj: Mapping[str, Any]) -> SecretRecord | None:
+    meta = _meta(obj)
+    name, namespace = meta.get("name"), meta.get("namespace")
+    if not isinstance(name, str) or not isinstance(namespace, str):
+        return None
+    data = {k: Redacted(v) for k, v in _str_map(obj.get("data")).items()}
+    return SecretRecord(namespace, name, _str_map(meta.get("labels")), data)
+
+
+def licence_refs(volumes: object) -> tuple[str, ...]:
+    """Names of `gpuclass-license-*` Secrets any volume references (secretName or a *SecretRef)."""
+    found: list[str] = []
+
+    def walk(node: object, secretish: bool) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if isinstance(value, str):
+                    if (key == "secretName" or (secretish and key == "name")) and value.startswith(
+                        names.LICENSE_COPY_PREFIX
+                    ):
+                        found.append(value)
+                elif isinstance(key, str):
+                    walk(value, key == "secret" or key.endswith("SecretRef") or key.endswith("secretRef"))
+        elif isinstance(node, list):
+            for item in node:
+                walk(item, False)
+
+    if isinstance(volumes, list):
+        for volume in volumes:
+            walk(volume, False)
+    return tuple(dict.fromkeys(found))
+
+
+def compact_vmi(obj: Mapping[str, Any]) -> VMIRecord | None:
+    meta = _meta(obj)
+    name, namespace = meta.get("name"), meta.get("namespace")
+    if not isinstance(name, str) or not isinstance(namespace, str):
+        return None
+    annotations = _str_map(meta.get("annotations"))
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    domain = spec.get("domain") if isinstance(spec.get("domain"), dict) else {}  # type: ignore[union-attr]
+    devices = domain.get("devices") if isinstance(domain.get("devices"), dict) else {}  # type: ignore[union-attr]
+    gpus = devices.get("gpus") if isinstance(devices.get("gpus"), list) else []  # type: ignore[union-attr]
+    device_names = tuple(g["deviceName"] for g in gpus if isinstance(g, dict) and isinstance(g.get("deviceName"), str))
+    return VMIRecord(
+        namespace=namespace,
+        name=name,
+        selection=annotations.get(names.SELECTION_ANNOTATION),
+        device_names=device_names,
+        licence_refs=licence_refs(spec.get("volumes")),  # type: ignore[union-attr]
+        worker_pool=names.WORKER_POOL_LABEL in _str_map(meta.get("labels")),
+    )
+
+
+class SnapshotBuilder:
+    """Folds raw objects of any supported kind into a Snapshot, one at a time."""
+
+    KINDS = frozenset({"GPUClass", "Node", "Pod", "KubeVirt", "Secret", "Namespace", "VirtualMachineInstance"})
+
+    def __init__(self) -> None:
+        self.snapshot = Snapshot()
+        self.skipped: list[str] = []
+
+    def add(self, obj: Mapping[str, Any]) -> None:
+        kind = obj.get("kind")
+        snap = self.snapshot
+        if kind == "GPUClass":
+            record = compact_class(obj)
+            if record:
+                snap.classes[record.name] = record
+        elif kind == "Node":
+            node = compact_node(obj)
+            if node:
+                snap.nodes.append(node)
+        elif kind == "Pod":
+            pod = compact_pod(obj)
+            if pod:
+                snap.pods.append(pod)
+        elif kind == "KubeVirt":
+            snap.permitted = (snap.permitted or frozenset()) | permitted_resources(obj)
+        elif kind == "Secret":
+            secret = compact_secret(obj)
+            if secret:
+                snap.secrets[(secret.namespace, secret.name)] = secret
+        elif kind == "Namespace":
+            name = _meta(obj).get("name")
+            if isinstance(name, str):
+                snap.namespaces[name] = _str_map(_meta(obj).get("labels"))
+        elif kind == "VirtualMachineInstance":
+            vmi = compact_vmi(obj)
+            if vmi:
+                snap.vmis.append(vmi)
+        else:
+            self.skipped.append(str(kind))
+
+    def add_all(self, objects: Iterable[Mapping[str, Any]]) -> Snapshot:
+        for obj in objects:
+            self.add(obj)
+        return self.snapshot

@@ -1,0 +1,51 @@
+"""Shared test plumbing: the golden fixtures' state and the regeneration flag."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures" / "admission"
+OBJECTS = [str(ROOT / "examples"), str(ROOT / "tests" / "fixtures" / "objects")]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-fixtures", action="store_true", default=False,
+        help="rewrite tests/fixtures/admission/*/response.json from the current code (review the diff)",
+    )
+
+
+@dataclass(frozen=True)
+class GoldenCase:
+    name: str
+    folder: Path
+    request: dict[str, Any]
+    vgpu_entitled: bool
+
+    @property
+    def response_path(self) -> Path:
+        return self.folder / "response.json"
+
+    def expected(self) -> dict[str, Any]:
+        return json.loads(self.response_path.read_text())
+
+
+def golden_cases() -> Iterator[GoldenCase]:
+    for folder in sorted(p for p in FIXTURES.iterdir() if p.is_dir()):
+        settings = json.loads((folder / "case.json").read_text()) if (folder / "case.json").exists() else {}
+        yield GoldenCase(
+            folder.name, folder, json.loads((folder / "request.json").read_text()),
+            bool(settings.get("vgpu_entitled", True)),
+        )
+
+
+@pytest.fixture(scope="session")
+def update_fixtures(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-fixtures"))

@@ -1,0 +1,77 @@
+"""Golden AdmissionReview fixtures (STYLE rule 16), replayed through the library and the CLI.
+
+Each tests/fixtures/admission/<case>/ holds request.json and the exact
+response.json the webhook must send (plus patch.json, the decoded patch, for
+review). `pytest tests/test_golden.py --update-fixtures` rewrites the responses;
+review the diff before committing. The same files are replayed over HTTPS
+against the running webhook in tests/test_webhook_server.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from functools import cache
+
+import jsonpatch
+import pytest
+
+from shared.catalog import Catalog, Policy
+from shared.cli import main as cli_main
+from shared.cli import offline_catalog
+from shared.review import review
+from tests.conftest import OBJECTS, GoldenCase, golden_cases
+
+CASES = list(golden_cases())
+
+
+@cache
+def catalog(vgpu_entitled: bool) -> Catalog:
+    return offline_catalog(OBJECTS, Policy(vgpu_entitled=vgpu_entitled))
+
+
+def test_every_contract_rule_has_a_fixture() -> None:
+    names = {c.name for c in CASES}
+    for rule in ("4.1", "4.2", "4.3", "4.4", "4.5", "4.6", "4.7", "4.8"):
+        assert any(f"vmi-{rule}-" in n for n in names), rule
+    assert any(n.startswith("vmi-update-") for n in names)
+    assert any(n.startswith("pod-launcher-") for n in names)
+    assert sum(n.startswith("gpuclass-5-") for n in names) >= 15
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_library_answer_matches_golden(case: GoldenCase, update_fixtures: bool) -> None:
+    response = review(case.request, catalog(case.vgpu_entitled))
+    if update_fixtures:
+        case.response_path.write_text(json.dumps(response, indent=2, ensure_ascii=False) + "\n")
+        patch = response["response"].get("patch")
+        patch_path = case.folder / "patch.json"
+        if patch:
+            patch_path.write_text(json.dumps(json.loads(base64.b64decode(patch)), indent=2) + "\n")
+        elif patch_path.exists():
+            patch_path.unlink()
+    assert response == case.expected()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_patch_applies_and_is_idempotent(case: GoldenCase) -> None:
+    response = case.expected()["response"]
+    if "patch" not in response:
+        return
+    operations = json.loads(base64.b64decode(response["patch"]))
+    assert operations == json.loads((case.folder / "patch.json").read_text())
+    patched = jsonpatch.apply_patch(case.request["request"]["object"], operations)
+    again = json.loads(json.dumps(case.request))
+    again["request"]["object"] = patched
+    second = review(again, catalog(case.vgpu_entitled))["response"]
+    assert second["allowed"] is True
+    assert "patch" not in second, "resolving an already resolved object must yield no operations"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_cli_prints_the_same_answer(case: GoldenCase, capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    args = ["review"] + [a for path in OBJECTS for a in ("--objects", path)]
+    if case.vgpu_entitled:
+        args.append("--vgpu-entitled")
+    assert cli_main([*args, str(case.folder / "request.json")]) == 0
+    assert json.loads(capsysbinary.readouterr().out) == case.expected()

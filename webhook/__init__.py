@@ -1,0 +1,1 @@
+"""webhook: placeholder until its issue lands."""
