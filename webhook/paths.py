@@ -1,0 +1,10 @@
+"""HTTP paths of the webhook (CONTRACT.md section 3). The chart's webhook configurations must use these."""
+
+from typing import Final
+
+VALIDATE_GPUCLASSES: Final = "/validate/gpuclasses"
+MUTATE_VMIS: Final = "/mutate/virtualmachineinstances"
+MUTATE_PODS: Final = "/mutate/pods"
+HEALTHZ: Final = "/healthz"
+READYZ: Final = "/readyz"
+METRICS: Final = "/metrics"
