@@ -1,0 +1,49 @@
+"""`--objects` as a live source: re-read the files when they change.
+
+Both binaries run from files when given `--objects`; this polls the files'
+modification times and sizes and rebuilds the snapshot when any changed, keeping
+the last good snapshot when a file is briefly unreadable (mid-write).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from shared.runtime.loader import LoadError, files_under, load_snapshot
+from shared.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
+
+
+class FileSource:
+    def __init__(self, paths: Sequence[str | Path]) -> None:
+        self.paths = [Path(p) for p in paths]
+        self._stamp: tuple[tuple[str, int, int], ...] | None = None
+        self.snapshot: Snapshot = Snapshot()
+        self.error: str | None = None
+
+    def _current_stamp(self) -> tuple[tuple[str, int, int], ...]:
+        stamp = []
+        for path in files_under(self.paths):
+            st = path.stat()
+            stamp.append((str(path), st.st_mtime_ns, st.st_size))
+        return tuple(stamp)
+
+    def refresh(self) -> bool:
+        """Reload if anything changed; True when a new snapshot was loaded."""
+        try:
+            stamp = self._current_stamp()
+            if stamp == self._stamp:
+                return False
+            self.snapshot = load_snapshot(self.paths)
+        except (LoadError, OSError) as exc:
+            self.error = str(exc)
+            log.warning("objects not reloaded; keeping the last good state", extra={"fields": {"error": str(exc)}})
+            if self._stamp is None:
+                raise
+            return False
+        self._stamp = stamp
+        self.error = None
+        return True

@@ -1,0 +1,59 @@
+"""Settings both binaries share: one pydantic-settings object per binary extends this.
+
+Every field is a `--kebab-case` flag and a `GPUCLASS_*` environment variable
+(flags win). List fields accept repeated flags, or a comma-separated variable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Literal, TypeVar
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, CliApp, NoDecode, SettingsConfigDict
+
+from shared import names
+from shared.catalog import Policy
+
+S = TypeVar("S", bound="CommonSettings")
+
+
+class CommonSettings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="GPUCLASS_",
+        cli_kebab_case=True,
+        cli_implicit_flags=True,
+        cli_hide_none_type=True,
+        extra="ignore",
+    )
+
+    objects: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list,
+        description="YAML/JSON file or folder of Kubernetes objects to run from instead of a cluster; repeatable",
+    )
+    vgpu_entitled: bool = Field(False, description="the platform's root vGPU entitlement (gpu.vgpu) is on")
+    kubeconfig: Path | None = Field(None, description="kubeconfig file; default: in-cluster config")
+    licence_namespace: str = Field(names.DEFAULT_LICENSE_NAMESPACE, description="namespace of licence source Secrets")
+    kubevirt_namespace: str = Field(names.DEFAULT_KUBEVIRT_NAMESPACE, description="namespace of the KubeVirt CR")
+    kubevirt_controller_user: str = Field(
+        names.DEFAULT_KUBEVIRT_CONTROLLER_USER, description="user that creates virt-launcher Pods"
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
+    log_format: Literal["json", "text"] = Field("json", description="log format")
+
+    @field_validator("objects", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part for part in value.split(",") if part]
+        return value
+
+    def policy(self) -> Policy:
+        return Policy(self.vgpu_entitled, self.licence_namespace, self.kubevirt_controller_user)
+
+
+def parse_settings(cls: type[S], argv: Sequence[str] | None, prog: str) -> S:
+    """Flags, then environment, then defaults; `--help` prints every flag and exits."""
+    settings_cls = type(cls.__name__, (cls,), {"model_config": {**cls.model_config, "cli_prog_name": prog}})
+    return CliApp.run(settings_cls, cli_args=list(argv) if argv is not None else None)  # type: ignore[return-value]
