@@ -74,6 +74,11 @@ def denial_message(causes: tuple[Cause, ...]) -> str:
     return listed
 
 
+def encode_response(response: dict[str, Any]) -> bytes:
+    """The response bytes, the same for the webhook and `gpuclass review`."""
+    return orjson.dumps(response, option=orjson.OPT_INDENT_2) + b"\n"
+
+
 def render_response(decision: Decision, *, uid: str, api_version: str) -> dict[str, Any]:
     """The AdmissionReview the API server expects back, for any decision."""
     response: dict[str, Any] = {"uid": uid}

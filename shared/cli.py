@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from shared import names
+from shared.admission import encode_response
 from shared.availability import compute_all
 from shared.catalog import Catalog, Policy, build_catalog
 from shared.review import MalformedReview, review
@@ -113,7 +114,7 @@ def run_review(args: argparse.Namespace) -> int:
     except (MalformedReview, LoadError, OSError) as exc:
         print(f"gpuclass review: {exc}", file=sys.stderr)
         return 2
-    sys.stdout.buffer.write(orjson.dumps(response, option=orjson.OPT_INDENT_2) + b"\n")
+    sys.stdout.buffer.write(encode_response(response))
     return 0
 
 

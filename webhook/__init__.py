@@ -1,1 +1,1 @@
-"""webhook: placeholder until its issue lands."""
+"""gpuclass-webhook: the admission webhook, a thin HTTPS shell over shared/."""

@@ -1,6 +1,107 @@
+"""`gpuclass-webhook`: serve the admission webhook over HTTPS.
+
+With `--objects`, answers come from those files (re-read when they change) and a
+self-signed certificate is made when none is given; otherwise the catalog is a
+list+watch cache of the API server (in-cluster or `--kubeconfig`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
 import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import uvicorn
+
+from shared.runtime.loader import LoadError
+from shared.runtime.logs import setup_logging
+from shared.runtime.settings import parse_settings
+from shared.runtime.tls import ReloadingContext, self_signed
+from webhook.app import AppContext, create_app
+from webhook.metrics import WebhookMetrics
+from webhook.settings import WebhookSettings
+from webhook.state import CatalogState, ClusterState, FileState
+
+log = logging.getLogger("gpuclass.webhook")
 
 
-def main() -> int:
-    print("gpuclass-webhook: not built yet", file=sys.stderr)
-    return 1
+async def _cluster_state(settings: WebhookSettings, metrics: WebhookMetrics) -> CatalogState:
+    from shared.runtime.kubeclient import api_client
+    from webhook.kube import webhook_sources
+
+    api = await api_client(settings.kubeconfig)
+    return ClusterState(
+        webhook_sources(api, kubevirt_namespace=settings.kubevirt_namespace),
+        settings.policy(),
+        on_restart=lambda resource, reason: metrics.watch_restarts.labels(resource, reason).inc(),
+    )
+
+
+def _tls(settings: WebhookSettings) -> ReloadingContext:
+    if settings.tls_cert_file and settings.tls_key_file:
+        return ReloadingContext(settings.tls_cert_file, settings.tls_key_file)
+    if settings.tls_cert_file or settings.tls_key_file:
+        raise ValueError("give both --tls-cert-file and --tls-key-file, or neither for a self-signed certificate")
+    directory = settings.tls_dir or Path(tempfile.mkdtemp(prefix="gpuclass-webhook-tls-"))
+    files = self_signed(directory, settings.tls_hosts)
+    log.info("self-signed certificate created; trust its CA to call the webhook",
+             extra={"fields": {"ca_file": str(files.ca), "cert_file": str(files.cert)}})
+    return ReloadingContext(files.cert, files.key)
+
+
+async def serve(settings: WebhookSettings) -> int:
+    metrics = WebhookMetrics()
+    try:
+        state: CatalogState = (
+            FileState(settings.objects, settings.policy(), poll_seconds=settings.objects_poll_seconds)
+            if settings.objects else await _cluster_state(settings, metrics)
+        )
+        tls = _tls(settings)
+    except (LoadError, ValueError, OSError) as exc:
+        log.error("cannot start", extra={"fields": {"error": str(exc)}})
+        return 2
+    metrics.cert_expiry.set(tls.expiry)
+
+    async def reload_certificates() -> None:
+        while True:
+            await asyncio.sleep(settings.tls_reload_seconds)
+            try:
+                if tls.reload():
+                    metrics.cert_expiry.set(tls.expiry)
+            except OSError as exc:
+                log.warning("certificate files unreadable", extra={"fields": {"error": str(exc)}})
+
+    ctx = AppContext(state, metrics, settings.max_body_bytes, tls_ready=lambda: tls.expiry > 0,
+                     background=[reload_certificates])
+    config = uvicorn.Config(
+        create_app(ctx), host=settings.bind_address, port=settings.port, log_config=None,
+        access_log=False, server_header=False, timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
+        ssl_certfile=str(tls.cert), ssl_keyfile=str(tls.key), lifespan="on",
+    )
+    config.load()
+    config.ssl = tls.context  # one context for the server's life: reload swaps its chain in place
+    server = uvicorn.Server(config)
+
+    async def announce() -> None:
+        while not server.started:
+            await asyncio.sleep(0.05)
+        ports = sorted({s.getsockname()[1] for srv in server.servers for s in (srv.sockets or ())})
+        log.info("serving", extra={"fields": {"address": settings.bind_address, "ports": ports}})
+
+    announcer = asyncio.create_task(announce())
+    await server.serve()
+    announcer.cancel()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings = parse_settings(WebhookSettings, argv, "gpuclass-webhook")
+    setup_logging(settings.log_level, settings.log_format)
+    return asyncio.run(serve(settings))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
