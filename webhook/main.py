@@ -13,6 +13,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
 
 import uvicorn
 
@@ -26,6 +27,14 @@ from webhook.settings import WebhookSettings
 from webhook.state import CatalogState, ClusterState, FileState
 
 log = logging.getLogger("gpuclass.webhook")
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, but a drained SIGTERM/SIGINT ends with exit code 0, not by re-raising the signal."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        self._captured_signals.clear()
 
 
 async def _cluster_state(settings: WebhookSettings, metrics: WebhookMetrics) -> CatalogState:
@@ -83,7 +92,7 @@ async def serve(settings: WebhookSettings) -> int:
     )
     config.load()
     config.ssl = tls.context  # one context for the server's life: reload swaps its chain in place
-    server = uvicorn.Server(config)
+    server = Server(config)
 
     async def announce() -> None:
         while not server.started:

@@ -1,0 +1,133 @@
+"""The webhook's live catalog cache against a fake at the list/watch seam.
+
+The real API server drives the same code in the control-plane tests; here a
+scripted source proves the loop's contract: first full sync before ready, events
+update the catalog, an expired watch (410) and a dropped watch re-list from
+scratch, other errors back off and recover.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from shared.catalog import Policy
+from shared.runtime.listwatch import Expired, RawObject
+from webhook.state import ClusterState
+
+
+def gpuclass(name: str, resource: str, rv: str = "1") -> RawObject:
+    return {"kind": "GPUClass", "metadata": {"name": name, "resourceVersion": rv},
+            "spec": {"vendor": "v", "model": "m", "mode": "passthrough",
+                     "source": {"devicePlugin": {"resourceName": resource}}}}
+
+
+class ScriptedSource:
+    """Each list() returns the next listing; each watch() replays the next script of events, then ends."""
+
+    def __init__(self, name: str, listings: list[list[RawObject]], watches: list[list[Any]]) -> None:
+        self.name = name
+        self.listings = listings
+        self.watches = watches
+        self.list_calls = 0
+        self.watch_versions: list[str] = []
+
+    async def list(self) -> tuple[list[RawObject], str]:
+        self.list_calls += 1
+        index = min(self.list_calls - 1, len(self.listings) - 1)
+        return [dict(o) for o in self.listings[index]], str(100 * self.list_calls)
+
+    async def watch(self, resource_version: str) -> AsyncIterator[tuple[str, RawObject]]:
+        self.watch_versions.append(resource_version)
+        script = self.watches.pop(0) if self.watches else []
+        for step in script:
+            if isinstance(step, Exception):
+                raise step
+            yield step
+        if not self.watches:
+            await asyncio.sleep(3600)  # a quiet, open watch
+
+
+def static(name: str, items: list[RawObject]) -> ScriptedSource:
+    return ScriptedSource(name, [items], [])
+
+
+async def run_until(state: ClusterState, condition: Any, timeout: float = 5.0) -> None:
+    task = asyncio.create_task(state.run())
+    try:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not condition():
+            if asyncio.get_running_loop().time() > deadline:
+                pytest.fail("condition not reached")
+            await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def make_state(classes: ScriptedSource, restarts: list[tuple[str, str]]) -> ClusterState:
+    kubevirt = {"kind": "KubeVirt", "metadata": {"name": "kv", "namespace": "cozy-kubevirt"},
+                "spec": {"configuration": {"permittedHostDevices": {"pciHostDevices": [{"resourceName": "x.com/a"}]}}}}
+    return ClusterState(
+        [classes, static("namespaces", [{"metadata": {"name": "tenant-a", "labels": {"l": "v"}}}]),
+         static("kubevirts", [kubevirt])],
+        Policy(), on_restart=lambda resource, reason: restarts.append((resource, reason)),
+    )
+
+
+def test_not_synced_until_every_resource_listed() -> None:
+    state = make_state(ScriptedSource("gpuclasses", [[gpuclass("a", "x.com/a")]], []), [])
+    assert state.synced is False
+    asyncio.run(run_until(state, lambda: state.synced))
+    assert set(state.catalog.offers) == {"a"}
+    assert state.catalog.offers["a"].permitted is True
+    assert state.catalog.namespaces == {"tenant-a": {"l": "v"}}
+
+
+def test_watch_events_update_the_catalog() -> None:
+    source = ScriptedSource("gpuclasses", [[gpuclass("a", "x.com/a")]], [[
+        ("ADDED", gpuclass("b", "x.com/b", "101")),
+        ("DELETED", gpuclass("a", "x.com/a", "102")),
+    ]])
+    state = make_state(source, [])
+    asyncio.run(run_until(state, lambda: set(state.catalog.offers) == {"b"}))
+
+
+def test_expired_watch_relists_from_scratch() -> None:
+    source = ScriptedSource(
+        "gpuclasses",
+        [[gpuclass("a", "x.com/a")], [gpuclass("c", "x.com/c")]],
+        [[("ADDED", gpuclass("b", "x.com/b", "101")), Expired("too old resource version")]],
+    )
+    restarts: list[tuple[str, str]] = []
+    state = make_state(source, restarts)
+    asyncio.run(run_until(state, lambda: set(state.catalog.offers) == {"c"}))
+    assert source.list_calls == 2
+    assert ("gpuclasses", "expired") in restarts
+    assert source.watch_versions[0] == "100", "the first watch starts at the listed version"
+
+
+def test_dropped_watch_backs_off_and_relists() -> None:
+    source = ScriptedSource(
+        "gpuclasses", [[gpuclass("a", "x.com/a")], [gpuclass("d", "x.com/d")]],
+        [[ConnectionResetError("connection dropped")]],
+    )
+    restarts: list[tuple[str, str]] = []
+    state = make_state(source, restarts)
+    asyncio.run(run_until(state, lambda: set(state.catalog.offers) == {"d"}, timeout=60))
+    assert ("gpuclasses", "error") in restarts
+    assert state.healthy() is False  # the tasks were cancelled by run_until's cleanup
+
+
+def test_watch_resumes_from_the_last_version_seen() -> None:
+    source = ScriptedSource("gpuclasses", [[gpuclass("a", "x.com/a")]], [
+        [("ADDED", gpuclass("b", "x.com/b", "150"))],  # ends normally (server-side timeout)
+        [("ADDED", gpuclass("e", "x.com/e", "160"))],
+    ])
+    state = make_state(source, [])
+    asyncio.run(run_until(state, lambda: "e" in state.catalog.offers))
+    assert source.watch_versions[:2] == ["100", "150"]
+    assert source.list_calls == 1
