@@ -10,7 +10,7 @@ add or an update: the status is a function of the state.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,9 +68,7 @@ def conflict_winners(classes: Mapping[str, ClassRecord]) -> dict[str, str]:
     return {resource: record.name for resource, record in winners.items()}
 
 
-def compute_figures(
-    record: ClassRecord, index: UsageIndex, *, conflict_lost: bool
-) -> Figures:
+def compute_figures(record: ClassRecord, index: UsageIndex, *, conflict_lost: bool) -> Figures:
     """free, maxFreePerNode and maxUnitsPerNode of one class; zeros when it lost a conflict."""
     resource = record.resource_name
     if resource is None or conflict_lost:
@@ -106,10 +104,21 @@ def licence_problem(record: ClassRecord, snapshot: Snapshot, licence_namespace: 
 
 
 def _condition(
-    type_: str, true: bool, reason: str, message: str, *, previous: Mapping[str, Any] | None, now: str, generation: int
+    type_: str,
+    true: bool,
+    reason: str,
+    message: str,
+    *,
+    previous: Mapping[str, Any] | None,
+    now: str,
+    generation: int,
 ) -> dict[str, Any]:
     status = "True" if true else "False"
-    keep = previous is not None and previous.get("status") == status and previous.get("lastTransitionTime")
+    keep = (
+        previous is not None
+        and previous.get("status") == status
+        and previous.get("lastTransitionTime")
+    )
     return {
         "type": type_,
         "status": status,
@@ -126,7 +135,7 @@ def compute_conditions(
     conflict_with: str | None,
     permitted: frozenset[str] | None,
     licence: str | None,
-    previous: list[Mapping[str, Any]],
+    previous: Sequence[Mapping[str, Any]],
     now: str,
 ) -> list[dict[str, Any]]:
     """The four conditions, always all present; lastTransitionTime kept unless status flips."""
@@ -134,36 +143,75 @@ def compute_conditions(
     resource = record.resource_name or "(invalid spec)"
     gen = record.generation
     if permitted is None:
-        not_permitted, np_reason, np_msg = True, "NoKubeVirt", "no KubeVirt CR found: configure KubeVirt first"
+        not_permitted, np_reason, np_msg = (
+            True,
+            "NoKubeVirt",
+            "no KubeVirt CR found: configure KubeVirt first",
+        )
     elif resource in permitted:
-        not_permitted, np_reason, np_msg = False, "Permitted", f"{resource} is in KubeVirt's permittedHostDevices"
+        not_permitted, np_reason, np_msg = (
+            False,
+            "Permitted",
+            f"{resource} is in KubeVirt's permittedHostDevices",
+        )
     else:
-        not_permitted, np_reason, np_msg = True, "NotPermitted", f"{resource} is missing from KubeVirt's permittedHostDevices"
+        not_permitted, np_reason, np_msg = (
+            True,
+            "NotPermitted",
+            f"{resource} is missing from KubeVirt's permittedHostDevices",
+        )
     conditions = [
         _condition(
-            "ResourceNameConflict", conflict_with is not None,
+            "ResourceNameConflict",
+            conflict_with is not None,
             "ResourceNameInUse" if conflict_with else "ResourceNameUnique",
-            f"class {conflict_with} already uses {resource}; this offer is not available" if conflict_with
+            f"class {conflict_with} already uses {resource}; this offer is not available"
+            if conflict_with
             else f"no older class uses {resource}",
-            previous=before.get("ResourceNameConflict"), now=now, generation=gen,
+            previous=before.get("ResourceNameConflict"),
+            now=now,
+            generation=gen,
         ),
-        _condition("ResourceNameNotPermitted", not_permitted, np_reason, np_msg,
-                   previous=before.get("ResourceNameNotPermitted"), now=now, generation=gen),
         _condition(
-            "LicenseSecretMissing", licence is not None,
-            "SecretUnusable" if licence else "SecretFound" if record.spec and record.spec.license else "NotLicensed",
-            licence or ("the licence source Secret is usable" if record.spec and record.spec.license
-                        else "this class delivers no platform licence"),
-            previous=before.get("LicenseSecretMissing"), now=now, generation=gen,
+            "ResourceNameNotPermitted",
+            not_permitted,
+            np_reason,
+            np_msg,
+            previous=before.get("ResourceNameNotPermitted"),
+            now=now,
+            generation=gen,
+        ),
+        _condition(
+            "LicenseSecretMissing",
+            licence is not None,
+            "SecretUnusable"
+            if licence
+            else "SecretFound"
+            if record.spec and record.spec.license
+            else "NotLicensed",
+            licence
+            or (
+                "the licence source Secret is usable"
+                if record.spec and record.spec.license
+                else "this class delivers no platform licence"
+            ),
+            previous=before.get("LicenseSecretMissing"),
+            now=now,
+            generation=gen,
         ),
     ]
     failing = [c["type"] for c in conditions if c["status"] == "True"]
-    conditions.append(_condition(
-        "Ready", not failing,
-        "Ready" if not failing else "NotReady",
-        "the offer is available" if not failing else "not available: " + ", ".join(failing),
-        previous=before.get("Ready"), now=now, generation=gen,
-    ))
+    conditions.append(
+        _condition(
+            "Ready",
+            not failing,
+            "Ready" if not failing else "NotReady",
+            "the offer is available" if not failing else "not available: " + ", ".join(failing),
+            previous=before.get("Ready"),
+            now=now,
+            generation=gen,
+        )
+    )
     return conditions
 
 
@@ -176,12 +224,16 @@ class ClassState:
     licence_problem: str | None
 
 
-def class_state(record: ClassRecord, snapshot: Snapshot, winners: Mapping[str, str], licence_namespace: str) -> ClassState:
+def class_state(
+    record: ClassRecord, snapshot: Snapshot, winners: Mapping[str, str], licence_namespace: str
+) -> ClassState:
     resource = record.resource_name
     winner = winners.get(resource) if resource else None
     return ClassState(
         conflict_with=winner if winner is not None and winner != record.name else None,
-        permitted=snapshot.permitted is not None and resource is not None and resource in snapshot.permitted,
+        permitted=snapshot.permitted is not None
+        and resource is not None
+        and resource in snapshot.permitted,
         licence_problem=licence_problem(record, snapshot, licence_namespace),
     )
 
@@ -198,7 +250,9 @@ def compute_status(
     """The full status subresource of one class, as the reconciler writes it."""
     state = class_state(record, snapshot, winners, licence_namespace)
     figures = compute_figures(record, index, conflict_lost=state.conflict_with is not None)
-    previous = [c.model_dump(by_alias=True) for c in record.status.conditions] if record.status else []
+    previous = (
+        [c.model_dump(by_alias=True) for c in record.status.conditions] if record.status else []
+    )
     return {
         "free": figures.free,
         "maxFreePerNode": figures.max_free_per_node,
@@ -215,14 +269,20 @@ def compute_status(
     }
 
 
-def compute_all(snapshot: Snapshot, *, licence_namespace: str, now: str) -> dict[str, dict[str, Any]]:
+def compute_all(
+    snapshot: Snapshot, *, licence_namespace: str, now: str
+) -> dict[str, dict[str, Any]]:
     """Status of every class in the snapshot, by name (sorted)."""
     index = UsageIndex.build(snapshot)
     winners = conflict_winners(snapshot.classes)
     return {
         name: compute_status(
-            snapshot.classes[name], snapshot, index=index, winners=winners,
-            licence_namespace=licence_namespace, now=now,
+            snapshot.classes[name],
+            snapshot,
+            index=index,
+            winners=winners,
+            licence_namespace=licence_namespace,
+            now=now,
         )
         for name in sorted(snapshot.classes)
     }

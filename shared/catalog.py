@@ -67,6 +67,7 @@ def build_catalog(
     offers = {}
     for name, record in snapshot.classes.items():
         state = class_state(record, snapshot, winners, policy.licence_namespace)
+        free: int | None
         if index is not None:
             computed = compute_figures(record, index, conflict_lost=state.conflict_with is not None)
             units, free = computed.max_units_per_node, computed.max_free_per_node

@@ -31,27 +31,46 @@ MAX_REVIEW_BYTES = 7 * 1024 * 1024
 
 def _objects_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--objects", action="append", default=[], metavar="PATH",
+        "--objects",
+        action="append",
+        default=[],
+        metavar="PATH",
         help="YAML/JSON file or folder of Kubernetes objects (the cluster as it would be); repeatable",
     )
     parser.add_argument(
-        "--licence-namespace", "--license-namespace", dest="licence_namespace",
-        default=names.DEFAULT_LICENSE_NAMESPACE, help="namespace of licence source Secrets (default %(default)s)",
+        "--licence-namespace",
+        "--license-namespace",
+        dest="licence_namespace",
+        default=names.DEFAULT_LICENSE_NAMESPACE,
+        help="namespace of licence source Secrets (default %(default)s)",
     )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpuclass", description="GPU class catalog: offline tools, no cluster needed.")
+    parser = argparse.ArgumentParser(
+        prog="gpuclass", description="GPU class catalog: offline tools, no cluster needed."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    v = sub.add_parser("validate", help="lint GPUClass manifests; exit 0 if all are valid, 1 otherwise")
+    v = sub.add_parser(
+        "validate", help="lint GPUClass manifests; exit 0 if all are valid, 1 otherwise"
+    )
     v.add_argument("files", nargs="+", metavar="FILE", help="manifest files or folders")
     r = sub.add_parser("review", help="print the AdmissionReview response the webhook would send")
     _objects_arg(r)
-    r.add_argument("--vgpu-entitled", action="store_true", help="the platform's gpu.vgpu entitlement is on")
-    r.add_argument("--kubevirt-controller-user", default=names.DEFAULT_KUBEVIRT_CONTROLLER_USER,
-                   help="user that creates virt-launcher Pods (default %(default)s)")
-    r.add_argument("review", metavar="REVIEW", help="AdmissionReview JSON file, or - for standard input")
-    s = sub.add_parser("status", help='print {"items": [{"name", "status"}]} computed from the objects')
+    r.add_argument(
+        "--vgpu-entitled", action="store_true", help="the platform's gpu.vgpu entitlement is on"
+    )
+    r.add_argument(
+        "--kubevirt-controller-user",
+        default=names.DEFAULT_KUBEVIRT_CONTROLLER_USER,
+        help="user that creates virt-launcher Pods (default %(default)s)",
+    )
+    r.add_argument(
+        "review", metavar="REVIEW", help="AdmissionReview JSON file, or - for standard input"
+    )
+    s = sub.add_parser(
+        "status", help='print {"items": [{"name", "status"}]} computed from the objects'
+    )
     _objects_arg(s)
     return parser
 
@@ -63,13 +82,23 @@ def run_validate(files: Sequence[str]) -> int:
         for path, obj in iter_named_objects(files):
             if obj.get("kind") != names.KIND:
                 continue
-            name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), dict) else None
+            name = (
+                (obj.get("metadata") or {}).get("name")
+                if isinstance(obj.get("metadata"), dict)
+                else None
+            )
             shown = name if isinstance(name, str) and name else "(no name)"
             verdict = validate_class(obj, manifest=True)
             problems += [f"{path}: {shown}: {c.field}: {c.message}" for c in verdict.causes]
-            resource = ((obj.get("spec") or {}).get("source") or {}).get("devicePlugin", {}).get("resourceName") \
-                if isinstance(obj.get("spec"), dict) and isinstance(obj["spec"].get("source"), dict) \
-                and isinstance(obj["spec"]["source"].get("devicePlugin"), dict) else None
+            resource = (
+                ((obj.get("spec") or {}).get("source") or {})
+                .get("devicePlugin", {})
+                .get("resourceName")
+                if isinstance(obj.get("spec"), dict)
+                and isinstance(obj["spec"].get("source"), dict)
+                and isinstance(obj["spec"]["source"].get("devicePlugin"), dict)
+                else None
+            )
             if isinstance(resource, str):
                 classes.append((path, shown, resource))
     except LoadError as exc:
@@ -80,7 +109,8 @@ def run_validate(files: Sequence[str]) -> int:
         if resource in first and first[resource] != name:
             problems.append(
                 f"{path}: {name}: spec.source.devicePlugin.resourceName: {resource} is already used by class "
-                f"{first[resource]}; use a different advertised resource for each offer")
+                f"{first[resource]}; use a different advertised resource for each offer"
+            )
         first.setdefault(resource, name)
     for line in problems:
         print(line)

@@ -107,7 +107,9 @@ def parse_quantity(value: str) -> Decimal:
         if abs(exponent) > 1000:
             raise ValueError(f"{value!r}: exponent out of range")
         return number.scaleb(exponent)
-    raise ValueError(f"{value!r} has an unknown suffix {suffix!r} (use Ki, Mi, Gi, k, M, G, m, ...)")
+    raise ValueError(
+        f"{value!r} has an unknown suffix {suffix!r} (use Ki, Mi, Gi, k, M, G, m, ...)"
+    )
 
 
 def quantity_units(value: object) -> int:
@@ -141,11 +143,14 @@ def tolerates(toleration: Mapping[str, Any], taint: Taint) -> bool:
     if effect and effect != taint.effect:
         return False
     key = toleration.get("key") or ""
+    if key and key != taint.key:
+        return False
     operator = toleration.get("operator") or "Equal"
     if operator == "Exists":
-        return key == "" or key == taint.key
+        return True
     if operator == "Equal":
-        return key == taint.key and (toleration.get("value") or "") == taint.value
+        # An empty key with Equal matches any key by value, as upstream does.
+        return (toleration.get("value") or "") == taint.value
     return False
 
 

@@ -47,7 +47,9 @@ def admit_launcher_pod(request: Mapping[str, Any], catalog: Catalog) -> Decision
     for class_name in dict.fromkeys(e.class_name for e in selection.entries):
         offer = catalog.offers.get(class_name)
         if offer is None:
-            warnings.append(f"launcher pod: class {class_name} not found; no tolerations added for it")
+            warnings.append(
+                f"launcher pod: class {class_name} not found; no tolerations added for it"
+            )
             continue
         for toleration in offer.record.tolerations:
             if toleration not in present:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 Mode = Literal["passthrough", "vgpu"]
 Operator = Literal["Exists", "Equal"]
@@ -46,6 +47,13 @@ class Toleration(_Strict):
 NonEmpty = Annotated[str, Field(min_length=1)]
 
 
+def _whole_number(value: object) -> object:
+    # Literal[1, 4] alone accepts True and 1.0 (they compare equal); the CRD says integer.
+    if type(value) is not int:
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
 class DevicePlugin(_Strict):
     resource_name: NonEmpty
 
@@ -58,7 +66,7 @@ class Source(_Strict):
 
 class License(_Strict):
     secret_name: NonEmpty
-    feature_type: FeatureType = 1
+    feature_type: Annotated[FeatureType, BeforeValidator(_whole_number)] = 1
 
 
 class GPUClassSpec(_Strict):

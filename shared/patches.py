@@ -46,7 +46,9 @@ class PatchBuilder:
         existing = self.get(path)
         if isinstance(existing, list):
             for item in items:
-                self.operations.append({"op": "add", "path": pointer(path) + "/-", "value": copy.deepcopy(item)})
+                self.operations.append(
+                    {"op": "add", "path": pointer(path) + "/-", "value": copy.deepcopy(item)}
+                )
                 if path in self._created:
                     existing.append(copy.deepcopy(item))
             return
@@ -59,6 +61,8 @@ class PatchBuilder:
         for level in range(len(path) - 1, depth, -1):
             value = {path[level]: value}
             self._created[path[:level]] = value
-        self.operations.append({"op": "add", "path": pointer(path[: depth + 1]), "value": copy.deepcopy(value)})
+        self.operations.append(
+            {"op": "add", "path": pointer(path[: depth + 1]), "value": copy.deepcopy(value)}
+        )
         if depth >= 1 and tuple(path[:depth]) in self._created:
             self._created[tuple(path[:depth])][path[depth]] = value

@@ -55,7 +55,10 @@ def request_namespace(request: Mapping[str, Any]) -> str:
 def licence_volume(class_name: str) -> dict[str, Any]:
     return {
         "name": names.LICENSE_VOLUME,
-        "secret": {"secretName": names.license_copy_name(class_name), "volumeLabel": names.LICENSE_SERIAL},
+        "secret": {
+            "secretName": names.license_copy_name(class_name),
+            "volumeLabel": names.LICENSE_SERIAL,
+        },
     }
 
 
@@ -71,7 +74,7 @@ class Plan:
     offers: dict[str, Offer]
 
     def gpu_entries(self) -> list[dict[str, Any]]:
-        entries = []
+        entries: list[dict[str, Any]] = []
         for name, total in self.totals.items():
             resource = self.offers[name].record.resource_name
             for _ in range(total):
@@ -85,7 +88,9 @@ class Plan:
         return None
 
 
-def _class_causes(entries: tuple[ClassEntry, ...], catalog: Catalog) -> tuple[dict[str, Offer], list[Cause]]:
+def _class_causes(
+    entries: tuple[ClassEntry, ...], catalog: Catalog
+) -> tuple[dict[str, Offer], list[Cause]]:
     """Rule 3: each selected class exists, is not deleting, owns its resource and is permitted."""
     offers: dict[str, Offer] = {}
     causes: list[Cause] = []
@@ -95,25 +100,53 @@ def _class_causes(entries: tuple[ClassEntry, ...], catalog: Catalog) -> tuple[di
         path = f"{entry.path}.className"
         offer = catalog.offers.get(entry.class_name)
         if offer is None:
-            causes.append(forbidden(path, f"class {entry.class_name} is not in the catalog (kubectl get gpuclasses)", "ClassNotFound"))
+            causes.append(
+                forbidden(
+                    path,
+                    f"class {entry.class_name} is not in the catalog (kubectl get gpuclasses)",
+                    "ClassNotFound",
+                )
+            )
         elif offer.record.spec is None:
-            causes.append(forbidden(path, f"class {entry.class_name} has an invalid spec; the hoster must fix it", "ClassInvalid"))
+            causes.append(
+                forbidden(
+                    path,
+                    f"class {entry.class_name} has an invalid spec; the hoster must fix it",
+                    "ClassInvalid",
+                )
+            )
         elif offer.record.deleting:
-            causes.append(forbidden(path, f"class {entry.class_name} is being deleted; pick another class", "ClassDeleting"))
+            causes.append(
+                forbidden(
+                    path,
+                    f"class {entry.class_name} is being deleted; pick another class",
+                    "ClassDeleting",
+                )
+            )
         elif offer.conflict_with:
-            causes.append(forbidden(
-                path, f"class {entry.class_name} is unavailable: class {offer.conflict_with} already uses its resource",
-                "ResourceNameConflict"))
+            causes.append(
+                forbidden(
+                    path,
+                    f"class {entry.class_name} is unavailable: class {offer.conflict_with} already uses its resource",
+                    "ResourceNameConflict",
+                )
+            )
         elif not offer.permitted:
-            causes.append(forbidden(
-                path, f"class {entry.class_name} is unavailable: its resource is not permitted by KubeVirt",
-                "ResourceNameNotPermitted"))
+            causes.append(
+                forbidden(
+                    path,
+                    f"class {entry.class_name} is unavailable: its resource is not permitted by KubeVirt",
+                    "ResourceNameNotPermitted",
+                )
+            )
         else:
             offers[entry.class_name] = offer
     return offers, causes
 
 
-def _limit_causes(entries: tuple[ClassEntry, ...], offers: Mapping[str, Offer]) -> tuple[dict[str, int], list[Cause]]:
+def _limit_causes(
+    entries: tuple[ClassEntry, ...], offers: Mapping[str, Offer]
+) -> tuple[dict[str, int], list[Cause]]:
     """Rule 4: per-class totals within the effective maxCount, all within 1024, one vGPU class."""
     totals: dict[str, int] = {}
     for entry in entries:
@@ -121,39 +154,79 @@ def _limit_causes(entries: tuple[ClassEntry, ...], offers: Mapping[str, Offer]) 
     causes: list[Cause] = []
     grand = sum(totals.values())
     if grand > names.MAX_UNITS_PER_VMI:
-        causes.append(invalid(ANNOTATION_PATH, f"requests {grand} GPU units; at most {names.MAX_UNITS_PER_VMI} per VMI", "TooManyUnits"))
+        causes.append(
+            invalid(
+                ANNOTATION_PATH,
+                f"requests {grand} GPU units; at most {names.MAX_UNITS_PER_VMI} per VMI",
+                "TooManyUnits",
+            )
+        )
     for name, total in totals.items():
         offer = offers.get(name)
         limit = offer.effective_max_count() if offer else None
         if limit is not None and total > limit:
-            causes.append(invalid(ANNOTATION_PATH, f"class {name}: {total} units requested, at most {limit} per VM", "MaxCountExceeded"))
-    vgpu = [n for n in totals if (o := offers.get(n)) and o.record.spec and o.record.spec.mode == "vgpu"]
+            causes.append(
+                invalid(
+                    ANNOTATION_PATH,
+                    f"class {name}: {total} units requested, at most {limit} per VM",
+                    "MaxCountExceeded",
+                )
+            )
+    vgpu = [
+        n for n in totals if (o := offers.get(n)) and o.record.spec and o.record.spec.mode == "vgpu"
+    ]
     if len(vgpu) > 1:
-        causes.append(invalid(ANNOTATION_PATH, f"a VM may take vGPUs from only one class (got {', '.join(vgpu)})", "MultipleVGPUClasses"))
+        causes.append(
+            invalid(
+                ANNOTATION_PATH,
+                f"a VM may take vGPUs from only one class (got {', '.join(vgpu)})",
+                "MultipleVGPUClasses",
+            )
+        )
     return totals, causes
 
 
-def _policy_causes(obj: Mapping[str, Any], namespace: str, entries: tuple[ClassEntry, ...],
-                   offers: Mapping[str, Offer], catalog: Catalog) -> list[Cause]:
+def _policy_causes(
+    obj: Mapping[str, Any],
+    namespace: str,
+    entries: tuple[ClassEntry, ...],
+    offers: Mapping[str, Offer],
+    catalog: Catalog,
+) -> list[Cause]:
     """Rule 5 for class entries: vGPU entitlement, and passthrough only for worker pools."""
     causes: list[Cause] = []
     worker_pool = isinstance(_dig(obj, "metadata", "labels", names.WORKER_POOL_LABEL), str)
     seen: set[str] = set()
     for entry in entries:
         offer = offers.get(entry.class_name)
-        if offer is None or entry.class_name in seen or not offer.record.spec or offer.record.spec.mode != "vgpu":
+        if (
+            offer is None
+            or entry.class_name in seen
+            or not offer.record.spec
+            or offer.record.spec.mode != "vgpu"
+        ):
             continue
         seen.add(entry.class_name)
         path = f"{entry.path}.className"
         if worker_pool:
-            causes.append(forbidden(path, f"class {entry.class_name} is vGPU; worker pools take passthrough classes only", "WorkerPoolVGPU"))
-        problem = entitlement_problem(namespace, catalog.namespaces, vgpu_entitled=catalog.policy.vgpu_entitled)
+            causes.append(
+                forbidden(
+                    path,
+                    f"class {entry.class_name} is vGPU; worker pools take passthrough classes only",
+                    "WorkerPoolVGPU",
+                )
+            )
+        problem = entitlement_problem(
+            namespace, catalog.namespaces, vgpu_entitled=catalog.policy.vgpu_entitled
+        )
         if problem:
             causes.append(forbidden(path, problem, "NotEntitled"))
     return causes
 
 
-def _raw_request_causes(obj: Mapping[str, Any], catalog: Catalog, *, with_classes: bool, namespace: str) -> list[Cause]:
+def _raw_request_causes(
+    obj: Mapping[str, Any], catalog: Catalog, *, with_classes: bool, namespace: str
+) -> list[Cause]:
     """Rule 2 (no raw request of a catalog resource beside class entries) and rule 5 for raw entries."""
     causes: list[Cause] = []
     problem: str | None = None
@@ -164,13 +237,23 @@ def _raw_request_causes(obj: Mapping[str, Any], catalog: Catalog, *, with_classe
         if not isinstance(resource, str) or resource not in catalog.resources:
             return
         if with_classes:
-            causes.append(invalid(path, f"{resource} is a catalog resource: do not add raw GPU requests beside class entries", "RawRequestBesideClasses"))
+            causes.append(
+                invalid(
+                    path,
+                    f"{resource} is a catalog resource: do not add raw GPU requests beside class entries",
+                    "RawRequestBesideClasses",
+                )
+            )
         elif resource in catalog.vgpu_resources:
             if not checked_entitlement:
-                problem = entitlement_problem(namespace, catalog.namespaces, vgpu_entitled=catalog.policy.vgpu_entitled)
+                problem = entitlement_problem(
+                    namespace, catalog.namespaces, vgpu_entitled=catalog.policy.vgpu_entitled
+                )
                 checked_entitlement = True
             if problem:
-                causes.append(forbidden(path, f"{resource} is a vGPU resource: {problem}", "NotEntitled"))
+                causes.append(
+                    forbidden(path, f"{resource} is a vGPU resource: {problem}", "NotEntitled")
+                )
 
     for i, dev in enumerate(_list(obj, *HOST_DEVICES)):
         check(f"spec.domain.devices.hostDevices[{i}].deviceName", _dig(dev, "deviceName"))
@@ -191,10 +274,13 @@ def _licence_mount_causes(obj: Mapping[str, Any], allowed: frozenset[str]) -> li
     for i, volume in enumerate(_list(obj, *VOLUMES)):
         for ref in licence_refs([volume]):
             if ref not in allowed:
-                causes.append(forbidden(
-                    f"spec.volumes[{i}]",
-                    f"references Secret {ref}: licence copies reach a VM only through its licensed class",
-                    "LicenceHandMounted"))
+                causes.append(
+                    forbidden(
+                        f"spec.volumes[{i}]",
+                        f"references Secret {ref}: licence copies reach a VM only through its licensed class",
+                        "LicenceHandMounted",
+                    )
+                )
     return causes
 
 
@@ -207,10 +293,13 @@ def _operations(obj: Mapping[str, Any], plan: Plan) -> tuple[list[dict[str, Any]
     if not existing:
         builder.append(GPUS, wanted)
     elif existing != wanted:
-        causes.append(invalid(
-            "spec.domain.devices.gpus",
-            "must be empty when GPU classes are selected: the admission integration adds the entries",
-            "RawRequestBesideClasses"))
+        causes.append(
+            invalid(
+                "spec.domain.devices.gpus",
+                "must be empty when GPU classes are selected: the admission integration adds the entries",
+                "RawRequestBesideClasses",
+            )
+        )
     tolerations = list(_list(obj, *TOLERATIONS))
     for offer in plan.offers.values():
         for tol in offer.record.tolerations:
@@ -224,13 +313,21 @@ def _operations(obj: Mapping[str, Any], plan: Plan) -> tuple[list[dict[str, Any]
     return builder.operations, causes
 
 
-def _append_named(builder: PatchBuilder, path: tuple[str, ...], item: dict[str, Any], where: str) -> list[Cause]:
+def _append_named(
+    builder: PatchBuilder, path: tuple[str, ...], item: dict[str, Any], where: str
+) -> list[Cause]:
     """Add the licence volume or disk once; a different item of that name is a clash."""
     for i, existing in enumerate(builder.get(path) or ()):
         if isinstance(existing, dict) and existing.get("name") == item["name"]:
             if existing == item:
                 return []
-            return [invalid(f"{where}[{i}]", f"the name {item['name']} is reserved for the class licence", "ReservedName")]
+            return [
+                invalid(
+                    f"{where}[{i}]",
+                    f"the name {item['name']} is reserved for the class licence",
+                    "ReservedName",
+                )
+            ]
     builder.append(path, [item])
     return []
 
@@ -248,7 +345,9 @@ def _capacity_warnings(plan: Plan) -> list[str]:
 def admit_vmi_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> Decision:
     selection = parse_selection(annotation(obj))
     causes = list(selection.causes)
-    with_classes = bool(selection.entries) or any(c.field.endswith(".count") or c.field.endswith(".className") for c in causes)
+    with_classes = bool(selection.entries) or any(
+        c.field.endswith(".count") or c.field.endswith(".className") for c in causes
+    )
     causes += _raw_request_causes(obj, catalog, with_classes=with_classes, namespace=namespace)
     if not selection.entries:
         causes += _licence_mount_causes(obj, frozenset())
@@ -259,7 +358,9 @@ def admit_vmi_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -
     causes += _policy_causes(obj, namespace, selection.entries, offers, catalog)
     plan = Plan(totals, offers)
     licensed = plan.licensed_class() if not class_causes else None
-    causes += _licence_mount_causes(obj, frozenset({names.license_copy_name(licensed)} if licensed else ()))
+    causes += _licence_mount_causes(
+        obj, frozenset({names.license_copy_name(licensed)} if licensed else ())
+    )
     if causes:
         return Denied(tuple(causes))
     operations, op_causes = _operations(obj, plan)
@@ -272,7 +373,15 @@ def admit_vmi_update(obj: Mapping[str, Any], old: Mapping[str, Any], catalog: Ca
     before, after = annotation(old), annotation(obj)
     if before != after:
         verb = "added" if before is None else "removed" if after is None else "changed"
-        return Denied((invalid(ANNOTATION_PATH, f"cannot be {verb} on a running VMI: recreate the VM to change its GPUs", "SelectionImmutable"),))
+        return Denied(
+            (
+                invalid(
+                    ANNOTATION_PATH,
+                    f"cannot be {verb} on a running VMI: recreate the VM to change its GPUs",
+                    "SelectionImmutable",
+                ),
+            )
+        )
     # The VMI's own licence (its class may be deleting by now) and what was already admitted stay.
     allowed = set(licence_refs(_list(old, *VOLUMES)))
     for entry in parse_selection(after).entries:
@@ -288,7 +397,9 @@ def admit_vmi(request: Mapping[str, Any], catalog: Catalog) -> Decision:
     operation = request.get("operation")
     if not isinstance(obj, dict):
         if operation in ("CREATE", "UPDATE"):
-            return Denied((invalid("object", "the request carries no VirtualMachineInstance object"),))
+            return Denied(
+                (invalid("object", "the request carries no VirtualMachineInstance object"),)
+            )
         return Allowed()
     if operation == "CREATE":
         return admit_vmi_create(obj, request_namespace(request), catalog)

@@ -51,7 +51,9 @@ def parse_envelope(body: object) -> tuple[str, dict[str, Any], str, tuple[str, s
         raise MalformedReview("body must be a JSON object: an AdmissionReview")
     api_version = body.get("apiVersion")
     if api_version not in API_VERSIONS:
-        raise MalformedReview(f"apiVersion must be one of {', '.join(API_VERSIONS)} (got {_short(api_version)})")
+        raise MalformedReview(
+            f"apiVersion must be one of {', '.join(API_VERSIONS)} (got {_short(api_version)})"
+        )
     if body.get("kind") != "AdmissionReview":
         raise MalformedReview(f"kind must be AdmissionReview (got {_short(body.get('kind'))})")
     request = body.get("request")
@@ -72,18 +74,23 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def decide(body: object, catalog: Catalog, *, expect: tuple[str, str] | None = None) -> tuple[str, str, Decision, tuple[str, str]]:
+def decide(
+    body: object, catalog: Catalog, *, expect: tuple[str, str] | None = None
+) -> tuple[str, str, Decision, tuple[str, str]]:
     api_version, request, uid, gk = parse_envelope(body)
     if expect is not None and gk != expect:
         raise MalformedReview(f"request.kind: this endpoint admits {expect[1]}, not {gk[1]}")
     admitter = ADMITTERS.get(gk)
     if admitter is None:
         raise MalformedReview(
-            f"request.kind: gpuclass does not admit {gk[1]!s:.60} (only GPUClass, VirtualMachineInstance and Pod)")
+            f"request.kind: gpuclass does not admit {gk[1]!s:.60} (only GPUClass, VirtualMachineInstance and Pod)"
+        )
     return api_version, uid, admitter(request, catalog), gk
 
 
-def review(body: object, catalog: Catalog, *, expect: tuple[str, str] | None = None) -> dict[str, Any]:
+def review(
+    body: object, catalog: Catalog, *, expect: tuple[str, str] | None = None
+) -> dict[str, Any]:
     """The AdmissionReview response for `body`, exactly as the webhook sends it."""
     api_version, uid, decision, _ = decide(body, catalog, expect=expect)
     return render_response(decision, uid=uid, api_version=api_version)

@@ -48,7 +48,11 @@ def _entry(index: int, entry: object) -> tuple[str | None, ClassEntry | None, li
     """Kind of entry ('class', 'raw' or None), the class entry, and its causes."""
     path = f"{ANNOTATION_PATH}[{index}]"
     if not isinstance(entry, dict):
-        return None, None, [invalid(path, "each entry must be an object with className (and count) or name")]
+        return (
+            None,
+            None,
+            [invalid(path, "each entry must be an object with className (and count) or name")],
+        )
     causes = [
         invalid(f"{path}.{key}", "unknown key: an entry has className and count, or name")
         for key in entry
@@ -66,11 +70,15 @@ def _entry(index: int, entry: object) -> tuple[str | None, ClassEntry | None, li
         return "raw", None, causes
     class_name = entry["className"]
     if not isinstance(class_name, str) or k8s.dns_label_error(class_name):
-        causes.append(invalid(f"{path}.className", "must be a class name from the catalog (a DNS label)"))
+        causes.append(
+            invalid(f"{path}.className", "must be a class name from the catalog (a DNS label)")
+        )
         class_name = None
     count = entry.get("count", 1)
     if not _is_count(count):
-        causes.append(invalid(f"{path}.count", f"must be a whole number of at least 1 (got {_show(count)})"))
+        causes.append(
+            invalid(f"{path}.count", f"must be a whole number of at least 1 (got {_show(count)})")
+        )
     if causes or class_name is None:
         return "class", None, causes
     return "class", ClassEntry(class_name, count, index), causes
@@ -88,7 +96,15 @@ def parse_selection(raw: str | None) -> Selection:
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return Selection((), (invalid(ANNOTATION_PATH, "must be a JSON list of GPU entries, e.g. [{\"className\": \"x\", \"count\": 1}]"),))
+        return Selection(
+            (),
+            (
+                invalid(
+                    ANNOTATION_PATH,
+                    'must be a JSON list of GPU entries, e.g. [{"className": "x", "count": 1}]',
+                ),
+            ),
+        )
     if not isinstance(value, list):
         return Selection((), (invalid(ANNOTATION_PATH, "must be a JSON list of GPU entries"),))
     entries: list[ClassEntry] = []
@@ -102,10 +118,16 @@ def parse_selection(raw: str | None) -> Selection:
             entries.append(entry)
         causes += entry_causes
     if kinds == {"class", "raw"}:
-        causes.append(invalid(ANNOTATION_PATH, "a gpus list holds class entries or raw name entries, never both"))
+        causes.append(
+            invalid(
+                ANNOTATION_PATH, "a gpus list holds class entries or raw name entries, never both"
+            )
+        )
     elif kinds == {"raw"}:
-        causes.append(invalid(
-            ANNOTATION_PATH,
-            "raw name entries belong in spec.domain.devices.gpus, not in this annotation",
-        ))
+        causes.append(
+            invalid(
+                ANNOTATION_PATH,
+                "raw name entries belong in spec.domain.devices.gpus, not in this annotation",
+            )
+        )
     return Selection(tuple(entries), tuple(causes))

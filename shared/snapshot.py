@@ -111,9 +111,16 @@ class Snapshot:
     vmis: list[VMIRecord] = field(default_factory=list)
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _items(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return _dict(obj.get("metadata"))
 
 
 def _str_map(value: object) -> dict[str, str]:
@@ -140,7 +147,11 @@ def compact_class(obj: Mapping[str, Any]) -> ClassRecord | None:
     except ValidationError:
         spec = None
     try:
-        status = GPUClassStatus.model_validate(obj["status"]) if isinstance(obj.get("status"), dict) else None
+        status = (
+            GPUClassStatus.model_validate(obj["status"])
+            if isinstance(obj.get("status"), dict)
+            else None
+        )
     except ValidationError:
         status = None
     finalizers = meta.get("finalizers")
@@ -153,7 +164,9 @@ def compact_class(obj: Mapping[str, Any]) -> ClassRecord | None:
         created=str(meta.get("creationTimestamp") or ""),
         deleting=bool(meta.get("deletionTimestamp")),
         generation=generation if isinstance(generation, int) else 0,
-        finalizers=tuple(f for f in finalizers if isinstance(f, str)) if isinstance(finalizers, list) else (),
+        finalizers=tuple(f for f in finalizers if isinstance(f, str))
+        if isinstance(finalizers, list)
+        else (),
         uid=str(meta.get("uid") or ""),
     )
 
@@ -222,12 +235,12 @@ def compact_pod(obj: Mapping[str, Any]) -> PodRecord | None:
 
 def permitted_resources(obj: Mapping[str, Any]) -> frozenset[str]:
     """Every resourceName in the KubeVirt CR's permittedHostDevices, PCI and mediated alike."""
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    config = spec.get("configuration") if isinstance(spec.get("configuration"), dict) else {}  # type: ignore[union-attr]
-    permitted = config.get("permittedHostDevices") if isinstance(config.get("permittedHostDevices"), dict) else {}  # type: ignore[union-attr]
+    permitted = _dict(
+        _dict(_dict(obj.get("spec")).get("configuration")).get("permittedHostDevices")
+    )
     found: set[str] = set()
     for key in ("pciHostDevices", "mediatedDevices"):
-        for entry in permitted.get(key) or ():  # type: ignore[union-attr]
+        for entry in _items(permitted.get(key)):
             if isinstance(entry, dict) and isinstance(entry.get("resourceName"), str):
                 found.add(entry["resourceName"])
     return frozenset(found)
@@ -255,7 +268,10 @@ def licence_refs(volumes: object) -> tuple[str, ...]:
                     ):
                         found.append(value)
                 elif isinstance(key, str):
-                    walk(value, key == "secret" or key.endswith("SecretRef") or key.endswith("secretRef"))
+                    walk(
+                        value,
+                        key == "secret" or key.endswith("SecretRef") or key.endswith("secretRef"),
+                    )
         elif isinstance(node, list):
             for item in node:
                 walk(item, False)
@@ -272,17 +288,19 @@ def compact_vmi(obj: Mapping[str, Any]) -> VMIRecord | None:
     if not isinstance(name, str) or not isinstance(namespace, str):
         return None
     annotations = _str_map(meta.get("annotations"))
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    domain = spec.get("domain") if isinstance(spec.get("domain"), dict) else {}  # type: ignore[union-attr]
-    devices = domain.get("devices") if isinstance(domain.get("devices"), dict) else {}  # type: ignore[union-attr]
-    gpus = devices.get("gpus") if isinstance(devices.get("gpus"), list) else []  # type: ignore[union-attr]
-    device_names = tuple(g["deviceName"] for g in gpus if isinstance(g, dict) and isinstance(g.get("deviceName"), str))
+    spec = _dict(obj.get("spec"))
+    gpus = _items(_dict(_dict(spec.get("domain")).get("devices")).get("gpus"))
+    device_names = tuple(
+        g["deviceName"]
+        for g in gpus
+        if isinstance(g, dict) and isinstance(g.get("deviceName"), str)
+    )
     return VMIRecord(
         namespace=namespace,
         name=name,
         selection=annotations.get(names.SELECTION_ANNOTATION),
         device_names=device_names,
-        licence_refs=licence_refs(spec.get("volumes")),  # type: ignore[union-attr]
+        licence_refs=licence_refs(spec.get("volumes")),
         worker_pool=names.WORKER_POOL_LABEL in _str_map(meta.get("labels")),
     )
 
@@ -290,7 +308,9 @@ def compact_vmi(obj: Mapping[str, Any]) -> VMIRecord | None:
 class SnapshotBuilder:
     """Folds raw objects of any supported kind into a Snapshot, one at a time."""
 
-    KINDS = frozenset({"GPUClass", "Node", "Pod", "KubeVirt", "Secret", "Namespace", "VirtualMachineInstance"})
+    KINDS = frozenset(
+        {"GPUClass", "Node", "Pod", "KubeVirt", "Secret", "Namespace", "VirtualMachineInstance"}
+    )
 
     def __init__(self) -> None:
         self.snapshot = Snapshot()

@@ -50,7 +50,9 @@ def _model_causes(spec: Mapping[str, Any]) -> list[Cause]:
     except ValidationError as exc:
         causes = []
         for error in exc.errors():
-            message = _TYPE_MESSAGES.get(error["type"]) or error["msg"].replace("Input should be", "must be")
+            message = _TYPE_MESSAGES.get(error["type"]) or error["msg"].replace(
+                "Input should be", "must be"
+            )
             causes.append(invalid(field_path("spec", error["loc"]), message, "FieldValueInvalid"))
         return causes
     return []
@@ -78,7 +80,9 @@ def _toleration_causes(tolerations: object) -> tuple[list[Cause], list[str]]:
         elif operator != "Exists":
             causes.append(invalid(f"{path}.key", "may be empty only with operator Exists"))
         else:
-            warnings.append(f"{path}: a key-less Exists tolerates every taint, control-plane ones too")
+            warnings.append(
+                f"{path}: a key-less Exists tolerates every taint, control-plane ones too"
+            )
         if operator == "Exists" and value:
             causes.append(invalid(f"{path}.value", "must be empty when operator is Exists"))
         elif value:
@@ -86,7 +90,9 @@ def _toleration_causes(tolerations: object) -> tuple[list[Cause], list[str]]:
             if error:
                 causes.append(invalid(f"{path}.value", error))
         if tol.get("tolerationSeconds") is not None and tol.get("effect") != "NoExecute":
-            causes.append(invalid(f"{path}.tolerationSeconds", "applies only with effect NoExecute"))
+            causes.append(
+                invalid(f"{path}.tolerationSeconds", "applies only with effect NoExecute")
+            )
     return causes, warnings
 
 
@@ -94,11 +100,18 @@ def _format_causes(spec: Mapping[str, Any]) -> list[Cause]:
     causes: list[Cause] = []
     mode = spec.get("mode")
     if mode == "vgpu" and not spec.get("profile"):
-        causes.append(invalid("spec.profile", "required for mode vgpu: name the vGPU profile the host offers"))
+        causes.append(
+            invalid("spec.profile", "required for mode vgpu: name the vGPU profile the host offers")
+        )
     if mode == "passthrough":
         for name in ("profile", "license"):
             if name in spec:
-                causes.append(invalid(f"spec.{name}", "not permitted for mode passthrough: remove it, or use mode vgpu"))
+                causes.append(
+                    invalid(
+                        f"spec.{name}",
+                        "not permitted for mode passthrough: remove it, or use mode vgpu",
+                    )
+                )
     source = spec.get("source")
     device_plugin = source.get("devicePlugin") if isinstance(source, dict) else None
     resource = _str(device_plugin.get("resourceName")) if isinstance(device_plugin, dict) else None
@@ -116,7 +129,11 @@ def _format_causes(spec: Mapping[str, Any]) -> list[Cause]:
     if memory is not None:
         try:
             if k8s.parse_quantity(memory) <= 0:
-                causes.append(invalid("spec.memory", f"must be a positive quantity such as 16Gi (got {memory!r})"))
+                causes.append(
+                    invalid(
+                        "spec.memory", f"must be a positive quantity such as 16Gi (got {memory!r})"
+                    )
+                )
         except ValueError as exc:
             causes.append(invalid("spec.memory", str(exc)))
     return causes
@@ -126,17 +143,21 @@ def _immutability_causes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list
     causes = []
     for name in IDENTITY_FIELDS:
         if old.get(name) != new.get(name) or (name in old) != (name in new):
-            causes.append(invalid(
-                f"spec.{name}",
-                f"is immutable (was {_shown(old, name)}, now {_shown(new, name)}): create a new class for a different offer",
-                "FieldValueForbidden",
-            ))
+            causes.append(
+                invalid(
+                    f"spec.{name}",
+                    f"is immutable (was {_shown(old, name)}, now {_shown(new, name)}): create a new class for a different offer",
+                    "FieldValueForbidden",
+                )
+            )
     if ("license" in old) != ("license" in new):
-        causes.append(invalid(
-            "spec.license",
-            "adding or removing license changes the licensing mode, which is immutable: create a new class",
-            "FieldValueForbidden",
-        ))
+        causes.append(
+            invalid(
+                "spec.license",
+                "adding or removing license changes the licensing mode, which is immutable: create a new class",
+                "FieldValueForbidden",
+            )
+        )
     return causes
 
 
@@ -147,11 +168,15 @@ def _shown(spec: Mapping[str, Any], name: str) -> str:
 def _update_warnings(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     warnings = []
     if _resource(old) != _resource(new):
-        warnings.append("resourceName changed: check the device plugin and KubeVirt config; running VMs keep their GPU")
+        warnings.append(
+            "resourceName changed: check the device plugin and KubeVirt config; running VMs keep their GPU"
+        )
     old_lic, new_lic = old.get("license"), new.get("license")
     if isinstance(old_lic, dict) and isinstance(new_lic, dict):
         if old_lic.get("secretName") != new_lic.get("secretName"):
-            warnings.append("license.secretName changed: running VMIs get the new licence only when restarted")
+            warnings.append(
+                "license.secretName changed: running VMIs get the new licence only when restarted"
+            )
         if old_lic.get("featureType", 1) != new_lic.get("featureType", 1):
             warnings.append("license.featureType changed: running VMIs get it only when restarted")
     return warnings
@@ -182,13 +207,17 @@ def validate_class(
     metadata = obj.get("metadata")
     name = metadata.get("name") if isinstance(metadata, dict) else None
     if not isinstance(name, str) or not name:
-        causes.append(invalid("metadata.name", "required: the tenant-facing class name, a DNS label"))
+        causes.append(
+            invalid("metadata.name", "required: the tenant-facing class name, a DNS label")
+        )
     else:
         error = k8s.dns_label_error(name)
         if error:
             causes.append(invalid("metadata.name", error))
     if manifest and "status" in obj:
-        causes.append(invalid("status", "do not put status in catalog manifests: the controller reports it"))
+        causes.append(
+            invalid("status", "do not put status in catalog manifests: the controller reports it")
+        )
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         causes.append(invalid("spec", "required: an object with vendor, model, mode and source"))

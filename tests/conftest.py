@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+pytest_plugins = ["tests.controlplane.plugin"]
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "admission"
 OBJECTS = [str(ROOT / "examples"), str(ROOT / "tests" / "fixtures" / "objects")]
@@ -17,7 +19,9 @@ OBJECTS = [str(ROOT / "examples"), str(ROOT / "tests" / "fixtures" / "objects")]
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
-        "--update-fixtures", action="store_true", default=False,
+        "--update-fixtures",
+        action="store_true",
+        default=False,
         help="rewrite tests/fixtures/admission/*/response.json from the current code (review the diff)",
     )
 
@@ -39,9 +43,15 @@ class GoldenCase:
 
 def golden_cases() -> Iterator[GoldenCase]:
     for folder in sorted(p for p in FIXTURES.iterdir() if p.is_dir()):
-        settings = json.loads((folder / "case.json").read_text()) if (folder / "case.json").exists() else {}
+        settings = (
+            json.loads((folder / "case.json").read_text())
+            if (folder / "case.json").exists()
+            else {}
+        )
         yield GoldenCase(
-            folder.name, folder, json.loads((folder / "request.json").read_text()),
+            folder.name,
+            folder,
+            json.loads((folder / "request.json").read_text()),
             bool(settings.get("vgpu_entitled", True)),
         )
 

@@ -69,7 +69,9 @@ def test_patch_applies_and_is_idempotent(case: GoldenCase) -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_cli_prints_the_same_answer(case: GoldenCase, capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_cli_prints_the_same_answer(
+    case: GoldenCase, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
     args = ["review"] + [a for path in OBJECTS for a in ("--objects", path)]
     if case.vgpu_entitled:
         args.append("--vgpu-entitled")

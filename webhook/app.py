@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,12 +51,15 @@ class AppContext:
     metrics: WebhookMetrics
     max_body_bytes: int
     tls_ready: Callable[[], bool] = lambda: True
-    background: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
 
 
 def _error(status: int, message: str, **extra: str) -> Response:
-    return Response(orjson.dumps({"status": status, "error": message, **extra}) + b"\n", status,
-                    media_type="application/json")
+    return Response(
+        orjson.dumps({"status": status, "error": message, **extra}) + b"\n",
+        status,
+        media_type="application/json",
+    )
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -72,7 +75,9 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _admission_endpoint(ctx: AppContext, webhook: str, expect: tuple[str, str]) -> Callable[[Request], Awaitable[Response]]:
+def _admission_endpoint(
+    ctx: AppContext, webhook: str, expect: tuple[str, str]
+) -> Callable[[Request], Awaitable[Response]]:
     metrics = ctx.metrics
     duration = metrics.duration.labels(webhook)
 
@@ -89,7 +94,9 @@ def _admission_endpoint(ctx: AppContext, webhook: str, expect: tuple[str, str]) 
         started = time.perf_counter()
         content_type = request.headers.get("content-type", "")
         if content_type.split(";")[0].strip().lower() != "application/json":
-            return _client_error(400, f"content type must be application/json (got {content_type[:60]!r})")
+            return _client_error(
+                400, f"content type must be application/json (got {content_type[:60]!r})"
+            )
         try:
             body = await _read_body(request, ctx.max_body_bytes)
         except TooLarge:
@@ -105,7 +112,9 @@ def _admission_endpoint(ctx: AppContext, webhook: str, expect: tuple[str, str]) 
             return _client_error(400, str(exc))
         except Exception:  # the process must never die on input; no payload in the log
             trace = uuid.uuid4().hex
-            log.exception("admission failed", extra={"fields": {"webhook": webhook, "trace_id": trace}})
+            log.exception(
+                "admission failed", extra={"fields": {"webhook": webhook, "trace_id": trace}}
+            )
             metrics.requests.labels(webhook, "unknown", "error", "500").inc()
             return _error(500, "internal error", traceId=trace)
         _account(parsed["request"], uid, decision, started)
@@ -113,7 +122,10 @@ def _admission_endpoint(ctx: AppContext, webhook: str, expect: tuple[str, str]) 
 
     def _client_error(status: int, message: str) -> Response:
         metrics.requests.labels(webhook, "unknown", "error", str(status)).inc()
-        log.info("bad admission request", extra={"fields": {"webhook": webhook, "status": status, "error": message}})
+        log.info(
+            "bad admission request",
+            extra={"fields": {"webhook": webhook, "status": status, "error": message}},
+        )
         return _error(status, message)
 
     def _account(req: dict[str, Any], uid: str, decision: Any, started: float) -> None:
@@ -125,16 +137,27 @@ def _admission_endpoint(ctx: AppContext, webhook: str, expect: tuple[str, str]) 
         for cause in set(causes):
             metrics.denials.labels(webhook, cause).inc()
         obj = req.get("object") if isinstance(req.get("object"), dict) else req.get("oldObject")
-        meta = obj.get("metadata") if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict) else {}
-        log.info("admission", extra={"fields": {
-            "uid": uid, "webhook": webhook, "operation": operation,
-            "kind": str((req.get("kind") or {}).get("kind", ""))[:64],
-            "namespace": str(req.get("namespace") or meta.get("namespace") or "")[:253],
-            "name": str(req.get("name") or meta.get("name") or meta.get("generateName") or "")[:253],
-            "allowed": allowed, "causes": causes[:20],
-            "patched": allowed and bool(decision.operations),
-            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
-        }})
+        meta = _as_dict(obj.get("metadata")) if isinstance(obj, dict) else {}
+        kind = _as_dict(req.get("kind"))
+        log.info(
+            "admission",
+            extra={
+                "fields": {
+                    "uid": uid,
+                    "webhook": webhook,
+                    "operation": operation,
+                    "kind": str(kind.get("kind", ""))[:64],
+                    "namespace": str(req.get("namespace") or meta.get("namespace") or "")[:253],
+                    "name": str(
+                        req.get("name") or meta.get("name") or meta.get("generateName") or ""
+                    )[:253],
+                    "allowed": allowed,
+                    "causes": causes[:20],
+                    "patched": allowed and bool(decision.operations),
+                    "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+                }
+            },
+        )
 
     return endpoint
 
@@ -142,7 +165,8 @@ def _admission_endpoint(ctx: AppContext, webhook: str, expect: tuple[str, str]) 
 def create_app(ctx: AppContext) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        tasks = [asyncio.create_task(job()) for job in (ctx.state.run, *ctx.background)]
+        jobs: list[Callable[[], Coroutine[Any, Any, None]]] = [ctx.state.run, *ctx.background]
+        tasks = [asyncio.create_task(job()) for job in jobs]
         try:
             yield
         finally:
@@ -150,7 +174,9 @@ def create_app(ctx: AppContext) -> FastAPI:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    app = FastAPI(title="gpuclass-webhook", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title="gpuclass-webhook", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
     for path, (webhook, expect) in WEBHOOKS.items():
         app.add_route(path, _admission_endpoint(ctx, webhook, expect), methods=["POST"])
 
@@ -177,6 +203,13 @@ def create_app(ctx: AppContext) -> FastAPI:
     return app
 
 
+def _as_dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _status(ok: bool, message: str) -> Response:
-    return Response(orjson.dumps({"status": "ok" if ok else "unavailable", "message": message}) + b"\n",
-                    200 if ok else 503, media_type="application/json")
+    return Response(
+        orjson.dumps({"status": "ok" if ok else "unavailable", "message": message}) + b"\n",
+        200 if ok else 503,
+        media_type="application/json",
+    )

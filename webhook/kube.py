@@ -23,7 +23,9 @@ WATCH_TIMEOUT_SECONDS = 290
 class ApiSource:
     """List and watch one resource through a kubernetes_asyncio list function."""
 
-    def __init__(self, name: str, kind: str, list_fn: Callable[..., Awaitable[Any]], **kwargs: Any) -> None:
+    def __init__(
+        self, name: str, kind: str, list_fn: Callable[..., Awaitable[Any]], **kwargs: Any
+    ) -> None:
         self.name, self.kind, self._list_fn, self._kwargs = name, kind, list_fn, kwargs
 
     async def list(self) -> tuple[list[RawObject], str]:
@@ -41,8 +43,11 @@ class ApiSource:
         stream = watch.Watch()
         try:
             async for event in stream.stream(
-                self._list_fn, **self._kwargs, resource_version=resource_version,
-                timeout_seconds=WATCH_TIMEOUT_SECONDS, allow_watch_bookmarks=True,
+                self._list_fn,
+                **self._kwargs,
+                resource_version=resource_version,
+                timeout_seconds=WATCH_TIMEOUT_SECONDS,
+                allow_watch_bookmarks=True,
             ):
                 obj = event.get("raw_object")
                 if isinstance(obj, dict):
@@ -63,12 +68,21 @@ def webhook_sources(api: client.ApiClient, *, kubevirt_namespace: str) -> list[A
     core = client.CoreV1Api(api)
     return [
         ApiSource(
-            "gpuclasses", names.KIND, custom.list_cluster_custom_object,
-            group=names.GROUP, version=names.VERSION, plural=names.PLURAL,
+            "gpuclasses",
+            names.KIND,
+            custom.list_cluster_custom_object,
+            group=names.GROUP,
+            version=names.VERSION,
+            plural=names.PLURAL,
         ),
         ApiSource("namespaces", "Namespace", core.list_namespace),
         ApiSource(
-            "kubevirts", "KubeVirt", custom.list_namespaced_custom_object,
-            group="kubevirt.io", version="v1", namespace=kubevirt_namespace, plural="kubevirts",
+            "kubevirts",
+            "KubeVirt",
+            custom.list_namespaced_custom_object,
+            group="kubevirt.io",
+            version="v1",
+            namespace=kubevirt_namespace,
+            plural="kubevirts",
         ),
     ]

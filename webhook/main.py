@@ -53,11 +53,15 @@ def _tls(settings: WebhookSettings) -> ReloadingContext:
     if settings.tls_cert_file and settings.tls_key_file:
         return ReloadingContext(settings.tls_cert_file, settings.tls_key_file)
     if settings.tls_cert_file or settings.tls_key_file:
-        raise ValueError("give both --tls-cert-file and --tls-key-file, or neither for a self-signed certificate")
+        raise ValueError(
+            "give both --tls-cert-file and --tls-key-file, or neither for a self-signed certificate"
+        )
     directory = settings.tls_dir or Path(tempfile.mkdtemp(prefix="gpuclass-webhook-tls-"))
     files = self_signed(directory, settings.tls_hosts)
-    log.info("self-signed certificate created; trust its CA to call the webhook",
-             extra={"fields": {"ca_file": str(files.ca), "cert_file": str(files.cert)}})
+    log.info(
+        "self-signed certificate created; trust its CA to call the webhook",
+        extra={"fields": {"ca_file": str(files.ca), "cert_file": str(files.cert)}},
+    )
     return ReloadingContext(files.cert, files.key)
 
 
@@ -65,8 +69,11 @@ async def serve(settings: WebhookSettings) -> int:
     metrics = WebhookMetrics()
     try:
         state: CatalogState = (
-            FileState(settings.objects, settings.policy(), poll_seconds=settings.objects_poll_seconds)
-            if settings.objects else await _cluster_state(settings, metrics)
+            FileState(
+                settings.objects, settings.policy(), poll_seconds=settings.objects_poll_seconds
+            )
+            if settings.objects
+            else await _cluster_state(settings, metrics)
         )
         tls = _tls(settings)
     except (LoadError, ValueError, OSError) as exc:
@@ -83,12 +90,24 @@ async def serve(settings: WebhookSettings) -> int:
             except OSError as exc:
                 log.warning("certificate files unreadable", extra={"fields": {"error": str(exc)}})
 
-    ctx = AppContext(state, metrics, settings.max_body_bytes, tls_ready=lambda: tls.expiry > 0,
-                     background=[reload_certificates])
+    ctx = AppContext(
+        state,
+        metrics,
+        settings.max_body_bytes,
+        tls_ready=lambda: tls.expiry > 0,
+        background=[reload_certificates],
+    )
     config = uvicorn.Config(
-        create_app(ctx), host=settings.bind_address, port=settings.port, log_config=None,
-        access_log=False, server_header=False, timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
-        ssl_certfile=str(tls.cert), ssl_keyfile=str(tls.key), lifespan="on",
+        create_app(ctx),
+        host=settings.bind_address,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
+        ssl_certfile=str(tls.cert),
+        ssl_keyfile=str(tls.key),
+        lifespan="on",
     )
     config.load()
     config.ssl = tls.context  # one context for the server's life: reload swaps its chain in place

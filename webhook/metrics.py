@@ -4,9 +4,24 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
-DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+DURATION_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
 
 
 class WebhookMetrics:
@@ -14,28 +29,45 @@ class WebhookMetrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
-            "gpuclass_webhook_requests", "Admission requests answered, by webhook, operation, verdict and HTTP-level code.",
-            ["webhook", "operation", "allowed", "code"], registry=r,
+            "gpuclass_webhook_requests",
+            "Admission requests answered, by webhook, operation, verdict and HTTP-level code.",
+            ["webhook", "operation", "allowed", "code"],
+            registry=r,
         )
         self.denials = Counter(
-            "gpuclass_webhook_denials", "Refusal causes, by webhook and cause code.", ["webhook", "cause"], registry=r,
+            "gpuclass_webhook_denials",
+            "Refusal causes, by webhook and cause code.",
+            ["webhook", "cause"],
+            registry=r,
         )
         self.duration = Histogram(
-            "gpuclass_webhook_request_duration_seconds", "Time to answer an admission request.",
-            ["webhook"], buckets=DURATION_BUCKETS, registry=r,
+            "gpuclass_webhook_request_duration_seconds",
+            "Time to answer an admission request.",
+            ["webhook"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
         )
-        self.in_flight = Gauge("gpuclass_webhook_requests_in_flight", "Admission requests being answered.", registry=r)
+        self.in_flight = Gauge(
+            "gpuclass_webhook_requests_in_flight", "Admission requests being answered.", registry=r
+        )
         self.catalog_synced = Gauge(
-            "gpuclass_webhook_catalog_synced", "1 once the catalog cache has completed its first full sync.", registry=r,
+            "gpuclass_webhook_catalog_synced",
+            "1 once the catalog cache has completed its first full sync.",
+            registry=r,
         )
         self.catalog_age = Gauge(
-            "gpuclass_webhook_catalog_age_seconds", "Seconds since the catalog cache last changed.", registry=r,
+            "gpuclass_webhook_catalog_age_seconds",
+            "Seconds since the catalog cache last changed.",
+            registry=r,
         )
         self.cert_expiry = Gauge(
-            "gpuclass_webhook_cert_expiry_timestamp_seconds", "notAfter of the serving certificate (Unix time).",
+            "gpuclass_webhook_cert_expiry_timestamp_seconds",
+            "notAfter of the serving certificate (Unix time).",
             registry=r,
         )
         self.watch_restarts = Counter(
-            "gpuclass_webhook_watch_restarts", "List/watch restarts of the catalog cache, by resource and reason.",
-            ["resource", "reason"], registry=r,
+            "gpuclass_webhook_watch_restarts",
+            "List/watch restarts of the catalog cache, by resource and reason.",
+            ["resource", "reason"],
+            registry=r,
         )

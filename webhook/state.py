@@ -50,7 +50,9 @@ class FileState:
             self.catalog = build_catalog(self._source.snapshot, self._policy, figures="computed")
             self.updated_at = time.time()
             self.synced = True
-            log.info("catalog loaded from files", extra={"fields": {"classes": len(self.catalog.offers)}})
+            log.info(
+                "catalog loaded from files", extra={"fields": {"classes": len(self.catalog.offers)}}
+            )
 
     async def run(self) -> None:
         try:
@@ -70,12 +72,18 @@ class ClusterState:
     Capacity figures are the reconciler's stored status; the webhook does not watch Pods.
     """
 
-    def __init__(self, sources: Sequence[ListWatchSource], policy: Policy,
-                 on_restart: Callable[[str, str], None] = lambda resource, reason: None) -> None:
+    def __init__(
+        self,
+        sources: Sequence[ListWatchSource],
+        policy: Policy,
+        on_restart: Callable[[str, str], None] = lambda resource, reason: None,
+    ) -> None:
         self._sources = list(sources)
         self._policy = policy
         self._on_restart = on_restart
-        self._objects: dict[str, dict[str, RawObject | ClassRecord]] = {s.name: {} for s in self._sources}
+        self._objects: dict[str, dict[str, RawObject | ClassRecord]] = {
+            s.name: {} for s in self._sources
+        }
         self._listed: set[str] = set()
         self._tasks: list[asyncio.Task[None]] = []
         self.catalog = Catalog(policy=policy)
@@ -95,11 +103,16 @@ class ClusterState:
         if name == "namespaces":
             meta = obj.get("metadata") or {}
             labels = meta.get("labels") or {}
-            return {"name": meta.get("name"), "labels": {k: v for k, v in labels.items() if isinstance(v, str)}}
+            return {
+                "name": meta.get("name"),
+                "labels": {k: v for k, v in labels.items() if isinstance(v, str)},
+            }
         return obj
 
     def _reset(self, name: str, items: list[RawObject]) -> None:
-        self._objects[name] = {self._key(o): c for o in items if (c := self._compact(name, o)) is not None}
+        self._objects[name] = {
+            self._key(o): c for o in items if (c := self._compact(name, o)) is not None
+        }
         self._listed.add(name)
         self._rebuild()
 
@@ -130,20 +143,14 @@ class ClusterState:
         self.catalog = build_catalog(snapshot, self._policy, figures="stored")
         self.updated_at = time.time()
         if not self.synced:
-            log.info("catalog cache synced", extra={"fields": {"classes": len(self.catalog.offers)}})
+            log.info(
+                "catalog cache synced", extra={"fields": {"classes": len(self.catalog.offers)}}
+            )
         self.synced = True
 
     async def run(self) -> None:
         self._tasks = [
-            asyncio.create_task(
-                list_watch(
-                    source,
-                    on_reset=lambda items, n=source.name: self._reset(n, items),
-                    on_event=lambda t, o, n=source.name: self._event(n, t, o),
-                    on_restart=lambda reason, n=source.name: self._on_restart(n, reason),
-                ),
-                name=f"watch-{source.name}",
-            )
+            asyncio.create_task(self._watch(source), name=f"watch-{source.name}")
             for source in self._sources
         ]
         try:
@@ -151,6 +158,15 @@ class ClusterState:
         finally:
             for task in self._tasks:
                 task.cancel()
+
+    async def _watch(self, source: ListWatchSource) -> None:
+        name = source.name
+        await list_watch(
+            source,
+            on_reset=lambda items: self._reset(name, items),
+            on_event=lambda event_type, obj: self._event(name, event_type, obj),
+            on_restart=lambda reason: self._on_restart(name, reason),
+        )
 
     def healthy(self) -> bool:
         return bool(self._tasks) and not any(t.done() for t in self._tasks)

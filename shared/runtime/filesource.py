@@ -40,7 +40,10 @@ class FileSource:
             self.snapshot = load_snapshot(self.paths)
         except (LoadError, OSError) as exc:
             self.error = str(exc)
-            log.warning("objects not reloaded; keeping the last good state", extra={"fields": {"error": str(exc)}})
+            log.warning(
+                "objects not reloaded; keeping the last good state",
+                extra={"fields": {"error": str(exc)}},
+            )
             if self._stamp is None:
                 raise
             return False

@@ -15,7 +15,9 @@ async def api_client(kubeconfig: Path | None) -> client.ApiClient:
     """An ApiClient from `kubeconfig`, else from the in-cluster service account."""
     configuration = client.Configuration()
     if kubeconfig is not None:
-        await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+        await config.load_kube_config(
+            config_file=str(kubeconfig), client_configuration=configuration
+        )
     else:
-        config.load_incluster_config(client_configuration=configuration)
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     return client.ApiClient(configuration)

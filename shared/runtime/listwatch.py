@@ -35,7 +35,7 @@ class ListWatchSource(Protocol):
 
 def backoff_delay(attempt: int, *, base: float = 0.5, cap: float = 30.0) -> float:
     """Full-jitter exponential backoff."""
-    return float(random.uniform(0, min(cap, base * 2 ** min(attempt, 16))))  # noqa: S311
+    return float(random.uniform(0, min(cap, base * 2 ** min(attempt, 16))))
 
 
 def resource_version(obj: RawObject) -> str | None:
@@ -73,7 +73,13 @@ async def list_watch(
             attempt += 1
             log.warning(
                 "list/watch failed; retrying",
-                extra={"fields": {"resource": source.name, "error": f"{type(exc).__name__}: {exc}", "retry_in": round(delay, 2)}},
+                extra={
+                    "fields": {
+                        "resource": source.name,
+                        "error": f"{type(exc).__name__}: {exc}",
+                        "retry_in": round(delay, 2),
+                    }
+                },
             )
             on_restart("error")
             await sleep(delay)

@@ -17,10 +17,11 @@ import yaml
 
 from shared.snapshot import Snapshot, SnapshotBuilder
 
-try:
-    _YamlLoader: type[yaml.SafeLoader] = yaml.CSafeLoader  # type: ignore[attr-defined]
-except AttributeError:  # pragma: no cover - PyYAML without libyaml
-    _YamlLoader = yaml.SafeLoader
+_YamlLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
+# Kubernetes' YAML decoder keeps unquoted timestamps as strings; PyYAML would make them
+# datetimes, whose str() sorts differently from RFC 3339 (creationTimestamp orders classes).
+_YamlLoader = type("KubeYamlLoader", (_YamlLoader,), {})
+_YamlLoader.add_constructor("tag:yaml.org,2002:timestamp", _YamlLoader.construct_yaml_str)
 
 SUFFIXES = (".json", ".yaml", ".yml")
 

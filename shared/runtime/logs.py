@@ -36,7 +36,9 @@ def setup_logging(level: str = "info", fmt: str = "json") -> None:
         formatter: logging.Formatter = JsonFormatter()
         formatter.converter = __import__("time").gmtime
     else:
-        formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s %(fields)s", defaults={"fields": ""})
+        formatter = logging.Formatter(
+            "%(asctime)s %(levelname)s %(name)s %(message)s %(fields)s", defaults={"fields": ""}
+        )
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]

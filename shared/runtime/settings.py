@@ -32,10 +32,16 @@ class CommonSettings(BaseSettings):
         default_factory=list,
         description="YAML/JSON file or folder of Kubernetes objects to run from instead of a cluster; repeatable",
     )
-    vgpu_entitled: bool = Field(False, description="the platform's root vGPU entitlement (gpu.vgpu) is on")
+    vgpu_entitled: bool = Field(
+        False, description="the platform's root vGPU entitlement (gpu.vgpu) is on"
+    )
     kubeconfig: Path | None = Field(None, description="kubeconfig file; default: in-cluster config")
-    licence_namespace: str = Field(names.DEFAULT_LICENSE_NAMESPACE, description="namespace of licence source Secrets")
-    kubevirt_namespace: str = Field(names.DEFAULT_KUBEVIRT_NAMESPACE, description="namespace of the KubeVirt CR")
+    licence_namespace: str = Field(
+        names.DEFAULT_LICENSE_NAMESPACE, description="namespace of licence source Secrets"
+    )
+    kubevirt_namespace: str = Field(
+        names.DEFAULT_KUBEVIRT_NAMESPACE, description="namespace of the KubeVirt CR"
+    )
     kubevirt_controller_user: str = Field(
         names.DEFAULT_KUBEVIRT_CONTROLLER_USER, description="user that creates virt-launcher Pods"
     )
@@ -55,5 +61,7 @@ class CommonSettings(BaseSettings):
 
 def parse_settings(cls: type[S], argv: Sequence[str] | None, prog: str) -> S:
     """Flags, then environment, then defaults; `--help` prints every flag and exits."""
-    settings_cls = type(cls.__name__, (cls,), {"model_config": {**cls.model_config, "cli_prog_name": prog}})
-    return CliApp.run(settings_cls, cli_args=list(argv) if argv is not None else None)  # type: ignore[return-value]
+    settings_cls = type(
+        cls.__name__, (cls,), {"model_config": {**cls.model_config, "cli_prog_name": prog}}
+    )
+    return CliApp.run(settings_cls, cli_args=list(argv) if argv is not None else None)

@@ -52,7 +52,10 @@ def self_signed(directory: Path, hosts: list[str], *, days: int = 365) -> CertFi
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + dt.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        .add_extension(
+            x509.KeyUsage(False, False, False, False, False, True, True, False, False),
+            critical=True,
+        )
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())
@@ -71,7 +74,9 @@ def self_signed(directory: Path, hosts: list[str], *, days: int = 365) -> CertFi
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + dt.timedelta(days=days))
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+        )
         .sign(ca_key, hashes.SHA256())
     )
     files = CertFiles(directory / "tls.crt", directory / "tls.key", directory / "ca.crt")
@@ -81,7 +86,9 @@ def self_signed(directory: Path, hosts: list[str], *, days: int = 365) -> CertFi
     with os.fdopen(fd, "wb") as handle:
         handle.write(
             key.private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
             )
         )
     return files
@@ -119,8 +126,14 @@ class ReloadingContext:
         except (ssl.SSLError, ValueError, OSError) as exc:
             if self._stamp is None:
                 raise
-            log.warning("new certificate not loaded; serving the previous one", extra={"fields": {"error": str(exc)}})
+            log.warning(
+                "new certificate not loaded; serving the previous one",
+                extra={"fields": {"error": str(exc)}},
+            )
             return False
         self._stamp = stamp
-        log.info("certificate loaded", extra={"fields": {"cert": str(self.cert), "not_after": self.expiry}})
+        log.info(
+            "certificate loaded",
+            extra={"fields": {"cert": str(self.cert), "not_after": self.expiry}},
+        )
         return True

@@ -1,0 +1,62 @@
+"""The in-use finalizer (CONTRACT.md section 6): hold a class while a VMI uses it, never otherwise.
+
+A VMI *uses* a class when it passed admission with it: its selection annotation
+names the class and its GPU entries carry the class's resourceName (what the
+webhook wrote). Either alone is not enough: an annotation on a VMI created while
+the class was missing asks for nothing, and a raw `gpus` entry naming the same
+resource is not a class selection.
+
+The decision is a value: which finalizer list to write, or nothing. The
+reconciler patches `metadata.finalizers` with it, guarded by resourceVersion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from shared import names
+from shared.snapshot import ClassRecord
+from shared.vmiuse import VMIUse
+
+
+def uses_class(vmi: VMIUse, class_name: str, resource_name: str | None) -> bool:
+    return (
+        resource_name is not None
+        and class_name in vmi.classes
+        and resource_name in vmi.device_names
+    )
+
+
+def classes_in_use(vmis: Iterable[VMIUse], classes: Mapping[str, ClassRecord]) -> frozenset[str]:
+    """Names of the classes at least one VMI uses."""
+    used: set[str] = set()
+    for vmi in vmis:
+        for name in vmi.classes:
+            record = classes.get(name)
+            if record is not None and uses_class(vmi, name, record.resource_name):
+                used.add(name)
+    return frozenset(used)
+
+
+@dataclass(frozen=True, slots=True)
+class FinalizerChange:
+    action: Literal["add", "remove"]
+    finalizers: tuple[str, ...]
+    """The complete new `metadata.finalizers` list (other owners' entries kept, in order)."""
+
+
+def finalizer_change(record: ClassRecord, *, in_use: bool) -> FinalizerChange | None:
+    """What to write so that the finalizer is present exactly while the class is in use.
+
+    A class that is being deleted cannot gain a finalizer (the API server refuses
+    new finalizers then), so a deleting class is only ever released.
+    """
+    held = names.IN_USE_FINALIZER in record.finalizers
+    if in_use and not held and not record.deleting:
+        return FinalizerChange("add", (*record.finalizers, names.IN_USE_FINALIZER))
+    if held and not in_use:
+        kept = tuple(f for f in record.finalizers if f != names.IN_USE_FINALIZER)
+        return FinalizerChange("remove", kept)
+    return None
