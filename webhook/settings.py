@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, field_validator
+from pydantic_settings import NoDecode
 
 from shared.runtime.settings import CommonSettings
 
@@ -22,9 +24,9 @@ class WebhookSettings(CommonSettings):
         None,
         description="where a self-signed certificate and its CA are written when no cert is given",
     )
-    tls_hosts: list[str] = Field(
-        default_factory=lambda: ["localhost", "127.0.0.1", "::1"],
-        description="host names/IPs of the self-signed certificate",
+    tls_hosts: Annotated[list[str], NoDecode] = Field(
+        ["localhost", "127.0.0.1", "::1"],
+        description="host names/IPs of the self-signed certificate (comma-separated in the env var)",
     )
     tls_reload_seconds: float = Field(
         2.0, gt=0, description="how often to check certificate files for changes"
@@ -36,3 +38,8 @@ class WebhookSettings(CommonSettings):
     shutdown_grace_seconds: float = Field(
         20.0, ge=0, description="time to drain in-flight requests on SIGTERM"
     )
+
+    @field_validator("tls_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        return [part for part in value.split(",") if part] if isinstance(value, str) else value
