@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-fast lint format types fixtures controlplane bench clean
+.PHONY: help venv system-deps demo test test-fast lint format types fixtures controlplane bench clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -28,7 +28,14 @@ demo: $(STAMP) ## run the offline CLI on examples/: status, then sample reviews
 	@echo "== gpuclass validate examples/catalog"
 	@$(BIN)/gpuclass validate examples/catalog && echo "catalog is valid"
 
-test: $(STAMP) ## install what the tests need, lint, type-check and run every test (what CI runs)
+system-deps: ## install system tools the tests use (Debian prometheus for promtool) when missing
+	@command -v promtool >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian package prometheus (promtool, prometheus)"; \
+	    (apt-get install -y -q prometheus >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q prometheus >/dev/null)); \
+	  else echo "promtool missing: install the prometheus package (alert tests will be skipped)"; fi; }
+
+test: $(STAMP) system-deps ## install what the tests need, lint, type-check and run every test (what CI runs)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -55,9 +62,11 @@ fixtures: $(STAMP) ## regenerate golden responses (review the diff)
 controlplane: ## build (or reuse) kube-apiserver and etcd from their Go modules
 	bash tests/controlplane/build.sh
 
-bench: $(STAMP) ## print the benchmark figures
+bench: $(STAMP) ## print the benchmark figures (needs wrk for the webhook one)
 	$(BIN)/python benchmarks/bench_decision.py
 	$(BIN)/python benchmarks/bench_status.py
+	$(BIN)/python benchmarks/bench_reconciler.py
+	$(BIN)/python benchmarks/bench_webhook.py
 
 clean: ## remove the virtualenv and caches (not the control-plane cache)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
