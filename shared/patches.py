@@ -8,7 +8,6 @@ operations created so that several appends under one new parent compose.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,7 +18,22 @@ def pointer(path: Sequence[str]) -> str:
     return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in path)
 
 
+def _containers(value: Any) -> Any:
+    """A copy of the lists and dicts this builder created, sharing the appended items.
+
+    Items are never mutated here; only containers are, by later appends under a
+    parent created earlier, so only they must be frozen into the operation.
+    """
+    if isinstance(value, dict):
+        return {k: _containers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return list(value)
+    return value
+
+
 class PatchBuilder:
+    """Appends as narrow operations. Items passed in are shared, never modified or copied."""
+
     def __init__(self, obj: Mapping[str, Any]) -> None:
         self._obj = obj
         self._created: dict[tuple[str, ...], Any] = {}
@@ -46,23 +60,21 @@ class PatchBuilder:
         existing = self.get(path)
         if isinstance(existing, list):
             for item in items:
-                self.operations.append(
-                    {"op": "add", "path": pointer(path) + "/-", "value": copy.deepcopy(item)}
-                )
+                self.operations.append({"op": "add", "path": pointer(path) + "/-", "value": item})
                 if path in self._created:
-                    existing.append(copy.deepcopy(item))
+                    existing.append(item)
             return
         # Find the deepest existing object on the way, then add one nested value below it.
         depth = len(path) - 1
         while depth > 0 and not isinstance(self.get(path[:depth]), dict):
             depth -= 1
-        value: Any = [copy.deepcopy(i) for i in items]
+        value: Any = list(items)
         self._created[path] = value
         for level in range(len(path) - 1, depth, -1):
             value = {path[level]: value}
             self._created[path[:level]] = value
         self.operations.append(
-            {"op": "add", "path": pointer(path[: depth + 1]), "value": copy.deepcopy(value)}
+            {"op": "add", "path": pointer(path[: depth + 1]), "value": _containers(value)}
         )
         if depth >= 1 and tuple(path[:depth]) in self._created:
             self._created[tuple(path[:depth])][path[depth]] = value
