@@ -70,7 +70,7 @@ def extended_resource_error(value: str) -> str | None:
     if error:
         return error
     domain = value.split("/", 1)[0]
-    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+    if "kubernetes.io/" in value:  # apimachinery's IsPrefixedNativeResource
         return "must not be in the kubernetes.io domain: name the resource the device plugin advertises"
     if domain == "requests" or value.startswith("requests."):
         return "must not start with 'requests.'"
@@ -102,7 +102,7 @@ def parse_quantity(value: str) -> Decimal:
         return number * _BINARY_SUFFIX[suffix]
     if suffix in _DECIMAL_SUFFIX:
         return number * _DECIMAL_SUFFIX[suffix]
-    if suffix[:1] in ("e", "E"):
+    if suffix[:1] in ("e", "E") and suffix[1:].lstrip("+-").isdigit():
         exponent = int(suffix[1:])
         if abs(exponent) > 1000:
             raise ValueError(f"{value!r}: exponent out of range")

@@ -1,0 +1,126 @@
+"""pytest plugin: one real control plane per session, started only when a test needs it.
+
+`control_plane` (session scope) starts etcd + kube-apiserver, registers the
+project's GPUClass CRD (charts/gpuclass/templates/crd-gpuclass.yaml, plain YAML)
+and the KubeVirt CRDs of tests/controlplane/crds/, waits until they are
+Established and served, and stops everything when the session ends.
+
+The binaries are located (or built, first time only) once collection is over and
+only if a selected test uses the fixture, so a long first build is not charged to
+one test's timeout. Missing binaries skip those tests, or fail them when
+GPUCLASS_REQUIRE_CONTROL_PLANE=1 (CI). Every test using the fixture is marked
+`controlplane`, so `-m "not controlplane"` leaves them out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.controlplane.api import Api, RawObject
+from tests.controlplane.cluster import AssetsUnavailable, ControlPlane, find_assets
+from tests.controlplane.webhooks import register_webhooks, remove_webhooks
+
+ROOT = Path(__file__).resolve().parents[2]
+GPUCLASS_CRD = ROOT / "charts" / "gpuclass" / "templates" / "crd-gpuclass.yaml"
+KUBEVIRT_CRDS = tuple(sorted((Path(__file__).resolve().parent / "crds").glob("*.yaml")))
+REQUIRE_ENV = "GPUCLASS_REQUIRE_CONTROL_PLANE"
+FIXTURE = "control_plane"
+
+_ASSETS = pytest.StashKey[Path | AssetsUnavailable]()
+_STARTUP = pytest.StashKey[float]()
+
+
+def _uses_control_plane(item: pytest.Item) -> bool:
+    return FIXTURE in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _uses_control_plane(item):
+            item.add_marker(pytest.mark.controlplane)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Find or build the binaries before the first test runs (its timeout would not
+    cover a first build), and only when a selected test needs them."""
+    config = session.config
+    if config.option.collectonly or not any(map(_uses_control_plane, session.items)):
+        return
+    capture = config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        config.stash[_ASSETS] = _locate()
+
+
+def _locate() -> Path | AssetsUnavailable:
+    try:
+        return find_assets()
+    except AssetsUnavailable as exc:
+        return exc
+
+
+def _unavailable(reason: str) -> None:
+    message = f"no control plane: {reason}"
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{message} ({REQUIRE_ENV}=1)", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver with the GPUClass and KubeVirt CRDs Established."""
+    config = request.config
+    assets = config.stash.get(_ASSETS, None) or _locate()
+    if isinstance(assets, AssetsUnavailable):
+        _unavailable(str(assets))
+        raise AssertionError("unreachable")  # pragma: no cover - skip/fail raise
+    started = time.monotonic()
+    with ControlPlane(assets) as plane:
+        plane.install_crds([GPUCLASS_CRD, *KUBEVIRT_CRDS])
+        config.stash[_STARTUP] = time.monotonic() - started
+        yield plane
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    startup = config.stash.get(_STARTUP, None)
+    if startup is not None:
+        terminalreporter.write_line(
+            f"control plane: etcd + kube-apiserver ready, CRDs established in {startup:.1f}s"
+        )
+
+
+class WebhookRegistry:
+    """Registers webhook configurations and removes them all at teardown."""
+
+    def __init__(self, api: Api) -> None:
+        self._api = api
+        self._registered: dict[tuple[str, str], RawObject] = {}
+
+    def register(self, configurations: Iterable[Mapping[str, Any]]) -> list[RawObject]:
+        items = [dict(c) for c in configurations]
+        for item in items:
+            self._registered[(item["kind"], item["metadata"]["name"])] = item
+        return register_webhooks(self._api, items)
+
+    def remove(self, configurations: Iterable[Mapping[str, Any]] | None = None) -> None:
+        """Remove the given configurations, or every one registered so far."""
+        items = list(self._registered.values()) if configurations is None else list(configurations)
+        remove_webhooks(self._api, items)
+        for item in items:
+            self._registered.pop((item["kind"], item["metadata"]["name"]), None)
+
+
+@pytest.fixture
+def webhook_registry(control_plane: ControlPlane) -> Iterator[WebhookRegistry]:
+    """Register Mutating/ValidatingWebhookConfigurations for one test (see
+    tests/controlplane/webhooks.py to build them); all are removed afterwards."""
+    registry = WebhookRegistry(control_plane.admin)
+    yield registry
+    registry.remove()
