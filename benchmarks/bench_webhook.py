@@ -1,0 +1,178 @@
+"""Webhook throughput and latency against a bare ASGI baseline, measured in the same run.
+
+Starts `gpuclass-webhook --objects examples` and `benchmarks/bare_app.py` on the
+same uvicorn, TLS and one worker each, pinned to CPU 0, and drives each with wrk
+(pinned to CPU 1) over 16 keep-alive connections, alternating runs. Prints the
+throughput of the 4-GPU VMI mutation as a ratio to the baseline and wrk's p50/p99.
+Goals: ratio >= 0.5, p99 <= 5 ms at 16 connections. Needs `wrk` (Debian package).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+DURATION = os.environ.get("BENCH_DURATION", "8s")
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+CONNECTIONS = 16
+
+
+def review_body() -> bytes:
+    review = json.loads((ROOT / "examples" / "reviews" / "vmi-whole-gpu.json").read_text())
+    annotations = review["request"]["object"]["metadata"]["annotations"]
+    annotations["gpu.cozystack.io/classes"] = json.dumps(
+        [{"className": "example-whole-gpu", "count": 4}]
+    )
+    return json.dumps(review).encode()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(port: int, ca: Path) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            context = ssl.create_default_context(cafile=str(ca))
+            with (
+                socket.create_connection(("127.0.0.1", port), timeout=1) as raw,
+                context.wrap_socket(raw, server_hostname="127.0.0.1"),
+            ):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"server on {port} did not come up")
+
+
+def start(command: list[str]) -> subprocess.Popen[bytes]:
+    taskset = ["taskset", "-c", "0"] if shutil.which("taskset") else []
+    return subprocess.Popen(
+        [*taskset, *command], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
+def wrk(url: str, script: Path) -> tuple[float, float, float]:
+    taskset = ["taskset", "-c", "1"] if shutil.which("taskset") else []
+    out = subprocess.run(
+        [
+            *taskset,
+            "wrk",
+            "-t1",
+            f"-c{CONNECTIONS}",
+            f"-d{DURATION}",
+            "--latency",
+            "-s",
+            str(script),
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if non2xx:
+        raise RuntimeError(f"{url}: {non2xx.group(1)} error responses\n{out}")
+
+    def pct(p: str) -> float:
+        value, unit = re.search(rf"{p}%\s+([\d.]+)(us|ms|s)", out).groups()  # type: ignore[union-attr]
+        return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+    return rps, pct("50"), pct("99")
+
+
+def main() -> int:
+    if not shutil.which("wrk"):
+        print("bench_webhook: wrk not found (apt-get install wrk)", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="gpuclass-bench-"))
+    body = review_body()
+    (work / "body.json").write_bytes(body)
+    script = work / "post.lua"
+    script.write_text(
+        'wrk.method = "POST"\n'
+        'wrk.headers["Content-Type"] = "application/json"\n'
+        f'local f = io.open("{work / "body.json"}", "rb")\nwrk.body = f:read("*all")\nf:close()\n'
+    )
+    webhook_port, bare_port = free_port(), free_port()
+    webhook = start(
+        [
+            str(BIN / "gpuclass-webhook"),
+            "--objects",
+            "examples",
+            "--vgpu-entitled",
+            "--bind-address",
+            "127.0.0.1",
+            "--port",
+            str(webhook_port),
+            "--tls-dir",
+            str(work / "tls"),
+        ]
+    )
+    wait_ready(webhook_port, work / "tls" / "ca.crt")
+    bare = start(
+        [
+            str(BIN / "python"),
+            "-m",
+            "uvicorn",
+            "benchmarks.bare_app:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(bare_port),
+            "--ssl-certfile",
+            str(work / "tls" / "tls.crt"),
+            "--ssl-keyfile",
+            str(work / "tls" / "tls.key"),
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ]
+    )
+    wait_ready(bare_port, work / "tls" / "ca.crt")
+    results: dict[str, list[tuple[float, float, float]]] = {"bare": [], "webhook": []}
+    try:
+        wrk(f"https://127.0.0.1:{webhook_port}/mutate/virtualmachineinstances", script)  # warm-up
+        wrk(f"https://127.0.0.1:{bare_port}/", script)
+        for _ in range(ROUNDS):
+            results["bare"].append(wrk(f"https://127.0.0.1:{bare_port}/", script))
+            results["webhook"].append(
+                wrk(f"https://127.0.0.1:{webhook_port}/mutate/virtualmachineinstances", script)
+            )
+    finally:
+        for proc in (webhook, bare):
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+    bare_rps = sorted(r[0] for r in results["bare"])[ROUNDS // 2]
+    hook = sorted(results["webhook"])[ROUNDS // 2]
+    print(
+        f"review: 4-GPU VMI mutation, {len(body)} bytes; {ROUNDS} alternating rounds of {DURATION}, "
+        f"{CONNECTIONS} connections, servers on CPU 0, wrk on CPU 1"
+    )
+    print(f"bare ASGI app:    {bare_rps:8.0f} req/s (median)")
+    print(
+        f"gpuclass-webhook: {hook[0]:8.0f} req/s (median), p50 {hook[1]:.2f} ms, p99 {hook[2]:.2f} ms"
+    )
+    print(
+        f"throughput ratio: {hook[0] / bare_rps:.2f} (goal >= 0.5); p99 {hook[2]:.2f} ms (goal <= 5 ms)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
