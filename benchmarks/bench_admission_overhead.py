@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -39,6 +40,10 @@ def vmi(index: int, selection: str) -> dict[str, object]:
         },
         "spec": {"domain": {"devices": {}, "memory": {"guest": "1Gi"}}},
     }
+
+
+def patched(stored: dict[str, Any]) -> bool:
+    return bool(stored["spec"]["domain"]["devices"].get("gpus"))
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -104,26 +109,16 @@ def main() -> int:
                 registered = block % 2 == 0
                 if registered:
                     WebhookRegistry(api).register(hooks)
-                    eventually(
-                        lambda: bool(
-                            api.create(vmi(10**6 + block, selection), dryRun="All")["spec"][
-                                "domain"
-                            ]["devices"].get("gpus")
-                        ),
-                        timeout=30,
-                        what="webhook active",
-                    )
                 else:
                     WebhookRegistry(api).remove(hooks)
-                    eventually(
-                        lambda: (
-                            not api.create(vmi(10**6 + block, selection), dryRun="All")["spec"][
-                                "domain"
-                            ]["devices"].get("gpus")
-                        ),
-                        timeout=30,
-                        what="webhook gone",
-                    )
+                probe = vmi(10**6 + block, selection)
+                eventually(
+                    lambda probe=probe, want=registered: (
+                        patched(api.create(probe, dryRun="All")) == want
+                    ),
+                    timeout=30,
+                    what="webhook registration in effect",
+                )
                 for _ in range(BLOCK):
                     index += 1
                     started = time.perf_counter()
