@@ -29,9 +29,17 @@ from tests.webhook_process import WebhookProcess
 from webhook import paths
 
 CASES = list(golden_cases())
-ENDPOINT = {"VirtualMachineInstance": paths.MUTATE_VMIS, "Pod": paths.MUTATE_PODS, "GPUClass": paths.VALIDATE_GPUCLASSES}
+ENDPOINT = {
+    "VirtualMachineInstance": paths.MUTATE_VMIS,
+    "Pod": paths.MUTATE_PODS,
+    "GPUClass": paths.VALIDATE_GPUCLASSES,
+}
 OBJECT_ARGS = [a for p in OBJECTS for a in ("--objects", p)]
-VMI_BODY = next(c for c in CASES if c.name == "vmi-4.6-whole-gpu-resolved").folder.joinpath("request.json").read_bytes()
+VMI_BODY = (
+    next(c for c in CASES if c.name == "vmi-4.6-whole-gpu-resolved")
+    .folder.joinpath("request.json")
+    .read_bytes()
+)
 
 
 @cache
@@ -41,20 +49,28 @@ def catalog(vgpu_entitled: bool) -> Catalog:
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[bool, WebhookProcess]]:
-    entitled = WebhookProcess([*OBJECT_ARGS, "--vgpu-entitled"], tls_dir=tmp_path_factory.mktemp("tls-on"))
+    entitled = WebhookProcess(
+        [*OBJECT_ARGS, "--vgpu-entitled"], tls_dir=tmp_path_factory.mktemp("tls-on")
+    )
     plain = WebhookProcess(OBJECT_ARGS, tls_dir=tmp_path_factory.mktemp("tls-off"))
     yield {True: entitled, False: plain}
     for server in (entitled, plain):
         assert server.stop() == 0, "webhook must exit cleanly on SIGTERM"
 
 
-def post(server: WebhookProcess, path: str, content: bytes, content_type: str = "application/json") -> httpx.Response:
+def post(
+    server: WebhookProcess, path: str, content: bytes, content_type: str = "application/json"
+) -> httpx.Response:
     with httpx.Client(verify=ssl.create_default_context(cafile=server.ca), timeout=10) as client:
-        return client.post(server.url + path, content=content, headers={"content-type": content_type})
+        return client.post(
+            server.url + path, content=content, headers={"content-type": content_type}
+        )
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_fixture_answer_is_byte_for_byte_the_cli_answer(case: GoldenCase, servers: dict[bool, WebhookProcess]) -> None:
+def test_fixture_answer_is_byte_for_byte_the_cli_answer(
+    case: GoldenCase, servers: dict[bool, WebhookProcess]
+) -> None:
     server = servers[case.vgpu_entitled]
     path = ENDPOINT[case.request["request"]["kind"]["kind"]]
     response = post(server, path, (case.folder / "request.json").read_bytes())
@@ -69,25 +85,40 @@ BAD_BODIES = [
     pytest.param(b"", "application/json", 400, id="empty"),
     pytest.param(b"{}", "application/json", 400, id="json-not-a-review"),
     pytest.param(b"[1, 2]", "application/json", 400, id="json-list"),
-    pytest.param(json.dumps({"apiVersion": "admission.k8s.io/v2", "kind": "AdmissionReview", "request": {}}).encode(),
-                 "application/json", 400, id="unknown-api-version"),
-    pytest.param(json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).encode(),
-                 "application/json", 400, id="no-request"),
-    pytest.param(b'{"apiVersion": "admission.k8s.io/v1"}', "text/plain", 400, id="wrong-content-type"),
+    pytest.param(
+        json.dumps(
+            {"apiVersion": "admission.k8s.io/v2", "kind": "AdmissionReview", "request": {}}
+        ).encode(),
+        "application/json",
+        400,
+        id="unknown-api-version",
+    ),
+    pytest.param(
+        json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).encode(),
+        "application/json",
+        400,
+        id="no-request",
+    ),
+    pytest.param(
+        b'{"apiVersion": "admission.k8s.io/v1"}', "text/plain", 400, id="wrong-content-type"
+    ),
     pytest.param(b" " * (8 * 1024 * 1024), "application/json", 413, id="8-MiB-body"),
 ]
 
 
 @pytest.mark.parametrize(("body", "content_type", "status"), BAD_BODIES)
-def test_bad_bodies_get_a_json_client_error(body: bytes, content_type: str, status: int,
-                                            servers: dict[bool, WebhookProcess]) -> None:
+def test_bad_bodies_get_a_json_client_error(
+    body: bytes, content_type: str, status: int, servers: dict[bool, WebhookProcess]
+) -> None:
     response = post(servers[True], paths.MUTATE_VMIS, body, content_type)
     assert response.status_code == status
     assert response.json()["status"] == status
     assert response.json()["error"]
 
 
-def test_a_review_of_another_kind_is_refused_by_the_endpoint(servers: dict[bool, WebhookProcess]) -> None:
+def test_a_review_of_another_kind_is_refused_by_the_endpoint(
+    servers: dict[bool, WebhookProcess],
+) -> None:
     pod_case = next(c for c in CASES if c.name == "pod-launcher-gets-class-tolerations")
     response = post(servers[True], paths.MUTATE_VMIS, json.dumps(pod_case.request).encode())
     assert response.status_code == 400
@@ -96,8 +127,13 @@ def test_a_review_of_another_kind_is_refused_by_the_endpoint(servers: dict[bool,
 
 def test_server_survives_bad_input_and_logs_no_payload(servers: dict[bool, WebhookProcess]) -> None:
     secret = "TOKEN-" + "x" * 20
-    body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                       "request": {"uid": "u", "kind": {"kind": "Secret"}, "object": {"data": {"t": secret}}}})
+    body = json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {"uid": "u", "kind": {"kind": "Secret"}, "object": {"data": {"t": secret}}},
+        }
+    )
     assert post(servers[True], paths.MUTATE_PODS, body.encode()).status_code == 400
     assert post(servers[True], paths.MUTATE_VMIS, VMI_BODY).status_code == 200
     assert all(secret not in line for line in servers[True].lines)
@@ -120,7 +156,11 @@ def test_one_decision_log_line_per_request(servers: dict[bool, WebhookProcess]) 
     case = next(c for c in CASES if c.name == "vmi-4.3-class-not-found")
     post(servers[True], paths.MUTATE_VMIS, json.dumps(case.request).encode())
     time.sleep(0.2)
-    lines = [e for e in servers[True].logs() if e.get("msg") == "admission" and e.get("uid") == case.request["request"]["uid"]]
+    lines = [
+        e
+        for e in servers[True].logs()
+        if e.get("msg") == "admission" and e.get("uid") == case.request["request"]["uid"]
+    ]
     assert lines, "expected a decision log line"
     entry = lines[-1]
     assert entry["allowed"] is False and entry["causes"] == ["ClassNotFound"]
@@ -131,19 +171,28 @@ def test_one_decision_log_line_per_request(servers: dict[bool, WebhookProcess]) 
 def test_objects_are_reloaded_when_files_change(tmp_path: Path) -> None:
     objects = tmp_path / "objects"
     shutil.copytree(OBJECTS[0], objects)
-    server = WebhookProcess(["--objects", str(objects), "--objects-poll-seconds", "0.2"], tls_dir=tmp_path / "tls")
+    server = WebhookProcess(
+        ["--objects", str(objects), "--objects-poll-seconds", "0.2"], tls_dir=tmp_path / "tls"
+    )
     try:
         case = next(c for c in CASES if c.name == "vmi-4.3-class-not-found")
         body = json.dumps(case.request).encode()
         assert post(server, paths.MUTATE_VMIS, body).json()["response"]["allowed"] is False
         (objects / "catalog" / "no-such-class.yaml").write_text(
-            (objects / "catalog" / "example-whole-gpu.yaml").read_text()
+            (objects / "catalog" / "example-whole-gpu.yaml")
+            .read_text()
             .replace("name: example-whole-gpu", "name: no-such-class")
-            .replace("example.com/whole-gpu", "example.com/new-whole-gpu"))
+            .replace("example.com/whole-gpu", "example.com/new-whole-gpu")
+        )
         (objects / "cluster" / "kubevirt.yaml").write_text(
-            (objects / "cluster" / "kubevirt.yaml").read_text().replace(
-                "resourceName: example.com/whole-gpu}", "resourceName: example.com/whole-gpu}\n"
-                "        - {pciVendorSelector: \"10DE:FFFE\", resourceName: example.com/new-whole-gpu}"))
+            (objects / "cluster" / "kubevirt.yaml")
+            .read_text()
+            .replace(
+                "resourceName: example.com/whole-gpu}",
+                "resourceName: example.com/whole-gpu}\n"
+                '        - {pciVendorSelector: "10DE:FFFE", resourceName: example.com/new-whole-gpu}',
+            )
+        )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if post(server, paths.MUTATE_VMIS, body).json()["response"]["allowed"]:
@@ -160,7 +209,10 @@ def _served_certificate(url: str, ca: str) -> bytes:
     context = ssl.create_default_context(cafile=ca)
     import socket
 
-    with socket.create_connection((host, int(port)), timeout=5) as raw, context.wrap_socket(raw, server_hostname=host) as tls:
+    with (
+        socket.create_connection((host, int(port)), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=host) as tls,
+    ):
         der = tls.getpeercert(binary_form=True)
     assert der is not None
     return der
@@ -173,13 +225,30 @@ def test_certificate_files_replaced_under_a_running_server(tmp_path: Path) -> No
     live.mkdir()
     shutil.copy(first.cert, live / "tls.crt")
     shutil.copy(first.key, live / "tls.key")
-    server = WebhookProcess([*OBJECT_ARGS, "--tls-cert-file", str(live / "tls.crt"), "--tls-key-file",
-                             str(live / "tls.key"), "--tls-reload-seconds", "0.2"], tls_dir=live)
+    server = WebhookProcess(
+        [
+            *OBJECT_ARGS,
+            "--tls-cert-file",
+            str(live / "tls.crt"),
+            "--tls-key-file",
+            str(live / "tls.key"),
+            "--tls-reload-seconds",
+            "0.2",
+        ],
+        tls_dir=live,
+    )
     body = VMI_BODY
     try:
-        old_client = httpx.Client(verify=ssl.create_default_context(cafile=str(first.ca)), timeout=10)
+        old_client = httpx.Client(
+            verify=ssl.create_default_context(cafile=str(first.ca)), timeout=10
+        )
         headers = {"content-type": "application/json"}
-        assert old_client.post(server.url + paths.MUTATE_VMIS, content=body, headers=headers).status_code == 200
+        assert (
+            old_client.post(
+                server.url + paths.MUTATE_VMIS, content=body, headers=headers
+            ).status_code
+            == 200
+        )
         shutil.copy(second.key, live / "tls.key.new")
         shutil.copy(second.cert, live / "tls.crt.new")
         (live / "tls.key.new").replace(live / "tls.key")
@@ -196,10 +265,22 @@ def test_certificate_files_replaced_under_a_running_server(tmp_path: Path) -> No
         else:
             pytest.fail("the replaced certificate was not served")
         # The connection opened before the rotation still works (kept alive, not dropped).
-        assert old_client.post(server.url + paths.MUTATE_VMIS, content=body, headers=headers).status_code == 200
+        assert (
+            old_client.post(
+                server.url + paths.MUTATE_VMIS, content=body, headers=headers
+            ).status_code
+            == 200
+        )
         old_client.close()
-        with httpx.Client(verify=ssl.create_default_context(cafile=str(second.ca)), timeout=10) as new_client:
-            assert new_client.post(server.url + paths.MUTATE_VMIS, content=body, headers=headers).status_code == 200
+        with httpx.Client(
+            verify=ssl.create_default_context(cafile=str(second.ca)), timeout=10
+        ) as new_client:
+            assert (
+                new_client.post(
+                    server.url + paths.MUTATE_VMIS, content=body, headers=headers
+                ).status_code
+                == 200
+            )
         assert server.proc.poll() is None
     finally:
         server.stop()

@@ -20,15 +20,24 @@ from webhook.state import ClusterState
 
 
 def gpuclass(name: str, resource: str, rv: str = "1") -> RawObject:
-    return {"kind": "GPUClass", "metadata": {"name": name, "resourceVersion": rv},
-            "spec": {"vendor": "v", "model": "m", "mode": "passthrough",
-                     "source": {"devicePlugin": {"resourceName": resource}}}}
+    return {
+        "kind": "GPUClass",
+        "metadata": {"name": name, "resourceVersion": rv},
+        "spec": {
+            "vendor": "v",
+            "model": "m",
+            "mode": "passthrough",
+            "source": {"devicePlugin": {"resourceName": resource}},
+        },
+    }
 
 
 class ScriptedSource:
     """Each list() returns the next listing; each watch() replays the next script of events, then ends."""
 
-    def __init__(self, name: str, listings: list[list[RawObject]], watches: list[list[Any]]) -> None:
+    def __init__(
+        self, name: str, listings: list[list[RawObject]], watches: list[list[Any]]
+    ) -> None:
         self.name = name
         self.listings = listings
         self.watches = watches
@@ -69,12 +78,23 @@ async def run_until(state: ClusterState, condition: Any, timeout: float = 5.0) -
 
 
 def make_state(classes: ScriptedSource, restarts: list[tuple[str, str]]) -> ClusterState:
-    kubevirt = {"kind": "KubeVirt", "metadata": {"name": "kv", "namespace": "cozy-kubevirt"},
-                "spec": {"configuration": {"permittedHostDevices": {"pciHostDevices": [{"resourceName": "x.com/a"}]}}}}
+    kubevirt = {
+        "kind": "KubeVirt",
+        "metadata": {"name": "kv", "namespace": "cozy-kubevirt"},
+        "spec": {
+            "configuration": {
+                "permittedHostDevices": {"pciHostDevices": [{"resourceName": "x.com/a"}]}
+            }
+        },
+    }
     return ClusterState(
-        [classes, static("namespaces", [{"metadata": {"name": "tenant-a", "labels": {"l": "v"}}}]),
-         static("kubevirts", [kubevirt])],
-        Policy(), on_restart=lambda resource, reason: restarts.append((resource, reason)),
+        [
+            classes,
+            static("namespaces", [{"metadata": {"name": "tenant-a", "labels": {"l": "v"}}}]),
+            static("kubevirts", [kubevirt]),
+        ],
+        Policy(),
+        on_restart=lambda resource, reason: restarts.append((resource, reason)),
     )
 
 
@@ -88,10 +108,16 @@ def test_not_synced_until_every_resource_listed() -> None:
 
 
 def test_watch_events_update_the_catalog() -> None:
-    source = ScriptedSource("gpuclasses", [[gpuclass("a", "x.com/a")]], [[
-        ("ADDED", gpuclass("b", "x.com/b", "101")),
-        ("DELETED", gpuclass("a", "x.com/a", "102")),
-    ]])
+    source = ScriptedSource(
+        "gpuclasses",
+        [[gpuclass("a", "x.com/a")]],
+        [
+            [
+                ("ADDED", gpuclass("b", "x.com/b", "101")),
+                ("DELETED", gpuclass("a", "x.com/a", "102")),
+            ]
+        ],
+    )
     state = make_state(source, [])
     asyncio.run(run_until(state, lambda: set(state.catalog.offers) == {"b"}))
 
@@ -112,7 +138,8 @@ def test_expired_watch_relists_from_scratch() -> None:
 
 def test_dropped_watch_backs_off_and_relists() -> None:
     source = ScriptedSource(
-        "gpuclasses", [[gpuclass("a", "x.com/a")], [gpuclass("d", "x.com/d")]],
+        "gpuclasses",
+        [[gpuclass("a", "x.com/a")], [gpuclass("d", "x.com/d")]],
         [[ConnectionResetError("connection dropped")]],
     )
     restarts: list[tuple[str, str]] = []
@@ -123,10 +150,14 @@ def test_dropped_watch_backs_off_and_relists() -> None:
 
 
 def test_watch_resumes_from_the_last_version_seen() -> None:
-    source = ScriptedSource("gpuclasses", [[gpuclass("a", "x.com/a")]], [
-        [("ADDED", gpuclass("b", "x.com/b", "150"))],  # ends normally (server-side timeout)
-        [("ADDED", gpuclass("e", "x.com/e", "160"))],
-    ])
+    source = ScriptedSource(
+        "gpuclasses",
+        [[gpuclass("a", "x.com/a")]],
+        [
+            [("ADDED", gpuclass("b", "x.com/b", "150"))],  # ends normally (server-side timeout)
+            [("ADDED", gpuclass("e", "x.com/e", "160"))],
+        ],
+    )
     state = make_state(source, [])
     asyncio.run(run_until(state, lambda: "e" in state.catalog.offers))
     assert source.watch_versions[:2] == ["100", "150"]

@@ -17,7 +17,9 @@ WEBHOOK = Path(sys.executable).with_name("gpuclass-webhook")
 
 
 class WebhookProcess:
-    def __init__(self, args: list[str], *, tls_dir: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, args: list[str], *, tls_dir: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.tls_dir = tls_dir
         self.lines: list[str] = []
         self.port = 0
@@ -26,8 +28,13 @@ class WebhookProcess:
         if "--tls-cert-file" not in args:
             command += ["--tls-dir", str(tls_dir)]
         self.proc = subprocess.Popen(
-            command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, **(env or {})}, start_new_session=True,
+            command,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
         )
         assert self.proc.stderr is not None
         threading.Thread(target=self._read, args=(self.proc.stderr,), daemon=True).start()
