@@ -1,0 +1,213 @@
+"""The chart against a real kube-apiserver: it applies, and its Secret policy holds.
+
+Every object the chart renders with default values passes a server-side dry run;
+the CRD, RBAC and the licence-copy ValidatingAdmissionPolicy are applied for
+real, and requests made *as the reconciler's service account* show that the
+policy lets through only our labelled `gpuclass-license-*` copies (CONTRACT.md
+section 6: RBAC cannot express that, the policy can).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+
+import pytest
+
+from tests.chart_helpers import of_kind, render_objects
+from tests.controlplane.api import Api, ApiError, RawObject
+from tests.controlplane.cluster import ControlPlane, eventually, unique_name
+
+NAMESPACE = "cozy-system"
+RECONCILER = f"system:serviceaccount:{NAMESPACE}:gpuclass-reconciler"
+MANAGED = {"app.kubernetes.io/managed-by": "gpuclass"}
+WORKLOAD_KINDS = {"Deployment", "Job", "Pod"}
+
+
+@pytest.fixture(scope="module")
+def chart(control_plane: ControlPlane) -> list[RawObject]:
+    objects = render_objects()
+    # Both namespaces exist in a Cozystack cluster before gpuclass is installed.
+    control_plane.admin.apply(
+        [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}
+            for n in (NAMESPACE, "cozy-kubevirt")
+        ]
+    )
+    return objects
+
+
+@pytest.fixture(scope="module")
+def reconciler(control_plane: ControlPlane, chart: list[RawObject]) -> Iterator[Api]:
+    """The chart's RBAC and policy applied for real; a client acting as the reconciler's SA."""
+    admin = control_plane.admin
+    kinds = {
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
+    admin.apply([o for o in chart if o["kind"] in kinds])
+    user = control_plane.user(
+        RECONCILER, ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}"]
+    )
+    api = user.api()
+    # The policy reaches the API server's admission chain asynchronously.
+    probe = secret(unique_name("not-ours"), "tenant-policy-probe", labels=MANAGED)
+    admin.apply(
+        [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tenant-policy-probe"}}]
+    )
+    eventually(lambda: _refused(api, probe), timeout=30, what="licence-copy policy in effect")
+    yield api
+    api.close()
+
+
+def secret(name: str, namespace: str, *, labels: dict[str, str] | None = None) -> RawObject:
+    meta: RawObject = {"name": name, "namespace": namespace}
+    if labels is not None:
+        meta["labels"] = dict(labels)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta,
+        "type": "Opaque",
+        "data": {"gridd.conf": "RmVhdHVyZVR5cGU9MQo="},
+    }
+
+
+def _refused(api: Api, obj: RawObject) -> bool:
+    try:
+        api.create(obj, dryRun="All")
+    except ApiError as exc:
+        return exc.status_code == 403 and "gpuclass-licence-copies" in exc.body.get("message", "")
+    return False
+
+
+def test_every_rendered_object_passes_a_server_side_dry_run(
+    control_plane: ControlPlane, chart: list[RawObject]
+) -> None:
+    admin = control_plane.admin
+    admin.apply([o for o in chart if o["kind"] == "CustomResourceDefinition"])
+    failures = []
+    for obj in chart:
+        try:
+            admin.create(obj, dryRun="All")
+        except ApiError as exc:
+            if exc.status_code != 409:  # already exists (the CRD) is fine
+                failures.append(f"{obj['kind']}/{obj['metadata']['name']}: {exc}")
+    assert not failures, "\n".join(failures)
+    assert {o["kind"] for o in chart} >= {
+        "Deployment",
+        "Service",
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+    }
+
+
+def test_crd_from_the_chart_shows_printer_columns(
+    control_plane: ControlPlane, chart: list[RawObject]
+) -> None:
+    admin = control_plane.admin
+    crd = of_kind(chart, "CustomResourceDefinition")[0]
+    columns = [c["name"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]]
+    table = "application/json;as=Table;v=v1;g=meta.k8s.io"
+    # Re-applying the CRD re-initialises its storage for a moment (429 until it is served again).
+    response = eventually(
+        lambda: (
+            (
+                r := admin.request("GET", "/apis/cozystack.io/v1alpha1/gpuclasses", accept=table)
+            ).status_code
+            == 200
+            and r
+        ),
+        timeout=30,
+        what="gpuclasses served",
+    )
+    shown = [c["name"] for c in response.json()["columnDefinitions"]]
+    assert shown[0] == "Name" and shown[1:] == columns
+
+
+@pytest.mark.parametrize(
+    ("name", "labels", "allowed"),
+    [
+        pytest.param("gpuclass-license-ours", MANAGED, True, id="our-labelled-copy-created"),
+        pytest.param(
+            "gpuclass-license-unlabelled", None, False, id="our-name-without-label-refused"
+        ),
+        pytest.param("someone-elses-secret", MANAGED, False, id="other-name-with-label-refused"),
+        pytest.param(
+            "gpuclass-license-wrong-value",
+            {"app.kubernetes.io/managed-by": "helm"},
+            False,
+            id="label-other-value-refused",
+        ),
+    ],
+)
+def test_reconciler_may_create_only_labelled_copies(
+    control_plane: ControlPlane,
+    reconciler: Api,
+    name: str,
+    labels: dict[str, str] | None,
+    allowed: bool,
+) -> None:
+    namespace = unique_name("tenant-vap")
+    control_plane.admin.apply(
+        [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}]
+    )
+    obj = secret(name, namespace, labels=labels)
+    if allowed:
+        stored = reconciler.create(obj)
+        assert stored["metadata"]["labels"] == MANAGED
+    else:
+        with pytest.raises(ApiError) as info:
+            reconciler.create(obj)
+        assert info.value.status_code == 403
+        assert control_plane.admin.get("v1", "Secret", name, namespace=namespace) is None
+
+
+def test_reconciler_cannot_take_over_or_delete_a_foreign_secret(
+    control_plane: ControlPlane, reconciler: Api
+) -> None:
+    namespace = unique_name("tenant-vap")
+    admin = control_plane.admin
+    admin.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}])
+    foreign = admin.create(secret("gpuclass-license-foreign", namespace))  # our name, not our label
+    takeover = copy.deepcopy(foreign)
+    takeover["metadata"]["labels"] = dict(MANAGED)
+    with pytest.raises(ApiError) as info:
+        reconciler.call("PUT", reconciler.object_path(takeover), body=takeover)
+    assert info.value.status_code == 403
+    with pytest.raises(ApiError) as info:
+        reconciler.delete(foreign)
+    assert info.value.status_code == 403
+    assert admin.get("v1", "Secret", "gpuclass-license-foreign", namespace=namespace) is not None
+
+
+def test_reconciler_updates_and_deletes_its_own_copies(
+    control_plane: ControlPlane, reconciler: Api
+) -> None:
+    namespace = unique_name("tenant-vap")
+    control_plane.admin.apply(
+        [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}]
+    )
+    ours = reconciler.create(secret("gpuclass-license-mine", namespace, labels=MANAGED))
+    ours["data"]["gridd.conf"] = "RmVhdHVyZVR5cGU9NAo="
+    updated = reconciler.call("PUT", reconciler.object_path(ours), body=ours)
+    assert updated["data"]["gridd.conf"] == "RmVhdHVyZVR5cGU9NAo="
+    dropping = copy.deepcopy(updated)
+    dropping["metadata"]["labels"] = {}
+    with pytest.raises(ApiError) as info:  # a copy may not shed its label
+        reconciler.call("PUT", reconciler.object_path(dropping), body=dropping)
+    assert info.value.status_code == 403
+    assert reconciler.delete(updated) is True
+
+
+def test_policy_leaves_other_users_alone(control_plane: ControlPlane, reconciler: Api) -> None:
+    namespace = unique_name("tenant-vap")
+    admin = control_plane.admin
+    admin.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}])
+    assert admin.create(secret("anything-else", namespace))["metadata"]["name"] == "anything-else"
