@@ -71,3 +71,7 @@ class WebhookMetrics:
             ["resource", "reason"],
             registry=r,
         )
+        # Series exist from the start so that rate()/increase() and dashboards show 0, not nothing.
+        for resource in ("gpuclasses", "namespaces", "kubevirts"):
+            for reason in ("expired", "error"):
+                self.watch_restarts.labels(resource, reason)
