@@ -101,7 +101,7 @@ def render_response(decision: Decision, *, uid: str, api_version: str) -> dict[s
                 ]
             },
         }
-    warnings = [clip_warning(w) for w in dict.fromkeys(decision.warnings)]
+    warnings = list(dict.fromkeys(clip_warning(w) for w in decision.warnings))
     if warnings:
         response["warnings"] = warnings
     return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}

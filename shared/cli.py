@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +155,9 @@ def run_status(args: argparse.Namespace) -> int:
     except LoadError as exc:
         print(f"gpuclass status: {exc}", file=sys.stderr)
         return 2
+    # Computed from the objects, never read from them (CONTRACT.md 7): drop any stored status,
+    # whose conditions would otherwise lend their lastTransitionTime to the output.
+    snapshot.classes = {n: replace(r, status=None) for n, r in snapshot.classes.items()}
     statuses = compute_all(snapshot, licence_namespace=args.licence_namespace, now=now_rfc3339())
     items = [{"name": name, "status": status} for name, status in statuses.items()]
     sys.stdout.buffer.write(orjson.dumps({"items": items}, option=orjson.OPT_INDENT_2) + b"\n")

@@ -1,0 +1,238 @@
+"""Reading `--objects` files (shared/runtime/loader.py): formats, folders, lists, errors, redaction."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.availability import conflict_winners
+from shared.runtime.loader import (
+    LoadError,
+    files_under,
+    iter_named_objects,
+    iter_objects,
+    load_snapshot,
+)
+from shared.snapshot import Redacted
+
+TOKEN = "c2VjcmV0LXRva2VuLXZhbHVl"  # base64 of a made-up token
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def kinds_and_names(path: Path) -> list[tuple[Any, Any]]:
+    return [(o.get("kind"), o.get("metadata", {}).get("name")) for o in iter_objects(path)]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        pytest.param(
+            "multi.yaml",
+            "kind: Node\nmetadata: {name: a}\n---\nkind: Node\nmetadata: {name: b}\n",
+            [("Node", "a"), ("Node", "b")],
+            id="multi-document-yaml",
+        ),
+        pytest.param(
+            "empty-docs.yaml",
+            "---\n---\nkind: Node\nmetadata: {name: a}\n---\n# only a comment\n---\n",
+            [("Node", "a")],
+            id="empty-documents-skipped",
+        ),
+        pytest.param("empty.yaml", "", [], id="empty-file"),
+        pytest.param(
+            "list.yaml",
+            "apiVersion: v1\nkind: List\nitems:\n- {kind: Node, metadata: {name: a}}\n- {kind: Pod, metadata: {name: p}}\n",
+            [("Node", "a"), ("Pod", "p")],
+            id="kind-list",
+        ),
+        pytest.param(
+            "nodelist.yaml",
+            "apiVersion: v1\nkind: NodeList\nitems:\n- {metadata: {name: a}}\n- {metadata: {name: b}}\n",
+            [("Node", "a"), ("Node", "b")],
+            id="nodelist-items-get-their-kind",
+        ),
+        pytest.param(
+            "empty-list.yaml",
+            "apiVersion: v1\nkind: List\nitems: null\n",
+            [],
+            id="list-with-null-items",
+        ),
+        pytest.param(
+            "list.json",
+            json.dumps(
+                {"kind": "List", "items": [{"kind": "Namespace", "metadata": {"name": "tenant-a"}}]}
+            ),
+            [("Namespace", "tenant-a")],
+            id="json-list",
+        ),
+        pytest.param(
+            "one.json",
+            json.dumps({"kind": "Node", "metadata": {"name": "a"}}),
+            [("Node", "a")],
+            id="json-object",
+        ),
+        pytest.param(
+            "mixed.yaml",
+            "kind: List\nitems: [{kind: Node, metadata: {name: a}}]\n---\nkind: Pod\nmetadata: {name: p}\n",
+            [("Node", "a"), ("Pod", "p")],
+            id="list-and-object-documents",
+        ),
+    ],
+)
+def test_formats(tmp_path: Path, name: str, text: str, expected: list[tuple[str, str]]) -> None:
+    assert kinds_and_names(write(tmp_path / name, text)) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        pytest.param(
+            "bad.yaml", "kind: Node\nmetadata: {name: a\n", "not valid YAML", id="invalid-yaml"
+        ),
+        pytest.param("bad.json", '{"kind": "Node",', "not valid JSON", id="invalid-json"),
+        pytest.param(
+            "scalar.yaml", "just a string\n", "must be a Kubernetes object", id="scalar-document"
+        ),
+        pytest.param(
+            "list-doc.yaml", "- kind: Node\n", "must be a Kubernetes object", id="list-document"
+        ),
+        pytest.param(
+            "items.yaml",
+            "kind: List\nitems: {a: 1}\n",
+            "items of a List must be a list",
+            id="items-not-list",
+        ),
+    ],
+)
+def test_errors_name_the_file(tmp_path: Path, name: str, text: str, message: str) -> None:
+    path = write(tmp_path / name, text)
+    with pytest.raises(LoadError) as info:
+        load_snapshot([path])
+    assert str(info.value).startswith(f"{path}: ")
+    assert message in str(info.value)
+
+
+def test_missing_path_is_a_load_error(tmp_path: Path) -> None:
+    with pytest.raises(LoadError, match="no such file or folder"):
+        load_snapshot([tmp_path / "absent.yaml"])
+
+
+def test_folders_are_read_recursively_in_order_by_suffix(tmp_path: Path) -> None:
+    write(tmp_path / "b" / "nodes.yaml", "kind: Node\nmetadata: {name: n2}\n")
+    write(tmp_path / "a.json", json.dumps({"kind": "Node", "metadata": {"name": "n1"}}))
+    write(tmp_path / "c.yml", "kind: Node\nmetadata: {name: n3}\n")
+    write(tmp_path / "README.md", "kind: Node\nmetadata: {name: ignored}\n")
+    write(tmp_path / "notes.txt", "not yaml: [")
+    assert [p.name for p in files_under([tmp_path])] == ["a.json", "nodes.yaml", "c.yml"]
+    assert [n.name for n in load_snapshot([tmp_path]).nodes] == ["n1", "n2", "n3"]
+
+
+def test_explicit_file_with_any_suffix_is_read_as_yaml(tmp_path: Path) -> None:
+    path = write(tmp_path / "cluster.txt", "kind: Node\nmetadata: {name: n1}\n")
+    assert [n.name for n in load_snapshot([path]).nodes] == ["n1"]
+
+
+def test_paths_named_with_their_objects(tmp_path: Path) -> None:
+    one = write(tmp_path / "one.yaml", "kind: Node\nmetadata: {name: a}\n")
+    two = write(tmp_path / "two.yaml", "kind: Node\nmetadata: {name: b}\n")
+    assert [(p, o["metadata"]["name"]) for p, o in iter_named_objects([one, two])] == [
+        (one, "a"),
+        (two, "b"),
+    ]
+
+
+def test_every_supported_kind_lands_in_the_snapshot(tmp_path: Path) -> None:
+    write(
+        tmp_path / "all.yaml",
+        """\
+kind: GPUClass
+metadata: {name: c}
+spec: {vendor: v, model: m, mode: passthrough, source: {devicePlugin: {resourceName: example.com/gpu}}}
+---
+kind: Node
+metadata: {name: n}
+status: {allocatable: {example.com/gpu: "2"}}
+---
+kind: Pod
+metadata: {name: p, namespace: t}
+spec: {nodeName: n, containers: [{name: c, resources: {limits: {example.com/gpu: "1"}}}]}
+status: {phase: Running}
+---
+kind: KubeVirt
+metadata: {name: kv, namespace: cozy-kubevirt}
+spec: {configuration: {permittedHostDevices: {pciHostDevices: [{resourceName: example.com/gpu}]}}}
+---
+kind: Namespace
+metadata: {name: tenant-a, labels: {gpu.cozystack.io/vgpu: "true"}}
+---
+kind: Secret
+metadata: {name: s, namespace: cozy-system}
+data: {client_configuration_token.tok: eA==}
+---
+kind: VirtualMachineInstance
+metadata: {name: vm, namespace: tenant-a}
+---
+kind: ConfigMap
+metadata: {name: ignored}
+""",
+    )
+    snapshot = load_snapshot([tmp_path])
+    assert list(snapshot.classes) == ["c"]
+    assert [n.allocatable for n in snapshot.nodes] == [{"example.com/gpu": 2}]
+    assert [(p.node, dict(p.requests)) for p in snapshot.pods] == [("n", {"example.com/gpu": 1})]
+    assert snapshot.permitted == frozenset({"example.com/gpu"})
+    assert snapshot.namespaces == {"tenant-a": {"gpu.cozystack.io/vgpu": "true"}}
+    assert list(snapshot.secrets) == [("cozy-system", "s")]
+    assert [(v.namespace, v.name) for v in snapshot.vmis] == [("tenant-a", "vm")]
+
+
+def test_unquoted_timestamps_stay_strings_as_in_kubernetes(tmp_path: Path) -> None:
+    # The API server's YAML decoder keeps them as strings; a datetime's str() would sort
+    # '2026-01-01 05:00:00+00:00' before '2026-01-01T01:00:00Z' and pick the wrong conflict winner.
+    write(
+        tmp_path / "classes.yaml",
+        """\
+kind: GPUClass
+metadata: {name: later, creationTimestamp: 2026-01-01T05:00:00Z}
+spec: {vendor: v, model: m, mode: passthrough, source: {devicePlugin: {resourceName: example.com/gpu}}}
+---
+kind: GPUClass
+metadata: {name: earlier, creationTimestamp: "2026-01-01T01:00:00Z"}
+spec: {vendor: v, model: m, mode: passthrough, source: {devicePlugin: {resourceName: example.com/gpu}}}
+""",
+    )
+    objects = list(iter_objects(tmp_path / "classes.yaml"))
+    assert objects[0]["metadata"]["creationTimestamp"] == "2026-01-01T05:00:00Z"
+    assert conflict_winners(load_snapshot([tmp_path]).classes) == {"example.com/gpu": "earlier"}
+
+
+def test_secret_values_are_redacted(tmp_path: Path) -> None:
+    write(
+        tmp_path / "secret.yaml",
+        f"kind: Secret\nmetadata: {{name: lic, namespace: cozy-system}}\ndata:\n  client_configuration_token.tok: {TOKEN}\n",
+    )
+    snapshot = load_snapshot([tmp_path])
+    record = snapshot.secrets[("cozy-system", "lic")]
+    value = record.data["client_configuration_token.tok"]
+    assert isinstance(value, Redacted)
+    assert value.reveal() == TOKEN
+    for shown in (
+        repr(value),
+        str(value),
+        repr(record),
+        str(record),
+        repr(snapshot),
+        f"{value}",
+        f"{record!r}",
+    ):
+        assert TOKEN not in shown
+    assert "<redacted>" in repr(record)
+    assert value == Redacted(TOKEN) and value != Redacted("other") and value != TOKEN

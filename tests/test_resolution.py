@@ -1,0 +1,836 @@
+"""VMI admission (CONTRACT.md section 4): each rule 4.1-4.8 and UPDATE, with exact operations and causes.
+
+The catalog is built here from raw objects, so every figure a row depends on is
+visible in this file: class `whole` (passthrough, 8 units on its largest host, at
+most 2 free on any Ready host), `capped` (maxCount 2), `fresh` (no node yet),
+`big` (maxCount 2000), the vGPU classes `lic` (licensed), `byol` and `byol2`, and
+the unavailable `gone` (deleting), `dup` (loses a conflict to `whole`),
+`unpermitted` and `broken` (invalid spec).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from shared.admission import Allowed, Decision, Denied
+from shared.catalog import Catalog, Policy, build_catalog
+from shared.resolution import admit_vmi
+from shared.snapshot import SnapshotBuilder
+
+ANN_KEY = "gpu.cozystack.io/classes"
+ANN = f"metadata.annotations[{ANN_KEY}]"
+TOL_W = {"key": "gpu.example.com/dedicated", "operator": "Exists", "effect": "NoSchedule"}
+TOL_F = {
+    "key": "gpu.example.com/new",
+    "operator": "Equal",
+    "value": "yes",
+    "effect": "NoExecute",
+    "tolerationSeconds": 30,
+}
+RES = {
+    "whole": "example.com/whole",
+    "capped": "example.com/capped",
+    "fresh": "example.com/fresh",
+    "big": "example.com/big",
+    "lic": "example.com/lic-vgpu",
+    "byol": "example.com/byol-vgpu",
+    "byol2": "example.com/byol2-vgpu",
+    "gone": "example.com/gone",
+    "unpermitted": "example.com/unpermitted",
+}
+LICENCE_VOLUME = {
+    "name": "gpulicense",
+    "secret": {"secretName": "gpuclass-license-lic", "volumeLabel": "GPULICENSE"},
+}
+LICENCE_DISK = {"name": "gpulicense", "serial": "GPULICENSE", "disk": {"bus": "virtio"}}
+
+
+def _class(name: str, resource: str, **spec: Any) -> dict[str, Any]:
+    meta = spec.pop("metadata", {})
+    body = {
+        "vendor": "example",
+        "model": "m",
+        "mode": "passthrough",
+        "source": {"devicePlugin": {"resourceName": resource}},
+    }
+    body.update(spec)
+    return {"kind": "GPUClass", "metadata": {"name": name, **meta}, "spec": body}
+
+
+def _node(
+    name: str, allocatable: dict[str, str], *, ready: str = "True", taints: list[Any] | None = None
+) -> dict[str, Any]:
+    return {
+        "kind": "Node",
+        "metadata": {"name": name},
+        "spec": {"taints": taints or []},
+        "status": {"conditions": [{"type": "Ready", "status": ready}], "allocatable": allocatable},
+    }
+
+
+VGPU = {"mode": "vgpu", "profile": "p"}
+OBJECTS: list[dict[str, Any]] = [
+    _class(
+        "whole",
+        RES["whole"],
+        tolerations=[TOL_W],
+        metadata={"creationTimestamp": "2026-01-01T00:00:00Z"},
+    ),
+    _class("dup", RES["whole"], metadata={"creationTimestamp": "2026-02-01T00:00:00Z"}),
+    _class("capped", RES["capped"], maxCount=2),
+    _class("fresh", RES["fresh"], tolerations=[TOL_F]),
+    _class("big", RES["big"], maxCount=2000),
+    _class("lic", RES["lic"], **VGPU, license={"secretName": "lic-src"}),
+    _class("byol", RES["byol"], **VGPU),
+    _class("byol2", RES["byol2"], **VGPU),
+    _class("gone", RES["gone"], metadata={"deletionTimestamp": "2026-06-01T00:00:00Z"}),
+    _class("unpermitted", RES["unpermitted"]),
+    _class("broken", "example.com/broken", mode="mig"),
+    _node(
+        "n1",
+        {RES["whole"]: "4"},
+        taints=[{"key": "gpu.example.com/dedicated", "value": "true", "effect": "NoSchedule"}],
+    ),
+    _node("n2", {RES["whole"]: "8"}, ready="False"),
+    _node(
+        "n3",
+        {
+            RES["lic"]: "8",
+            RES["byol"]: "8",
+            RES["byol2"]: "8",
+            RES["capped"]: "4",
+            RES["big"]: "2000",
+        },
+    ),
+    {
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "tenant-a"},
+        "spec": {
+            "nodeName": "n1",
+            "containers": [{"name": "c", "resources": {"limits": {RES["whole"]: "2"}}}],
+        },
+        "status": {"phase": "Running"},
+    },
+    {
+        "kind": "KubeVirt",
+        "metadata": {"name": "kubevirt", "namespace": "cozy-kubevirt"},
+        "spec": {
+            "configuration": {
+                "permittedHostDevices": {
+                    "pciHostDevices": [
+                        {"resourceName": RES[n]}
+                        for n in ("whole", "capped", "fresh", "big", "gone")
+                    ],
+                    "mediatedDevices": [{"resourceName": RES[n]} for n in ("lic", "byol", "byol2")],
+                }
+            }
+        },
+    },
+    {"kind": "Namespace", "metadata": {"name": "tenant-root"}},
+    {
+        "kind": "Namespace",
+        "metadata": {"name": "tenant-a", "labels": {"gpu.cozystack.io/vgpu": "true"}},
+    },
+    {"kind": "Namespace", "metadata": {"name": "tenant-c"}},
+]
+
+
+def catalog(*, vgpu_entitled: bool = True) -> Catalog:
+    return build_catalog(
+        SnapshotBuilder().add_all(OBJECTS), Policy(vgpu_entitled=vgpu_entitled), figures="computed"
+    )
+
+
+CATALOG = catalog()
+
+
+def vmi(
+    selection: Any = None,
+    *,
+    namespace: str = "tenant-a",
+    raw: str | None = None,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    annotations = {"kubevirt.io/latest-observed-api-version": "v1"}
+    if raw is not None:
+        annotations[ANN_KEY] = raw
+    elif selection is not None:
+        annotations[ANN_KEY] = json.dumps(selection)
+    meta: dict[str, Any] = {"name": "vm", "namespace": namespace, "annotations": annotations}
+    if labels:
+        meta["labels"] = labels
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": meta,
+        "spec": {
+            "domain": {
+                "cpu": {"cores": 2},
+                "devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]},
+            },
+            "volumes": [{"name": "root", "containerDisk": {"image": "example.org/guest:1"}}],
+        },
+    }
+
+
+def cls(name: str, count: int | None = None) -> dict[str, Any]:
+    return {"className": name, **({"count": count} if count is not None else {})}
+
+
+def create(
+    obj: dict[str, Any], cat: Catalog = CATALOG, *, namespace: str | None = None
+) -> Decision:
+    ns = namespace if namespace is not None else obj["metadata"].get("namespace")
+    return admit_vmi({"operation": "CREATE", "namespace": ns, "object": obj}, cat)
+
+
+def update(obj: dict[str, Any], old: dict[str, Any], cat: Catalog = CATALOG) -> Decision:
+    return admit_vmi(
+        {"operation": "UPDATE", "namespace": "tenant-a", "object": obj, "oldObject": old}, cat
+    )
+
+
+def gpus(*resources: str) -> list[dict[str, str]]:
+    return [{"name": f"gpu{i}", "deviceName": r} for i, r in enumerate(resources, 1)]
+
+
+def ops_of(decision: Decision) -> list[dict[str, Any]]:
+    assert isinstance(decision, Allowed), decision
+    return list(decision.operations)
+
+
+def causes_of(decision: Decision) -> list[tuple[str, str, str]]:
+    assert isinstance(decision, Denied), decision
+    return [(c.field, c.kind, c.code) for c in decision.causes]
+
+
+def applied(obj: dict[str, Any], decision: Decision) -> dict[str, Any]:
+    result: dict[str, Any] = jsonpatch.apply_patch(obj, ops_of(decision))
+    return result
+
+
+def assert_reinvocation_is_a_no_op(obj: dict[str, Any], decision: Decision) -> None:
+    again = create(applied(obj, decision))
+    assert again == Allowed(
+        operations=(), warnings=decision.warnings if isinstance(decision, Allowed) else ()
+    )
+
+
+# 4.1: the annotation is a JSON list of class or raw entries, counts are JSON integers >= 1.
+
+
+def test_no_annotation_untouched() -> None:
+    assert create(vmi()) == Allowed()
+
+
+def test_empty_list_untouched() -> None:
+    assert create(vmi([])) == Allowed()
+
+
+@pytest.mark.parametrize(
+    ("obj", "causes"),
+    [
+        pytest.param(vmi(raw="[{className"), [(ANN, "invalid", "Invalid")], id="not-json"),
+        pytest.param(vmi({"className": "whole"}), [(ANN, "invalid", "Invalid")], id="not-a-list"),
+        pytest.param(
+            vmi([cls("whole", 0)]), [(f"{ANN}[0].count", "invalid", "Invalid")], id="count-zero"
+        ),
+        pytest.param(
+            vmi([{"className": "whole", "count": 2.0}]),
+            [(f"{ANN}[0].count", "invalid", "Invalid")],
+            id="count-float",
+        ),
+        pytest.param(
+            vmi([{"className": "whole", "count": "2"}]),
+            [(f"{ANN}[0].count", "invalid", "Invalid")],
+            id="count-string",
+        ),
+        pytest.param(
+            vmi([{"className": "whole", "count": True}]),
+            [(f"{ANN}[0].count", "invalid", "Invalid")],
+            id="count-bool",
+        ),
+        pytest.param(vmi([{"name": RES["whole"]}]), [(ANN, "invalid", "Invalid")], id="raw-only"),
+        pytest.param(
+            vmi([cls("whole"), {"name": RES["whole"]}]), [(ANN, "invalid", "Invalid")], id="mixed"
+        ),
+        pytest.param(
+            vmi([{"className": "whole", "cnt": 2}]),
+            [(f"{ANN}[0].cnt", "invalid", "Invalid")],
+            id="unknown-key",
+        ),
+    ],
+)
+def test_4_1_selection_refused(obj: dict[str, Any], causes: list[tuple[str, str, str]]) -> None:
+    decision = create(obj)
+    assert causes_of(decision) == causes
+    assert isinstance(decision, Denied) and decision.code == 422
+
+
+# 4.2: no other GPU request beside class entries.
+
+
+def test_4_2_gpus_beside_classes_refused() -> None:
+    obj = vmi([cls("whole")])
+    obj["spec"]["domain"]["devices"]["gpus"] = [{"name": "mine", "deviceName": RES["whole"]}]
+    assert causes_of(create(obj)) == [
+        ("spec.domain.devices.gpus", "invalid", "RawRequestBesideClasses")
+    ]
+
+
+def test_4_2_gpus_beside_classes_refused_even_for_a_foreign_resource() -> None:
+    obj = vmi([cls("whole")])
+    obj["spec"]["domain"]["devices"]["gpus"] = [{"name": "mine", "deviceName": "other.example/gpu"}]
+    assert causes_of(create(obj)) == [
+        ("spec.domain.devices.gpus", "invalid", "RawRequestBesideClasses")
+    ]
+
+
+def test_4_2_already_resolved_yields_no_operations() -> None:
+    obj = vmi([cls("whole", 2)])
+    obj["spec"]["domain"]["devices"]["gpus"] = gpus(RES["whole"], RES["whole"])
+    obj["spec"]["tolerations"] = [TOL_W]
+    assert create(obj) == Allowed()
+
+
+def test_4_2_resolved_gpus_but_missing_toleration_adds_only_the_toleration() -> None:
+    obj = vmi([cls("whole", 2)])
+    obj["spec"]["domain"]["devices"]["gpus"] = gpus(RES["whole"], RES["whole"])
+    assert ops_of(create(obj)) == [{"op": "add", "path": "/spec/tolerations", "value": [TOL_W]}]
+
+
+@pytest.mark.parametrize(
+    ("where", "resource", "path"),
+    [
+        pytest.param(
+            "hostDevices",
+            RES["lic"],
+            "spec.domain.devices.hostDevices[0].deviceName",
+            id="host-device-other-class",
+        ),
+        pytest.param(
+            "hostDevices",
+            RES["whole"],
+            "spec.domain.devices.hostDevices[0].deviceName",
+            id="host-device-same-class",
+        ),
+        pytest.param(
+            "requests",
+            RES["whole"],
+            f"spec.domain.resources.requests[{RES['whole']}]",
+            id="resources-requests",
+        ),
+        pytest.param(
+            "limits",
+            RES["byol"],
+            f"spec.domain.resources.limits[{RES['byol']}]",
+            id="resources-limits",
+        ),
+        pytest.param(
+            "requests",
+            RES["unpermitted"],
+            f"spec.domain.resources.requests[{RES['unpermitted']}]",
+            id="any-catalog-class",
+        ),
+    ],
+)
+def test_4_2_catalog_resource_requested_beside_classes(
+    where: str, resource: str, path: str
+) -> None:
+    obj = vmi([cls("whole")])
+    if where == "hostDevices":
+        obj["spec"]["domain"]["devices"]["hostDevices"] = [{"name": "hd", "deviceName": resource}]
+    else:
+        obj["spec"]["domain"]["resources"] = {where: {resource: "1", "memory": "1Gi"}}
+    assert causes_of(create(obj)) == [(path, "invalid", "RawRequestBesideClasses")]
+
+
+def test_4_2_foreign_host_device_beside_classes_is_fine() -> None:
+    obj = vmi([cls("whole")])
+    obj["spec"]["domain"]["devices"]["hostDevices"] = [
+        {"name": "nic", "deviceName": "example.org/sriov-nic"}
+    ]
+    obj["spec"]["domain"]["resources"] = {"requests": {"memory": "8Gi"}}
+    assert isinstance(create(obj), Allowed)
+
+
+# 4.3: the class exists, is not deleting, owns its resource and is permitted (403).
+
+
+@pytest.mark.parametrize(
+    ("name", "code", "text"),
+    [
+        pytest.param(
+            "no-such-class",
+            "ClassNotFound",
+            "class no-such-class is not in the catalog",
+            id="not-found",
+        ),
+        pytest.param("gone", "ClassDeleting", "class gone is being deleted", id="deleting"),
+        pytest.param(
+            "dup",
+            "ResourceNameConflict",
+            "class whole already uses its resource",
+            id="loses-conflict",
+        ),
+        pytest.param(
+            "unpermitted",
+            "ResourceNameNotPermitted",
+            "not permitted by KubeVirt",
+            id="not-permitted",
+        ),
+        pytest.param(
+            "broken", "ClassInvalid", "class broken has an invalid spec", id="invalid-spec"
+        ),
+    ],
+)
+def test_4_3_unavailable_class_refused(name: str, code: str, text: str) -> None:
+    decision = create(vmi([cls(name)]))
+    assert causes_of(decision) == [(f"{ANN}[0].className", "forbidden", code)]
+    assert isinstance(decision, Denied) and decision.code == 403
+    assert text in decision.causes[0].message
+
+
+def test_4_3_repeated_unavailable_class_reported_at_each_entry() -> None:
+    decision = create(vmi([cls("gone"), cls("whole"), cls("gone")]))
+    assert causes_of(decision) == [
+        (f"{ANN}[0].className", "forbidden", "ClassDeleting"),
+        (f"{ANN}[2].className", "forbidden", "ClassDeleting"),
+    ]
+
+
+def test_4_3_without_kubevirt_nothing_is_permitted() -> None:
+    objs = [o for o in OBJECTS if o["kind"] != "KubeVirt"]
+    cat = build_catalog(
+        SnapshotBuilder().add_all(objs), Policy(vgpu_entitled=True), figures="computed"
+    )
+    assert causes_of(create(vmi([cls("whole")]), cat)) == [
+        (f"{ANN}[0].className", "forbidden", "ResourceNameNotPermitted")
+    ]
+
+
+def test_policy_and_input_causes_together_are_422() -> None:
+    decision = create(vmi([cls("gone"), cls("whole", 0)]))
+    assert isinstance(decision, Denied)
+    assert {c.kind for c in decision.causes} == {"forbidden", "invalid"}
+    assert decision.code == 422
+
+
+# 4.4: totals per class within the effective maxCount; 1024 in all; one vGPU class.
+
+
+@pytest.mark.parametrize(
+    ("selection", "namespace", "causes"),
+    [
+        pytest.param(
+            [cls("whole", 8)], "tenant-a", [], id="passthrough-default-limit-is-max-units-per-node"
+        ),
+        pytest.param(
+            [cls("whole", 9)],
+            "tenant-a",
+            [(ANN, "MaxCountExceeded")],
+            id="passthrough-over-default-limit",
+        ),
+        pytest.param(
+            [cls("whole", 5), cls("whole", 4)],
+            "tenant-a",
+            [(ANN, "MaxCountExceeded")],
+            id="repeated-entries-add-up",
+        ),
+        pytest.param([cls("capped", 2)], "tenant-a", [], id="explicit-max-count"),
+        pytest.param(
+            [cls("capped", 3)],
+            "tenant-a",
+            [(ANN, "MaxCountExceeded")],
+            id="over-explicit-max-count",
+        ),
+        pytest.param([cls("fresh", 50)], "tenant-a", [], id="no-node-yet-no-limit"),
+        pytest.param(
+            [cls("byol", 2)], "tenant-a", [(ANN, "MaxCountExceeded")], id="vgpu-default-limit-one"
+        ),
+        pytest.param(
+            [cls("byol"), cls("byol")],
+            "tenant-a",
+            [(ANN, "MaxCountExceeded")],
+            id="repeated-vgpu-over-limit",
+        ),
+        pytest.param([cls("big", 1024)], "tenant-a", [], id="1024-units"),
+        pytest.param(
+            [cls("big", 1025)], "tenant-a", [(ANN, "TooManyUnits")], id="over-1024-one-class"
+        ),
+        pytest.param(
+            [cls("big", 1020), cls("whole", 5)],
+            "tenant-a",
+            [(ANN, "TooManyUnits")],
+            id="over-1024-across-classes",
+        ),
+        pytest.param(
+            [cls("byol"), cls("byol2")],
+            "tenant-root",
+            [(ANN, "MultipleVGPUClasses")],
+            id="two-vgpu-classes",
+        ),
+        pytest.param([cls("byol"), cls("whole")], "tenant-root", [], id="one-vgpu-and-passthrough"),
+    ],
+)
+def test_4_4_limits(selection: list[Any], namespace: str, causes: list[tuple[str, str]]) -> None:
+    decision = create(vmi(selection, namespace=namespace))
+    if causes:
+        assert isinstance(decision, Denied), decision
+        assert [(c.field, c.code) for c in decision.causes] == causes
+        assert decision.code == 422
+    else:
+        assert isinstance(decision, Allowed), decision
+
+
+def test_4_4_messages_name_the_limit() -> None:
+    decision = create(vmi([cls("whole", 9)]))
+    assert isinstance(decision, Denied)
+    assert decision.causes[0].message == "class whole: 9 units requested, at most 8 per VM"
+
+
+def test_4_4_stored_figures_give_the_default_limit_in_a_cluster() -> None:
+    # In a cluster the webhook reads status.maxUnitsPerNode instead of counting nodes.
+    stored = copy.deepcopy(OBJECTS)
+    stored[0]["status"] = {"maxUnitsPerNode": 3, "maxFreePerNode": 3}
+    cat = build_catalog(
+        SnapshotBuilder().add_all(stored), Policy(vgpu_entitled=True), figures="stored"
+    )
+    assert isinstance(create(vmi([cls("whole", 3)]), cat), Allowed)
+    refused = create(vmi([cls("whole", 4)]), cat)
+    assert isinstance(refused, Denied)
+    assert [(c.field, c.code) for c in refused.causes] == [(ANN, "MaxCountExceeded")]
+
+
+# 4.5: vGPU entitlement; worker pools take passthrough only (403).
+
+
+@pytest.mark.parametrize(
+    ("namespace", "entitled", "allowed"),
+    [
+        pytest.param("tenant-root", True, True, id="tenant-root"),
+        pytest.param("tenant-a", True, True, id="labelled-tenant"),
+        pytest.param("tenant-c", True, False, id="unlabelled-tenant"),
+        pytest.param("default", True, False, id="outside-tenants"),
+        pytest.param("tenant-root", False, False, id="platform-off"),
+    ],
+)
+def test_4_5_vgpu_entitlement(namespace: str, entitled: bool, allowed: bool) -> None:
+    decision = create(vmi([cls("byol")], namespace=namespace), catalog(vgpu_entitled=entitled))
+    if allowed:
+        assert isinstance(decision, Allowed)
+    else:
+        assert causes_of(decision) == [(f"{ANN}[0].className", "forbidden", "NotEntitled")]
+
+
+def test_4_5_passthrough_needs_no_entitlement() -> None:
+    assert isinstance(
+        create(vmi([cls("whole")], namespace="default"), catalog(vgpu_entitled=False)), Allowed
+    )
+
+
+def test_4_5_namespace_from_object_when_request_has_none() -> None:
+    obj = vmi([cls("byol")], namespace="tenant-c")
+    decision = admit_vmi({"operation": "CREATE", "object": obj}, CATALOG)
+    assert causes_of(decision) == [(f"{ANN}[0].className", "forbidden", "NotEntitled")]
+
+
+POOL = {"cluster.x-k8s.io/cluster-name": "tenant-a-k8s"}
+
+
+def test_4_5_worker_pool_vgpu_refused() -> None:
+    decision = create(vmi([cls("byol")], labels=POOL))
+    assert causes_of(decision) == [(f"{ANN}[0].className", "forbidden", "WorkerPoolVGPU")]
+
+
+def test_4_5_worker_pool_passthrough_allowed() -> None:
+    assert ops_of(create(vmi([cls("whole", 2)], labels=POOL)))[0]["value"] == gpus(
+        RES["whole"], RES["whole"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("where", "resource", "namespace", "refused"),
+    [
+        pytest.param("gpus", RES["byol"], "tenant-c", True, id="raw-vgpu-gpu-not-entitled"),
+        pytest.param(
+            "hostDevices", RES["lic"], "tenant-c", True, id="raw-vgpu-host-device-not-entitled"
+        ),
+        pytest.param("gpus", RES["byol"], "tenant-a", False, id="raw-vgpu-gpu-entitled"),
+        pytest.param("gpus", RES["whole"], "tenant-c", False, id="raw-passthrough"),
+        pytest.param("gpus", "other.example/gpu", "default", False, id="raw-foreign"),
+    ],
+)
+def test_4_5_raw_entries(where: str, resource: str, namespace: str, refused: bool) -> None:
+    obj = vmi(namespace=namespace)
+    obj["spec"]["domain"]["devices"][where] = [{"name": "gpu1", "deviceName": resource}]
+    decision = create(obj)
+    if refused:
+        assert causes_of(decision) == [
+            (f"spec.domain.devices.{where}[0].deviceName", "forbidden", "NotEntitled")
+        ]
+    else:
+        assert decision == Allowed(), "raw entries of other resources are untouched"
+
+
+# 4.6: the result.
+
+
+def test_4_6_whole_gpu_exact_operations() -> None:
+    obj = vmi([cls("whole", 2)])
+    decision = create(obj)
+    assert ops_of(decision) == [
+        {
+            "op": "add",
+            "path": "/spec/domain/devices/gpus",
+            "value": gpus(RES["whole"], RES["whole"]),
+        },
+        {"op": "add", "path": "/spec/tolerations", "value": [TOL_W]},
+    ]
+    assert_reinvocation_is_a_no_op(obj, decision)
+
+
+def test_4_6_classes_in_first_appearance_order_named_across_the_vmi() -> None:
+    obj = vmi([cls("fresh"), cls("whole"), cls("fresh", 2)])
+    decision = create(obj)
+    assert ops_of(decision) == [
+        {
+            "op": "add",
+            "path": "/spec/domain/devices/gpus",
+            "value": gpus(RES["fresh"], RES["fresh"], RES["fresh"], RES["whole"]),
+        },
+        {"op": "add", "path": "/spec/tolerations", "value": [TOL_F]},
+        {"op": "add", "path": "/spec/tolerations/-", "value": TOL_W},
+    ]
+    assert_reinvocation_is_a_no_op(obj, decision)
+
+
+def test_4_6_licensed_vgpu_gets_volume_and_disk() -> None:
+    obj = vmi([cls("lic")])
+    decision = create(obj)
+    assert ops_of(decision) == [
+        {"op": "add", "path": "/spec/domain/devices/gpus", "value": gpus(RES["lic"])},
+        {"op": "add", "path": "/spec/volumes/-", "value": LICENCE_VOLUME},
+        {"op": "add", "path": "/spec/domain/devices/disks/-", "value": LICENCE_DISK},
+    ]
+    assert_reinvocation_is_a_no_op(obj, decision)
+
+
+def test_4_6_byol_gets_no_licence_volume() -> None:
+    assert ops_of(create(vmi([cls("byol")]))) == [
+        {"op": "add", "path": "/spec/domain/devices/gpus", "value": gpus(RES["byol"])},
+    ]
+
+
+def test_4_6_missing_containers_created() -> None:
+    obj = vmi([cls("lic")])
+    obj["spec"] = {"domain": {"memory": {"guest": "1Gi"}}, "futureField": {"x": [1, 2]}}
+    decision = create(obj)
+    assert ops_of(decision) == [
+        {"op": "add", "path": "/spec/domain/devices", "value": {"gpus": gpus(RES["lic"])}},
+        {"op": "add", "path": "/spec/volumes", "value": [LICENCE_VOLUME]},
+        {"op": "add", "path": "/spec/domain/devices/disks", "value": [LICENCE_DISK]},
+    ]
+    assert applied(obj, decision)["spec"] == {
+        "domain": {
+            "memory": {"guest": "1Gi"},
+            "devices": {"gpus": gpus(RES["lic"]), "disks": [LICENCE_DISK]},
+        },
+        "futureField": {"x": [1, 2]},
+        "volumes": [LICENCE_VOLUME],
+    }
+    assert_reinvocation_is_a_no_op(obj, decision)
+
+
+def test_4_6_identical_toleration_not_repeated_others_kept() -> None:
+    obj = vmi([cls("whole"), cls("fresh")])
+    similar = {**TOL_W, "effect": "NoExecute"}
+    obj["spec"]["tolerations"] = [similar, TOL_W]
+    decision = create(obj)
+    assert ops_of(decision)[1:] == [{"op": "add", "path": "/spec/tolerations/-", "value": TOL_F}]
+    assert applied(obj, decision)["spec"]["tolerations"] == [similar, TOL_W, TOL_F]
+
+
+def test_4_6_unknown_fields_survive_and_nothing_is_reordered() -> None:
+    obj = vmi([cls("lic")])
+    obj["spec"]["domain"]["devices"]["someNewKubeVirtField"] = {"keep": True}
+    obj["spec"]["x-unknown"] = "survives"
+    obj["spec"]["volumes"].insert(0, {"name": "first", "emptyDisk": {"capacity": "1Gi"}})
+    obj["status"] = {"phase": "Pending"}
+    result = applied(obj, create(obj))
+    assert result["spec"]["domain"]["devices"]["someNewKubeVirtField"] == {"keep": True}
+    assert result["spec"]["x-unknown"] == "survives"
+    assert result["spec"]["volumes"][:2] == obj["spec"]["volumes"]
+    assert result["metadata"] == obj["metadata"] and result["status"] == obj["status"]
+
+
+def test_4_6_reserved_licence_name_clash_refused() -> None:
+    obj = vmi([cls("lic")])
+    obj["spec"]["volumes"].append({"name": "gpulicense", "emptyDisk": {"capacity": "1Gi"}})
+    assert causes_of(create(obj)) == [("spec.volumes[1]", "invalid", "ReservedName")]
+
+
+def test_4_6_reserved_disk_name_clash_refused() -> None:
+    obj = vmi([cls("lic")])
+    obj["spec"]["domain"]["devices"]["disks"].append({"name": "gpulicense", "cdrom": {}})
+    assert causes_of(create(obj)) == [("spec.domain.devices.disks[1]", "invalid", "ReservedName")]
+
+
+def test_4_6_licence_volume_already_there_added_once() -> None:
+    obj = vmi([cls("lic")])
+    obj["spec"]["volumes"].append(copy.deepcopy(LICENCE_VOLUME))
+    assert ops_of(create(obj))[1:] == [
+        {"op": "add", "path": "/spec/domain/devices/disks/-", "value": LICENCE_DISK}
+    ]
+
+
+# 4.7: a shortage is a warning.
+
+
+@pytest.mark.parametrize(
+    ("count", "warnings"),
+    [
+        pytest.param(2, (), id="enough-free"),
+        pytest.param(
+            3, ("class whole: no node has 3 free units now; the VM will wait",), id="shortage-warns"
+        ),
+    ],
+)
+def test_4_7_capacity_shortage(count: int, warnings: tuple[str, ...]) -> None:
+    decision = create(vmi([cls("whole", count)]))
+    assert isinstance(decision, Allowed)
+    assert decision.warnings == warnings
+
+
+def test_4_7_no_stored_status_no_warning() -> None:
+    cat = build_catalog(
+        SnapshotBuilder().add_all(OBJECTS), Policy(vgpu_entitled=True), figures="stored"
+    )
+    decision = create(vmi([cls("fresh", 3)]), cat)
+    assert isinstance(decision, Allowed) and decision.warnings == ()
+
+
+# 4.8: no hand-mounted licence copy.
+
+
+@pytest.mark.parametrize(
+    ("selection", "volume", "refused"),
+    [
+        pytest.param(
+            None,
+            {"name": "lic", "secret": {"secretName": "gpuclass-license-lic"}},
+            True,
+            id="no-selection-secret-volume",
+        ),
+        pytest.param(
+            None,
+            {
+                "name": "ci",
+                "cloudInitNoCloud": {"userDataSecretRef": {"name": "gpuclass-license-lic"}},
+            },
+            True,
+            id="cloud-init-secret-ref",
+        ),
+        pytest.param([cls("byol")], {**LICENCE_VOLUME}, True, id="byol-with-platform-licence"),
+        pytest.param(
+            [cls("whole")],
+            {"name": "x", "secret": {"secretName": "gpuclass-license-other"}},
+            True,
+            id="passthrough-with-licence",
+        ),
+        pytest.param(
+            [cls("lic")],
+            {"name": "x", "secret": {"secretName": "gpuclass-license-byol"}},
+            True,
+            id="another-class-copy",
+        ),
+        pytest.param([cls("lic")], {**LICENCE_VOLUME}, False, id="own-licence-volume"),
+        pytest.param(
+            None,
+            {"name": "s", "secret": {"secretName": "my-own-secret"}},
+            False,
+            id="unrelated-secret",
+        ),
+    ],
+)
+def test_4_8_hand_mounted_licence(selection: Any, volume: dict[str, Any], refused: bool) -> None:
+    obj = vmi(selection)
+    obj["spec"]["volumes"].append(volume)
+    decision = create(obj)
+    if refused:
+        assert causes_of(decision) == [("spec.volumes[1]", "forbidden", "LicenceHandMounted")]
+        assert isinstance(decision, Denied) and decision.code == 403
+    else:
+        assert isinstance(decision, Allowed)
+
+
+# UPDATE: the selection is immutable; rule 8 applies to the new object; everything else passes.
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "verb"),
+    [
+        pytest.param(vmi(), vmi([cls("whole")]), "added", id="added"),
+        pytest.param(vmi([cls("whole")]), vmi([cls("whole", 2)]), "changed", id="changed"),
+        pytest.param(vmi([cls("whole")]), vmi(), "removed", id="removed"),
+        pytest.param(
+            vmi([cls("whole")]),
+            vmi(raw='[{"className":"whole"}]'),
+            "changed",
+            id="reformatted-is-changed",
+        ),
+    ],
+)
+def test_update_selection_immutable(old: dict[str, Any], new: dict[str, Any], verb: str) -> None:
+    decision = update(new, old)
+    assert causes_of(decision) == [(ANN, "invalid", "SelectionImmutable")]
+    assert isinstance(decision, Denied) and f"cannot be {verb}" in decision.causes[0].message
+
+
+def test_update_unrelated_change_passes_untouched() -> None:
+    old = vmi([cls("whole")])
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"] = {"kubevirt.io/nodeName": "n1"}
+    new["spec"]["domain"]["devices"]["gpus"] = [{"name": "anything", "deviceName": "x/y"}]
+    assert update(new, old) == Allowed()
+
+
+def test_update_hand_mount_refused() -> None:
+    old = vmi([cls("whole")])
+    new = copy.deepcopy(old)
+    new["spec"]["volumes"].append({"name": "lic", "secret": {"secretName": "gpuclass-license-lic"}})
+    assert causes_of(update(new, old)) == [("spec.volumes[1]", "forbidden", "LicenceHandMounted")]
+
+
+def test_update_keeps_the_licence_it_was_admitted_with_even_if_class_is_gone() -> None:
+    old = applied(vmi([cls("lic")]), create(vmi([cls("lic")])))
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"] = {"x": "y"}
+    without_class = build_catalog(
+        SnapshotBuilder().add_all([o for o in OBJECTS if o["metadata"]["name"] != "lic"]),
+        Policy(vgpu_entitled=True),
+        figures="computed",
+    )
+    assert update(new, old, without_class) == Allowed()
+    assert update(new, old) == Allowed()
+
+
+@pytest.mark.parametrize("operation", ["DELETE", "CONNECT"])
+def test_other_operations_pass(operation: str) -> None:
+    assert (
+        admit_vmi(
+            {"operation": operation, "object": None, "oldObject": vmi([cls("gone")])}, CATALOG
+        )
+        == Allowed()
+    )
+
+
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
+def test_missing_object_refused(operation: str) -> None:
+    decision = admit_vmi({"operation": operation, "object": None}, CATALOG)
+    assert causes_of(decision) == [("object", "invalid", "Invalid")]

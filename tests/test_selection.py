@@ -1,0 +1,203 @@
+"""The selection annotation (CONTRACT.md 4.1): parsed entries and every cause, with its path."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shared.admission import Denied, render_response
+from shared.catalog import Catalog
+from shared.resolution import admit_vmi_create
+from shared.selection import NO_SELECTION, ClassEntry, parse_selection
+
+ANN = "metadata.annotations[gpu.cozystack.io/classes]"
+
+
+def entry_path(index: int, key: str = "") -> str:
+    return f"{ANN}[{index}]" + (f".{key}" if key else "")
+
+
+@pytest.mark.parametrize(
+    ("raw", "entries"),
+    [
+        pytest.param('[{"className": "a"}]', [("a", 1, 0)], id="omitted-count-is-one"),
+        pytest.param('[{"className": "a", "count": 3}]', [("a", 3, 0)], id="explicit-count"),
+        pytest.param(
+            '[{"className": "a", "count": 2}, {"className": "b"}, {"className": "a"}]',
+            [("a", 2, 0), ("b", 1, 1), ("a", 1, 2)],
+            id="repeated-entries-kept-in-order",
+        ),
+        pytest.param('[{"className": "a", "count": 1024}]', [("a", 1024, 0)], id="large-count"),
+        pytest.param(" [ ] ", [], id="empty-list-with-spaces"),
+        pytest.param("[]", [], id="empty-list-no-selection"),
+    ],
+)
+def test_parses_class_entries(raw: str, entries: list[tuple[str, int, int]]) -> None:
+    selection = parse_selection(raw)
+    assert selection.causes == ()
+    assert selection.entries == tuple(ClassEntry(n, c, i) for n, c, i in entries)
+
+
+def test_no_annotation_is_no_selection() -> None:
+    assert parse_selection(None) == NO_SELECTION
+    assert NO_SELECTION.entries == () and NO_SELECTION.causes == ()
+
+
+@pytest.mark.parametrize(
+    ("count_json", "shown"),
+    [
+        pytest.param("0", "0", id="zero"),
+        pytest.param("-1", "-1", id="negative"),
+        pytest.param("1.5", "1.5", id="fraction"),
+        pytest.param("2.0", "2.0", id="float-two"),
+        pytest.param('"2"', '"2"', id="string"),
+        pytest.param("true", "true", id="bool"),
+        pytest.param("null", "null", id="null"),
+        pytest.param(str(10**30), "1e+30", id="ten-to-the-thirty"),
+        pytest.param("[1]", "[1]", id="list"),
+    ],
+)
+def test_bad_count(count_json: str, shown: str) -> None:
+    selection = parse_selection(f'[{{"className": "a", "count": {count_json}}}]')
+    assert selection.entries == ()
+    assert [(c.field, c.message, c.kind) for c in selection.causes] == [
+        (entry_path(0, "count"), f"must be a whole number of at least 1 (got {shown})", "invalid")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "causes"),
+    [
+        pytest.param("[{className: a", [(ANN, "must be a JSON list")], id="not-json"),
+        pytest.param("", [(ANN, "must be a JSON list")], id="empty-string"),
+        pytest.param('{"className": "a"}', [(ANN, "must be a JSON list")], id="object-not-list"),
+        pytest.param('"a"', [(ANN, "must be a JSON list")], id="string-not-list"),
+        pytest.param("null", [(ANN, "must be a JSON list")], id="null-not-list"),
+        pytest.param(
+            '["a"]', [(entry_path(0), "each entry must be an object")], id="entry-not-object"
+        ),
+        pytest.param(
+            '[{"className": "a", "name": "example.com/gpu"}]',
+            [(entry_path(0), "select exactly one of className and name")],
+            id="both-class-and-name",
+        ),
+        pytest.param(
+            '[{"count": 1}]', [(entry_path(0), "select exactly one")], id="neither-class-nor-name"
+        ),
+        pytest.param(
+            '[{"className": "a", "cnt": 2}]',
+            [(entry_path(0, "cnt"), "unknown key")],
+            id="unknown-key",
+        ),
+        pytest.param(
+            '[{"className": "a", "cnt": 2, "size": 1}]',
+            [(entry_path(0, "cnt"), "unknown key"), (entry_path(0, "size"), "unknown key")],
+            id="every-unknown-key",
+        ),
+        pytest.param(
+            '[{"className": "Bad_Name"}]',
+            [(entry_path(0, "className"), "DNS label")],
+            id="class-name-not-label",
+        ),
+        pytest.param(
+            '[{"className": 7}]',
+            [(entry_path(0, "className"), "DNS label")],
+            id="class-name-number",
+        ),
+        pytest.param(
+            '[{"className": ""}]',
+            [(entry_path(0, "className"), "DNS label")],
+            id="class-name-empty",
+        ),
+        pytest.param(
+            '[{"name": "example.com/gpu"}]',
+            [(ANN, "raw name entries belong in spec.domain.devices.gpus")],
+            id="raw-only",
+        ),
+        pytest.param(
+            '[{"name": "example.com/gpu", "count": 2}]',
+            [
+                (entry_path(0, "count"), "count belongs to class entries only"),
+                (ANN, "belong in spec.domain.devices.gpus"),
+            ],
+            id="count-on-raw-entry",
+        ),
+        pytest.param(
+            '[{"name": ""}]',
+            [
+                (entry_path(0, "name"), "non-empty resource name"),
+                (ANN, "belong in spec.domain.devices.gpus"),
+            ],
+            id="raw-name-empty",
+        ),
+        pytest.param(
+            '[{"className": "a"}, {"name": "example.com/gpu"}]',
+            [(ANN, "class entries or raw name entries, never both")],
+            id="mixed-class-and-raw",
+        ),
+        pytest.param(
+            '[{"className": "a", "count": 0}, {"className": "b", "count": "x"}, 5]',
+            [
+                (entry_path(0, "count"), "at least 1"),
+                (entry_path(1, "count"), "at least 1"),
+                (entry_path(2), "must be an object"),
+            ],
+            id="every-bad-entry-reported",
+        ),
+    ],
+)
+def test_causes(value: str, causes: list[tuple[str, str]]) -> None:
+    selection = parse_selection(value)
+    assert len(selection.causes) == len(causes), selection.causes
+    for cause, (field, text) in zip(selection.causes, causes, strict=True):
+        assert cause.field == field
+        assert text in cause.message
+        assert cause.kind == "invalid"
+
+
+def test_mixed_list_still_parses_its_class_entries() -> None:
+    # The mix is refused, but the class entries are known (resolution then refuses raw requests beside them).
+    selection = parse_selection('[{"className": "a"}, {"name": "example.com/gpu"}]')
+    assert selection.entries == (ClassEntry("a", 1, 0),)
+
+
+def test_entry_path_names_the_index() -> None:
+    assert ClassEntry("a", 1, 7).path == f"{ANN}[7]"
+
+
+@pytest.mark.timeout(30)
+def test_ten_thousand_bad_entries_are_all_reported() -> None:
+    raw = json.dumps([{"className": "a", "count": 0}] * 10_000)
+    selection = parse_selection(raw)
+    assert selection.entries == ()
+    assert [c.field for c in selection.causes] == [entry_path(i, "count") for i in range(10_000)]
+
+
+@pytest.mark.timeout(30)
+def test_ten_thousand_entries_are_refused_with_a_capped_message() -> None:
+    obj = {
+        "metadata": {
+            "annotations": {
+                "gpu.cozystack.io/classes": json.dumps([{"className": "a", "count": 0}] * 10_000)
+            }
+        },
+        "spec": {},
+    }
+    decision = admit_vmi_create(obj, "tenant-a", Catalog())
+    assert isinstance(decision, Denied)
+    assert len(decision.causes) == 10_000
+    status = render_response(decision, uid="u", api_version="admission.k8s.io/v1")["response"][
+        "status"
+    ]
+    assert status["code"] == 422
+    assert status["message"].endswith("; and 9980 more")
+    assert len(status["details"]["causes"]) == 20
+
+
+@pytest.mark.timeout(30)
+def test_ten_thousand_good_entries_parse() -> None:
+    raw = json.dumps([{"className": "a"}] * 10_000)
+    selection = parse_selection(raw)
+    assert selection.causes == ()
+    assert sum(e.count for e in selection.entries) == 10_000
