@@ -122,6 +122,8 @@ def quantity_units(value: object) -> int:
         return 0
     if isinstance(value, int):
         return max(value, 0)
+    if isinstance(value, float):  # YAML/JSON numbers in hand-written files: 4.0 is 4 units
+        return max(int(value), 0) if value == value and abs(value) < 2**63 else 0
     if isinstance(value, str):
         try:
             return max(int(parse_quantity(value)), 0)

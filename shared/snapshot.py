@@ -9,6 +9,7 @@ no repr, log line or traceback can print a token.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -252,6 +253,9 @@ def compact_secret(obj: Mapping[str, Any]) -> SecretRecord | None:
     if not isinstance(name, str) or not isinstance(namespace, str):
         return None
     data = {k: Redacted(v) for k, v in _str_map(obj.get("data")).items()}
+    # stringData is write-only in the API (merged into data); hand-written files may still use it.
+    for key, text in _str_map(obj.get("stringData")).items():
+        data[key] = Redacted(base64.b64encode(text.encode()).decode())
     return SecretRecord(namespace, name, _str_map(meta.get("labels")), data)
 
 

@@ -28,6 +28,7 @@ _TYPE_MESSAGES = {
     "model_attributes_type": "must be an object",
     "dict_type": "must be an object",
     "list_type": "must be a list",
+    "string_too_short": "must not be empty",
 }
 
 

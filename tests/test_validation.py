@@ -91,7 +91,7 @@ def assert_causes(causes: tuple[Cause, ...], expected: Expected) -> None:
         pytest.param({"metadata": {"name": "x"}}, [("spec", "required", RULE)], id="spec-missing"),
         pytest.param("not an object", [("", "JSON object", RULE)], id="not-an-object"),
         pytest.param(
-            gpuclass(vendor=""), [("spec.vendor", "at least 1 character", MODEL)], id="vendor-empty"
+            gpuclass(vendor=""), [("spec.vendor", "must not be empty", MODEL)], id="vendor-empty"
         ),
         pytest.param(
             gpuclass(source={"devicePlugin": {}}),
