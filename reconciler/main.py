@@ -1,6 +1,79 @@
+"""`gpuclass-reconciler`: keep GPUClass status, licence copies and the in-use finalizer current.
+
+With `--objects PATH`... it runs from files and never contacts a cluster
+(`--once` prints what it would write; otherwise it serves `/metrics`, `/healthz`,
+`/readyz` from the files). Without, it watches the API server (in-cluster, or
+`--kubeconfig`). SIGTERM and SIGINT stop it gracefully: writes stop, the Lease is
+released, the process exits 0. Exit codes: 0 done, 1 failed, 2 bad input files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
 import sys
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+import orjson
+
+from reconciler.loop import Reconciler
+from reconciler.offline import file_reconciler, run_once
+from reconciler.ports import ApiError
+from reconciler.settings import ReconcilerSettings
+from shared.runtime.loader import LoadError
+from shared.runtime.logs import setup_logging
+from shared.runtime.settings import parse_settings
+
+log = logging.getLogger("gpuclass.reconciler")
 
 
-def main() -> int:
-    print("gpuclass-reconciler: not built yet", file=sys.stderr)
-    return 1
+async def serve(settings: ReconcilerSettings) -> None:
+    """Run until SIGTERM/SIGINT."""
+    reload: Callable[[], Coroutine[Any, Any, None]] | None = None
+    if settings.objects:
+        reconciler, reload = file_reconciler(settings)
+    else:
+        reconciler = Reconciler(settings)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, reconciler.stop)
+    reloading = asyncio.create_task(reload()) if reload else None
+    log.info(
+        "reconciler starting",
+        extra={
+            "fields": {
+                "source": "files" if settings.objects else "cluster",
+                "port": settings.port,
+                "identity": settings.identity(),
+            }
+        },
+    )
+    try:
+        await reconciler.run()
+    finally:
+        if reloading:
+            reloading.cancel()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings = parse_settings(ReconcilerSettings, argv, "gpuclass-reconciler")
+    setup_logging(settings.log_level, settings.log_format)
+    try:
+        if settings.once:
+            report = asyncio.run(run_once(settings))
+            sys.stdout.buffer.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
+            return 0
+        asyncio.run(serve(settings))
+    except LoadError as exc:
+        print(f"gpuclass-reconciler: {exc}", file=sys.stderr)
+        return 2
+    except (ApiError, TimeoutError, OSError) as exc:
+        print(f"gpuclass-reconciler: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

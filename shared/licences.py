@@ -93,7 +93,10 @@ def copy_content(
     token = source.data.get(names.TOKEN_KEY) if source else None
     if token is None or not token.reveal():
         return None
-    return {names.TOKEN_KEY: token, names.GRIDD_KEY: Redacted(_b64(gridd_conf(licence.feature_type)))}
+    return {
+        names.TOKEN_KEY: token,
+        names.GRIDD_KEY: Redacted(_b64(gridd_conf(licence.feature_type))),
+    }
 
 
 def desired_copies(
@@ -146,7 +149,12 @@ def plan_copies(plan: CopyPlan, existing: Mapping[SecretKey, SecretRecord]) -> l
         elif dict(secret.data) != dict(copy.data):
             actions.append(CopyAction("update", *key, copy=copy))
     for key, secret in sorted(existing.items()):
-        if is_managed(secret) and is_copy_name(key[1]) and key not in plan.desired and key not in plan.held:
+        if (
+            is_managed(secret)
+            and is_copy_name(key[1])
+            and key not in plan.desired
+            and key not in plan.held
+        ):
             actions.append(CopyAction("delete", *key))
     return sorted(actions, key=lambda a: a.key)
 

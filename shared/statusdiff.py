@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 # Conditions whose True status is a problem; Ready is the other way round.
-PROBLEM_CONDITIONS = frozenset({"ResourceNameConflict", "ResourceNameNotPermitted", "LicenseSecretMissing"})
+PROBLEM_CONDITIONS = frozenset(
+    {"ResourceNameConflict", "ResourceNameNotPermitted", "LicenseSecretMissing"}
+)
 _MISSING: Any = object()
 
 
@@ -38,7 +40,9 @@ def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any
     return patch
 
 
-def status_patch(stored: Mapping[str, Any] | None, computed: Mapping[str, Any]) -> dict[str, Any] | None:
+def status_patch(
+    stored: Mapping[str, Any] | None, computed: Mapping[str, Any]
+) -> dict[str, Any] | None:
     """The merge patch of `status`, or None when the stored status already equals the computed one."""
     return merge_patch(stored or {}, computed) or None
 
@@ -72,7 +76,11 @@ def transitions(stored: Mapping[str, Any] | None, computed: Mapping[str, Any]) -
     if not before:
         wanted = [after["Ready"]] if "Ready" in after else []
     else:
-        wanted = [c for t, c in after.items() if t in before and before[t].get("status") != c.get("status")]
+        wanted = [
+            c
+            for t, c in after.items()
+            if t in before and before[t].get("status") != c.get("status")
+        ]
     return [
         Transition(
             condition=str(c["type"]),

@@ -1,0 +1,284 @@
+"""The reconciler on a large cluster, in process: memory, first computation, per-event cost, no-op events.
+
+Cluster: `benchmarks/gencluster.py` with 5,000 nodes, 150,000 pods, 64 classes
+(BENCH_NODES, BENCH_PODS, BENCH_CLASSES override). The loop runs as in production —
+`Reconciler.load()` (the streams' re-list path, page by page), the `Worker`, the pure
+core — against an adapter that serves the generated objects a page at a time (so
+the raw cluster never sits in memory at once, as with a real API server) and keeps
+only the 64 GPUClass objects to apply status writes to.
+
+Prints, with the goals:
+  1. peak RSS after loading everything (goal <= 300 MB);
+  2. time of the first full computation: one worker pass over every class
+     (statuses, finalizers, licence copies), writes included (goal <= 2 s);
+  3. one pod event through to a recomputed and written status: the watch line
+     parsed with orjson, applied to the state, the worker pass (goal <= 1 ms
+     amortized), both one pass per event and coalesced (one pass per 200 events);
+  4. status writes caused by replaying 10,000 unrelated pod events (goal 0).
+
+No assertions on time: run it by hand (`make bench`) and read the figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import resource
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from random import Random
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.gencluster import iter_cluster, pod
+from reconciler.leader import AlwaysLeader
+from reconciler.loop import Reconciler
+from reconciler.memory import KIND_OF_SOURCE, apply_merge_patch
+from reconciler.ports import ListPage, RawObject, WatchEvent
+from reconciler.settings import ReconcilerSettings
+from shared import names
+from shared.clusterstate import Source
+
+NODES = int(os.environ.get("BENCH_NODES", 5000))
+PODS = int(os.environ.get("BENCH_PODS", 150_000))
+CLASSES = int(os.environ.get("BENCH_CLASSES", 64))
+SEED = 1
+EVENTS = 10_000
+PAGE = 500
+
+
+def rss_mb() -> tuple[float, float]:
+    """(current, peak) resident set size in MB."""
+    with open("/proc/self/statm") as statm:
+        current = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return current / 1e6, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
+
+
+def served(source: Source, obj: RawObject) -> bool:
+    """The server-side selectors of reconciler/kube.py."""
+    meta = obj["metadata"]
+    if source == "pods":
+        return bool(obj["spec"].get("nodeName")) and obj["status"].get("phase") not in (
+            "Succeeded",
+            "Failed",
+        )
+    if source == "licence-secrets":
+        return bool(meta.get("namespace") == "cozy-system")
+    if source == "managed-secrets":
+        return (meta.get("labels") or {}).get(names.MANAGED_BY_LABEL) == names.MANAGED_BY_VALUE
+    return True
+
+
+class GeneratedKube:
+    """A KubeAPI serving the generated cluster page by page; writes go to the 64 class objects."""
+
+    def __init__(self) -> None:
+        self.classes = {
+            o["metadata"]["name"]: o
+            for o in iter_cluster(NODES, PODS, CLASSES, SEED, kinds=("GPUClass",))
+        }
+        self.version = 100
+        self.writes: dict[str, int] = {}
+
+    def _count(self, kind: str) -> None:
+        self.writes[kind] = self.writes.get(kind, 0) + 1
+
+    async def list_pages(self, source: Source) -> AsyncIterator[ListPage]:
+        page: list[RawObject] = []
+        for obj in iter_cluster(NODES, PODS, CLASSES, SEED, kinds=(KIND_OF_SOURCE[source],)):
+            if served(source, obj):
+                page.append(obj)
+            if len(page) == PAGE:
+                yield ListPage(page, "", last=False)
+                page = []
+        yield ListPage(page, "1", last=True)
+
+    async def watch(self, source: Source, resource_version: str) -> AsyncIterator[WatchEvent]:
+        await asyncio.Event().wait()
+        yield WatchEvent("BOOKMARK")
+
+    def _class(self, name: str, change: dict[str, Any]) -> RawObject:
+        obj = apply_merge_patch(self.classes[name], change)
+        self.version += 1
+        obj["metadata"]["resourceVersion"] = str(self.version)
+        self.classes[name] = obj
+        result: RawObject = orjson.loads(orjson.dumps(obj))  # what comes back over the wire
+        return result
+
+    async def get_class(self, name: str) -> RawObject:
+        return self._class(name, {})
+
+    async def patch_class_status(self, name: str, patch: RawObject) -> RawObject | None:
+        self._count("status")
+        return self._class(name, {"status": patch["status"]})
+
+    async def patch_class_finalizers(
+        self, name: str, finalizers: list[str], resource_version: str
+    ) -> RawObject | None:
+        self._count("finalizers")
+        return self._class(name, {"metadata": {"finalizers": finalizers}})
+
+    async def create_secret(self, namespace: str, body: RawObject) -> RawObject | None:
+        self._count("secret")
+        return {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
+
+    async def replace_secret(self, namespace: str, name: str, body: RawObject) -> RawObject | None:
+        self._count("secret")
+        return body
+
+    async def delete_secret(self, namespace: str, name: str, resource_version: str) -> None:
+        self._count("secret")
+
+    async def create_event(self, namespace: str, body: RawObject) -> None:
+        self._count("event")
+
+    async def get_lease(self, namespace: str, name: str) -> RawObject | None:
+        return None
+
+    async def create_lease(self, namespace: str, body: RawObject) -> RawObject:
+        return body
+
+    async def replace_lease(self, namespace: str, name: str, body: RawObject) -> RawObject:
+        return body
+
+    async def close(self) -> None:
+        return None
+
+
+def gpu_events(rng: Random) -> list[bytes]:
+    """Watch lines that move GPU usage: new launcher pods ADDED, then DELETED again."""
+    lines = []
+    for k in range(EVENTS // 2):
+        obj = pod(PODS + k, nodes=NODES, classes=CLASSES, rng=rng, phase="Running")
+        limits = obj["spec"]["containers"][0]["resources"]["limits"]
+        if not any(key.startswith("gpu.example.com/") for key in limits):
+            node_index = int(obj["spec"]["nodeName"].split("-")[1])
+            limits[f"gpu.example.com/model-{node_index % CLASSES:03d}"] = "1"
+        lines.append(orjson.dumps({"type": "ADDED", "object": obj}))
+        lines.append(orjson.dumps({"type": "DELETED", "object": obj}))
+    return lines
+
+
+def unrelated_events(rng: Random) -> list[bytes]:
+    """Watch lines that change nothing a class depends on.
+
+    A quarter are status updates of existing GPU launcher pods (new IP, same
+    requests); the rest are plain pods (no GPU) created and deleted.
+    """
+    existing = []
+    for obj in iter_cluster(NODES, PODS, CLASSES, SEED, kinds=("Pod",)):
+        if obj["metadata"]["labels"].get("kubevirt.io") and obj["status"]["phase"] == "Running":
+            obj["status"]["podIP"] = "10.99.0.1"
+            existing.append(obj)
+            if len(existing) == EVENTS // 4:
+                break
+    lines = [orjson.dumps({"type": "MODIFIED", "object": obj}) for obj in existing]
+    for k in range(EVENTS - len(lines)):
+        obj = pod(2 * PODS + k, nodes=NODES, classes=CLASSES, rng=rng, phase="Running")
+        limits = obj["spec"]["containers"][0]["resources"]["limits"]
+        for key in [key for key in limits if key.startswith("gpu.example.com/")]:
+            del limits[key]
+        lines.append(orjson.dumps({"type": "ADDED", "object": obj}))
+        if k % 2:
+            lines.append(orjson.dumps({"type": "DELETED", "object": obj}))
+    rng.shuffle(lines)
+    return lines[:EVENTS]
+
+
+async def apply_lines(reconciler: Reconciler, lines: list[bytes], *, batch: int) -> float:
+    """Parse and apply each watch line, with a worker pass every `batch` lines; seconds taken."""
+    state, worker = reconciler.state, reconciler.worker
+    assert worker is not None
+    started = time.perf_counter()
+    for i, line in enumerate(lines, 1):
+        event = orjson.loads(line)
+        if event["type"] == "DELETED":
+            state.delete("pods", event["object"])
+        else:
+            state.upsert("pods", event["object"])
+        if i % batch == 0:
+            await worker.reconcile_once()
+    await worker.reconcile_once()
+    return time.perf_counter() - started
+
+
+async def main() -> None:
+    gc.collect()
+    base_now, _ = rss_mb()
+    kube = GeneratedKube()
+    settings = ReconcilerSettings(
+        leader_elect=False, vgpu_entitled=True, coalesce_seconds=0.0, log_level="error"
+    )
+    reconciler = Reconciler(
+        settings,
+        api=kube,
+        leadership=AlwaysLeader(),
+        serve_http=False,
+        now=lambda: "2026-01-01T00:00:00Z",
+    )
+    print(
+        f"cluster: {NODES} nodes, {PODS} pods, {CLASSES} classes (seed {SEED}); RSS after imports {base_now:.0f} MB"
+    )
+
+    started = time.perf_counter()
+    generated = sum(1 for _ in iter_cluster(NODES, PODS, CLASSES, SEED))
+    generating = time.perf_counter() - started
+    started = time.perf_counter()
+    await reconciler.load()
+    loaded = time.perf_counter() - started
+    gc.collect()
+    now_mb, peak_mb = rss_mb()
+    state = reconciler.state
+    print(
+        f"load (list every source, page by page): {loaded:.2f} s, of which generating the {generated} objects "
+        f"~{generating:.2f} s; {len(state.pods)} pods with extended-resource requests kept of {PODS}"
+    )
+    print(f"  RSS after load {now_mb:.0f} MB, peak {peak_mb:.0f} MB   (goal: peak <= 300 MB)")
+
+    worker = reconciler.worker
+    assert worker is not None
+    started = time.perf_counter()
+    await worker.reconcile_once()
+    first = time.perf_counter() - started
+    print(
+        f"first full computation (one worker pass, {len(state.classes)} classes, writes included): "
+        f"{first * 1000:.0f} ms   (goal <= 2 s); writes {kube.writes}"
+    )
+    context = state.status_context()
+    started = time.perf_counter()
+    for name in state.classes:
+        state.compute_status(name, context, now="2026-01-01T00:00:00Z")
+    print(
+        f"  of which computing all statuses alone: {(time.perf_counter() - started) * 1000:.1f} ms"
+    )
+    await reconciler.reconcile_pending()
+
+    lines = gpu_events(Random(2))
+    one_by_one = await apply_lines(reconciler, lines, batch=1)
+    coalesced = await apply_lines(reconciler, lines, batch=200)
+    print(f"pod event -> recomputed, written status, {len(lines)} GPU pod events:")
+    print(
+        f"  one worker pass per event: {one_by_one / len(lines) * 1000:.3f} ms per event   (goal <= 1 ms amortized)"
+    )
+    print(f"  coalesced (a pass per 200 events): {coalesced / len(lines) * 1000:.3f} ms per event")
+
+    before = kube.writes.get("status", 0)
+    unrelated = unrelated_events(Random(3))
+    spent = await apply_lines(reconciler, unrelated, batch=1)
+    after = kube.writes.get("status", 0)
+    print(
+        f"replay of {len(unrelated)} unrelated pod events: {after - before} status writes   (goal 0); "
+        f"{spent / len(unrelated) * 1000:.3f} ms per event with a pass each"
+    )
+    _, peak_mb = rss_mb()
+    print(f"peak RSS at the end: {peak_mb:.0f} MB")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,87 @@
+"""core/v1 Events about a GPUClass, so `kubectl describe gpuclass NAME` shows what happened.
+
+A GPUClass is cluster-scoped, and the API server accepts Events about a
+cluster-scoped object only in namespace `default` (as for Nodes). Creating an
+Event is best effort: a failure is logged, never retried, never blocks a write.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Literal
+
+from reconciler.ports import ApiError, KubeAPI, RawObject
+from shared import names
+from shared.clusterstate import ClusterState
+
+log = logging.getLogger("gpuclass.reconciler.events")
+
+EVENT_NAMESPACE = "default"
+COMPONENT = "gpuclass-reconciler"
+
+
+def event_body(
+    class_name: str,
+    *,
+    uid: str,
+    reason: str,
+    message: str,
+    type_: Literal["Normal", "Warning"],
+    now: str,
+    instance: str,
+) -> RawObject:
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{class_name}.", "namespace": EVENT_NAMESPACE},
+        "involvedObject": {
+            "apiVersion": names.API_VERSION,
+            "kind": names.KIND,
+            "name": class_name,
+            "uid": uid,
+        },
+        "reason": reason,
+        "message": message[:1024],
+        "type": type_,
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": instance,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
+class EventRecorder:
+    def __init__(
+        self, api: KubeAPI, state: ClusterState, *, now: Callable[[], str], instance: str
+    ) -> None:
+        self.api, self.state, self.now, self.instance = api, state, now, instance
+
+    async def emit(
+        self, class_name: str, *, reason: str, message: str, type_: Literal["Normal", "Warning"]
+    ) -> None:
+        entry = self.state.classes.get(class_name)
+        body = event_body(
+            class_name,
+            uid=entry.record.uid if entry else "",
+            reason=reason,
+            message=message,
+            type_=type_,
+            now=self.now(),
+            instance=self.instance,
+        )
+        log.info(
+            "event",
+            extra={
+                "fields": {"class": class_name, "reason": reason, "type": type_, "message": message}
+            },
+        )
+        try:
+            await self.api.create_event(EVENT_NAMESPACE, body)
+        except ApiError as exc:
+            log.warning(
+                "event not recorded",
+                extra={"fields": {"class": class_name, "reason": reason, "error": str(exc)}},
+            )

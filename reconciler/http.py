@@ -1,0 +1,58 @@
+"""`/metrics`, `/healthz` and `/readyz` on a minimal Starlette app, served by uvicorn.
+
+The reconciler owns signal handling (it must release its Lease on SIGTERM), so
+uvicorn's own signal capture is switched off and the server is stopped by the
+reconciler through `should_exit`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Generator
+
+import uvicorn
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+
+def create_app(
+    registry: CollectorRegistry, *, healthy: Callable[[], bool], ready: Callable[[], bool]
+) -> Starlette:
+    async def metrics(_: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def healthz(_: Request) -> Response:
+        ok = healthy()
+        return PlainTextResponse("ok\n" if ok else "loop stopped\n", status_code=200 if ok else 503)
+
+    async def readyz(_: Request) -> Response:
+        ok = ready()
+        return PlainTextResponse(
+            "ok\n" if ok else "not synced yet\n", status_code=200 if ok else 503
+        )
+
+    return Starlette(
+        routes=[
+            Route("/metrics", metrics),
+            Route("/healthz", healthz),
+            Route("/readyz", readyz),
+        ]
+    )
+
+
+class Server(uvicorn.Server):
+    """uvicorn without its signal handlers: the reconciler decides when to stop."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def server(app: Starlette, *, host: str, port: int) -> Server:
+    config = uvicorn.Config(
+        app, host=host, port=port, log_config=None, access_log=False, lifespan="off"
+    )
+    return Server(config)

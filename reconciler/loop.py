@@ -1,0 +1,224 @@
+"""The reconciler as one object: `await Reconciler(settings).run()` until cancelled or stopped.
+
+It wires the pieces — one list/watch stream per source into the
+:class:`~shared.clusterstate.ClusterState`, the :class:`~reconciler.worker.Worker`,
+the Lease, and the HTTP endpoints — and tears them down in order: on
+cancellation or :meth:`Reconciler.stop` it stops writing, releases the Lease and
+closes the API client. The API comes from `--kubeconfig` (or in-cluster config)
+unless a :class:`~reconciler.ports.KubeAPI` is passed in (the offline twin, tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from reconciler.events import EventRecorder
+from reconciler.http import Server, create_app, server
+from reconciler.leader import AlwaysLeader, LeaderElector, Leadership
+from reconciler.metrics import ReconcilerMetrics
+from reconciler.ports import KubeAPI
+from reconciler.recording import RecordingKube
+from reconciler.settings import ReconcilerSettings
+from reconciler.streams import StreamRunner
+from reconciler.worker import Worker
+from shared.clusterstate import SOURCES, ClusterState, Source
+from shared.runtime.clock import now_rfc3339
+
+log = logging.getLogger("gpuclass.reconciler")
+
+
+class Reconciler:
+    def __init__(
+        self,
+        settings: ReconcilerSettings,
+        *,
+        api: KubeAPI | None = None,
+        leadership: Leadership | None = None,
+        serve_http: bool = True,
+        now: Callable[[], str] = now_rfc3339,
+    ) -> None:
+        self.settings, self.now, self.serve_http = settings, now, serve_http
+        self.metrics = ReconcilerMetrics()
+        self.state = ClusterState(licence_namespace=settings.licence_namespace)
+        self.api: KubeAPI | None = api
+        self.leadership: Leadership | None = leadership
+        self.elector: LeaderElector | None = None
+        self.worker: Worker | None = None
+        self.http: Server | None = None
+        self.synced: set[Source] = set()
+        self.ready = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stop = asyncio.Event()
+
+    # -- assembly ---------------------------------------------------------------------------------
+
+    async def _connect(self) -> KubeAPI:
+        if self.api is None:
+            from reconciler.kube import KubeAdapter  # the only kubernetes_asyncio import
+
+            self.api = await KubeAdapter.connect(self.settings)
+        if self.settings.dry_run and not isinstance(self.api, RecordingKube):
+            self.api = RecordingKube(self.api, forward=False)
+        return self.api
+
+    def _build(self, api: KubeAPI) -> Worker:
+        s = self.settings
+        if self.leadership is None:
+            if s.leader_elect and not s.dry_run:
+                self.elector = LeaderElector(
+                    api,
+                    namespace=s.lease_namespace(),
+                    name=s.leader_election_name,
+                    identity=s.identity(),
+                    lease_duration=s.lease_duration_seconds,
+                    renew_deadline=s.renew_deadline_seconds,
+                    retry_period=s.retry_period_seconds,
+                    on_change=self._leadership_changed,
+                )
+                self.leadership = self.elector
+            else:
+                self.leadership = AlwaysLeader()
+        if self.elector is None:
+            self.metrics.leader.set(1 if self.leadership.is_leader() else 0)
+        events = EventRecorder(api, self.state, now=self.now, instance=s.identity())
+        self.worker = Worker(
+            api,
+            self.state,
+            self.leadership,
+            self.metrics,
+            events=events,
+            vgpu_entitled=s.vgpu_entitled,
+            now=self.now,
+            coalesce_seconds=s.coalesce_seconds,
+            on_pass=self._pass_done,
+        )
+        return self.worker
+
+    def _streams(self, api: KubeAPI, worker: Worker) -> StreamRunner:
+        return StreamRunner(
+            api,
+            self.state,
+            on_change=worker.wake,
+            on_synced=self.synced.add,
+            on_restart=lambda source, reason: self.metrics.watch_restarts.labels(source).inc(),
+        )
+
+    def _leadership_changed(self, leading: bool) -> None:
+        self.metrics.leader.set(1 if leading else 0)
+        if leading and self.worker is not None:
+            self.state.mark_all()  # writes held back while following must happen now
+            self.worker.wake()
+
+    def _pass_done(self) -> None:
+        if len(self.synced) == len(SOURCES):
+            self.ready = True
+            self.metrics.last_sync.set(time.time())
+
+    # -- probes -----------------------------------------------------------------------------------
+
+    def bound_port(self) -> int | None:
+        """The HTTP port actually listened on (useful with `--port 0`)."""
+        servers = getattr(self.http, "servers", None) or []
+        for srv in servers:
+            for sock in srv.sockets:
+                return int(sock.getsockname()[1])
+        return None
+
+    def healthy(self) -> bool:
+        """Every loop task is still running."""
+        return bool(self._tasks) and not any(task.done() for task in self._tasks)
+
+    # -- running ----------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Watch and reconcile until cancelled or :meth:`stop`; then release the Lease and close."""
+        api = await self._connect()
+        worker = self._build(api)
+        streams = self._streams(api, worker)
+        coroutines = [streams.run(source) for source in SOURCES] + [worker.run()]
+        if self.elector is not None:
+            coroutines.append(self.elector.run())
+        if self.serve_http:
+            app = create_app(self.metrics.registry, healthy=self.healthy, ready=lambda: self.ready)
+            self.http = server(app, host=self.settings.bind_address, port=self.settings.port)
+            coroutines.append(self._serve(self.http))
+        self._tasks = [asyncio.create_task(c) for c in coroutines]
+        try:
+            await self._wait()
+        finally:
+            await self._shutdown()
+
+    async def _serve(self, http: Server) -> None:
+        """uvicorn exits the process when it cannot listen; make that an ordinary error."""
+        try:
+            await http.serve()
+        except SystemExit as exc:
+            where = f"{self.settings.bind_address}:{self.settings.port}"
+            raise OSError(f"cannot serve /metrics on {where} (uvicorn exit {exc.code})") from None
+
+    async def _wait(self) -> None:
+        stop = asyncio.create_task(self._stop.wait())
+        try:
+            done, _ = await asyncio.wait([*self._tasks, stop], return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                error = None if task is stop else task.exception()
+                if error is not None:
+                    raise error
+        finally:
+            stop.cancel()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def _shutdown(self) -> None:
+        http_task = self._tasks[-1] if self.http is not None else None
+        for task in self._tasks:
+            if task is not http_task:
+                task.cancel()
+        if self.http is not None and http_task is not None:
+            self.http.should_exit = True
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(http_task), timeout=5)
+            http_task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.elector is not None:
+            await self.elector.release()
+        if self.api is not None:
+            await self.api.close()
+        log.info("reconciler stopped")
+
+    async def sync_once(self) -> None:
+        """List every source once and reconcile until nothing is dirty (`--once`)."""
+        await self.load()
+        if self.elector is not None:
+            timeout = 2 * self.elector.lease_duration + self.elector.retry_period
+            if not await self.elector.acquire(timeout=timeout):
+                raise TimeoutError(
+                    "another replica holds the Lease; run --once with --dry-run, or stop it"
+                )
+        try:
+            await self.reconcile_pending()
+        finally:
+            if self.elector is not None:
+                await self.elector.release()
+
+    async def load(self) -> None:
+        """Connect and list every source once into the state (no watch): `--once` and the benchmark."""
+        api = await self._connect()
+        worker = self.worker or self._build(api)
+        streams = self._streams(api, worker)
+        for source in SOURCES:
+            await streams.relist(source)
+            self.synced.add(source)
+
+    async def reconcile_pending(self, passes: int = 5) -> None:
+        """Reconcile until nothing is dirty (a write's own echo needs a second, empty-handed pass)."""
+        assert self.worker is not None, "load() first"
+        for _ in range(passes):
+            if not self.state.dirty:
+                break
+            await self.worker.reconcile_once()

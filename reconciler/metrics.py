@@ -1,0 +1,118 @@
+"""The reconciler's Prometheus metrics (documented in docs/metrics.md, "## Reconciler").
+
+Each :class:`ReconcilerMetrics` owns a private CollectorRegistry, so tests and the
+benchmark can run several reconcilers in one process. Per-class series are set
+from the computed status (by every replica, leader or not: dashboards work on any
+pod) and removed when the class is deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from shared import names
+from shared.availability import Figures
+
+CONDITION_STATUSES = ("True", "False", "Unknown")
+
+
+class ReconcilerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.free = Gauge(
+            "gpuclass_free_units",
+            "Free units of the class across eligible nodes",
+            ["class"],
+            registry=r,
+        )
+        self.max_free = Gauge(
+            "gpuclass_max_free_per_node_units",
+            "Largest free units of the class on one eligible node",
+            ["class"],
+            registry=r,
+        )
+        self.max_units = Gauge(
+            "gpuclass_max_units_per_node_units",
+            "Largest allocatable of the class on any host, ready or not",
+            ["class"],
+            registry=r,
+        )
+        self.eligible = Gauge(
+            "gpuclass_eligible_nodes",
+            "Ready, schedulable nodes whose taints the class tolerates",
+            ["class"],
+            registry=r,
+        )
+        self.condition = Gauge(
+            "gpuclass_condition",
+            "1 for the current status of each condition of the class",
+            ["class", "type", "status"],
+            registry=r,
+        )
+        self.reconcile = Counter(
+            "gpuclass_reconcile", "Class reconciles by result", ["result"], registry=r
+        )
+        self.duration = Histogram(
+            "gpuclass_reconcile_duration_seconds",
+            "Time of one reconcile pass over the dirty work",
+            registry=r,
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.queue_depth = Gauge(
+            "gpuclass_queue_depth", "Dirty items waiting for the worker", registry=r
+        )
+        self.watch_restarts = Counter(
+            "gpuclass_watch_restarts",
+            "Re-lists of a watched resource (expired or failed watch)",
+            ["resource"],
+            registry=r,
+        )
+        self.status_writes = Counter(
+            "gpuclass_status_writes", "Successful writes of a class status", registry=r
+        )
+        self.object_writes = Counter(
+            "gpuclass_object_writes",
+            "Other writes: licence copies and finalizers, by kind, action and result",
+            ["kind", "action", "result"],
+            registry=r,
+        )
+        self.leader = Gauge("gpuclass_leader", "1 while this replica holds the Lease", registry=r)
+        self.last_sync = Gauge(
+            "gpuclass_last_sync_timestamp_seconds",
+            "Unix time of the last reconcile pass with every watch in sync",
+            registry=r,
+        )
+
+    def set_class(self, name: str, status: Mapping[str, Any], figures: Figures) -> None:
+        self.free.labels(name).set(status.get("free", 0))
+        self.max_free.labels(name).set(status.get("maxFreePerNode", 0))
+        self.max_units.labels(name).set(status.get("maxUnitsPerNode", 0))
+        self.eligible.labels(name).set(figures.eligible_nodes)
+        current = {
+            c.get("type"): c.get("status")
+            for c in status.get("conditions") or ()
+            if isinstance(c, dict)
+        }
+        for type_ in names.CONDITION_TYPES:
+            for value in CONDITION_STATUSES:
+                self.condition.labels(name, type_, value).set(
+                    1 if current.get(type_) == value else 0
+                )
+
+    def forget_class(self, name: str) -> None:
+        """Remove a deleted class's series (a stale gauge would keep alerting)."""
+        for gauge in (self.free, self.max_free, self.max_units, self.eligible):
+            _remove(gauge, name)
+        for type_ in names.CONDITION_TYPES:
+            for value in CONDITION_STATUSES:
+                _remove(self.condition, name, type_, value)
+
+
+def _remove(gauge: Gauge, *labels: str) -> None:
+    with contextlib.suppress(KeyError):
+        gauge.remove(*labels)

@@ -1,0 +1,92 @@
+"""The seam between the loop and the API server: a small Protocol and the values that cross it.
+
+Everything above this seam (streams, worker, leader election) takes a
+:class:`KubeAPI`; `reconciler/kube.py` implements it with kubernetes_asyncio,
+`reconciler/memory.py` with a dict (the offline twin, and the tests' fake).
+Objects cross as raw dicts; failures as :class:`ApiError` with the HTTP status
+(0 for a transport failure), so callers branch on 403/404/409/410 without
+knowing the client library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from shared.clusterstate import Source
+
+RawObject = dict[str, Any]
+
+
+class ApiError(Exception):
+    """An API call that failed: `status` is the HTTP code, 0 when the server was not reached."""
+
+    def __init__(self, status: int, reason: str = "", message: str = "") -> None:
+        super().__init__(f"{status} {reason}: {message}" if message else f"{status} {reason}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @property
+    def gone(self) -> bool:
+        """410: the watch's resourceVersion (or a list's continue token) expired; re-list."""
+        return self.status == 410
+
+
+@dataclass(frozen=True, slots=True)
+class ListPage:
+    """One page of a list; the last page's `resource_version` is where the watch starts."""
+
+    items: list[RawObject]
+    resource_version: str = ""
+    last: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    type: str
+    """ADDED, MODIFIED, DELETED or BOOKMARK (errors are raised as ApiError)."""
+    object: RawObject = field(default_factory=dict)
+
+
+class KubeAPI(Protocol):
+    """What the reconciler asks of the API server, and nothing more."""
+
+    def list_pages(self, source: Source) -> AsyncIterator[ListPage]:
+        """Pages of the source's collection (selectors applied), consistent at one version."""
+        ...
+
+    def watch(self, source: Source, resource_version: str) -> AsyncIterator[WatchEvent]:
+        """Changes after `resource_version` until the server ends the stream."""
+        ...
+
+    async def get_class(self, name: str) -> RawObject: ...
+
+    async def patch_class_status(self, name: str, patch: RawObject) -> RawObject | None:
+        """JSON merge patch of the status subresource (`patch` may pin metadata.resourceVersion)."""
+        ...
+
+    async def patch_class_finalizers(
+        self, name: str, finalizers: list[str], resource_version: str
+    ) -> RawObject | None: ...
+
+    async def create_secret(self, namespace: str, body: RawObject) -> RawObject | None: ...
+
+    async def replace_secret(
+        self, namespace: str, name: str, body: RawObject
+    ) -> RawObject | None: ...
+
+    async def delete_secret(self, namespace: str, name: str, resource_version: str) -> None: ...
+
+    async def create_event(self, namespace: str, body: RawObject) -> None: ...
+
+    async def get_lease(self, namespace: str, name: str) -> RawObject | None:
+        """The Lease, or None when it does not exist."""
+        ...
+
+    async def create_lease(self, namespace: str, body: RawObject) -> RawObject: ...
+
+    async def replace_lease(self, namespace: str, name: str, body: RawObject) -> RawObject: ...
+
+    async def close(self) -> None: ...

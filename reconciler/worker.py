@@ -1,0 +1,244 @@
+"""The worker: coalesce dirty marks, recompute, and write only what changed.
+
+Events only mark work dirty (:class:`shared.clusterstate.Dirty`); the worker
+wakes, waits a short coalescing window (so a burst of pod events costs one
+recompute per class), takes the whole dirty set and, per item:
+
+- status: computed by `shared.availability.compute_status` over the live counters,
+  compared whole with the stored status, written as a merge patch pinned to the
+  stored resourceVersion; a 409 re-reads the class and tries again;
+- finalizer: `shared.inuse.finalizer_change`, patched the same way;
+- licence copies: see :mod:`reconciler.copies`.
+
+Every write first asks the Lease (`is_leader`), so a replica that lost it stops at
+once, and the per-object backoff, so a refused write is not retried in a storm.
+Objects returned by writes go back into the state, as the watch would bring them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from reconciler.backoff import KeyedBackoff
+from reconciler.copies import CopyWriter
+from reconciler.events import EventRecorder
+from reconciler.leader import Leadership
+from reconciler.metrics import ReconcilerMetrics
+from reconciler.ports import ApiError, KubeAPI
+from shared.clusterstate import ClassEntry, ClusterState, StatusContext
+from shared.inuse import finalizer_change
+from shared.statusdiff import status_patch, transitions
+
+log = logging.getLogger("gpuclass.reconciler.worker")
+
+CONFLICT_RETRIES = 3
+
+
+class Worker:
+    def __init__(
+        self,
+        api: KubeAPI,
+        state: ClusterState,
+        leadership: Leadership,
+        metrics: ReconcilerMetrics,
+        *,
+        events: EventRecorder,
+        vgpu_entitled: bool,
+        now: Callable[[], str],
+        coalesce_seconds: float = 0.2,
+        backoff: KeyedBackoff | None = None,
+        on_pass: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.api, self.state, self.leadership, self.metrics = api, state, leadership, metrics
+        self.events, self.now, self.coalesce_seconds, self.on_pass = (
+            events,
+            now,
+            coalesce_seconds,
+            on_pass,
+        )
+        self.backoff = backoff or KeyedBackoff()
+        self.copies = CopyWriter(
+            api,
+            state,
+            events,
+            vgpu_entitled=vgpu_entitled,
+            may_write=self._may_write,
+            failed=self._failed,
+            metrics=metrics,
+        )
+        self._wake = asyncio.Event()
+        self._timers: dict[Hashable, asyncio.TimerHandle] = {}
+
+    def wake(self) -> None:
+        self.metrics.queue_depth.set(len(self.state.dirty))
+        self._wake.set()
+
+    async def run(self) -> None:
+        failures = 0
+        while True:
+            await self._wake.wait()
+            await asyncio.sleep(self.coalesce_seconds)
+            self._wake.clear()
+            try:
+                await self.reconcile_once()
+                failures = 0
+            except Exception:  # a bug must not end the loop: log it, wait, look at everything again
+                failures += 1
+                log.exception("reconcile pass failed", extra={"fields": {"failures": failures}})
+                await asyncio.sleep(min(60.0, 0.5 * 2**failures))
+                self.state.mark_all()
+                self.wake()
+
+    async def reconcile_once(self) -> None:
+        """One pass over everything dirty now."""
+        dirty = self.state.take_dirty()
+        self.metrics.queue_depth.set(0)
+        started = time.perf_counter()
+        if dirty.statuses:
+            context, now = self.state.status_context(), self.now()
+            for name in sorted(dirty.statuses):
+                await self._status(name, context, now)
+        for name in sorted(dirty.finalizers):
+            await self._finalizer(name)
+        if dirty.copies:
+            await self.copies.reconcile()
+        self.metrics.duration.observe(time.perf_counter() - started)
+        self.on_pass()
+
+    # -- write gating -------------------------------------------------------------------------------
+
+    def _may_write(self, key: Hashable, retry: Callable[[], None]) -> bool:
+        """Leader now, and the object is not backing off (if it is, come back when it may)."""
+        if not self.leadership.is_leader():
+            return False  # regaining the Lease marks everything dirty again
+        wait = self.backoff.remaining(key)
+        if wait > 0:
+            self._retry_later(key, wait, retry)
+            return False
+        return True
+
+    def _failed(self, key: Hashable, retry: Callable[[], None], exc: ApiError) -> int:
+        count, delay = self.backoff.failure(key)
+        log.warning(
+            "write failed; backing off",
+            extra={
+                "fields": {
+                    "object": str(key),
+                    "error": str(exc),
+                    "failures": count,
+                    "retry_in": delay,
+                }
+            },
+        )
+        self._retry_later(key, delay, retry)
+        return count
+
+    def _retry_later(self, key: Hashable, delay: float, retry: Callable[[], None]) -> None:
+        if key in self._timers:
+            return
+
+        def fire() -> None:
+            self._timers.pop(key, None)
+            retry()
+            self.wake()
+
+        self._timers[key] = asyncio.get_running_loop().call_later(delay, fire)
+
+    # -- status -------------------------------------------------------------------------------------
+
+    def _result(self, result: str) -> None:
+        self.metrics.reconcile.labels(result).inc()
+
+    async def _status(self, name: str, context: StatusContext, now: str) -> None:
+        entry = self.state.classes.get(name)
+        if entry is None:
+            self.metrics.forget_class(name)
+            return
+        status = self.state.compute_status(name, context, now=now)
+        self.metrics.set_class(name, status, self.state.figures(name, context))
+        if status_patch(entry.raw_status, status) is None:
+            self._result("unchanged")
+            return
+        key = ("status", name)
+        if not self._may_write(key, lambda: self.state.dirty.statuses.add(name)):
+            self._result("deferred")
+            return
+        try:
+            await self._write_status(name, entry, status, context, now)
+        except ApiError as exc:
+            self._result("error")
+            if exc.status != 404:
+                self._failed(key, lambda: self.state.dirty.statuses.add(name), exc)
+            return
+        self.backoff.success(key)
+        self._result("written")
+
+    async def _write_status(
+        self, name: str, entry: ClassEntry, status: dict[str, Any], context: StatusContext, now: str
+    ) -> None:
+        for attempt in range(CONFLICT_RETRIES):
+            patch = status_patch(entry.raw_status, status)
+            if patch is None or not self.leadership.is_leader():
+                return
+            body = {"metadata": {"resourceVersion": entry.resource_version}, "status": patch}
+            try:
+                written = await self.api.patch_class_status(name, body)
+            except ApiError as exc:
+                if exc.status != 409 or attempt == CONFLICT_RETRIES - 1:
+                    raise
+                self.state.upsert("gpuclasses", await self.api.get_class(name))
+                fresh = self.state.classes.get(name)
+                if fresh is None:
+                    return
+                entry, status = fresh, self.state.compute_status(name, context, now=now)
+                continue
+            self.metrics.status_writes.inc()
+            log.info(
+                "status written", extra={"fields": {"class": name, "free": status.get("free")}}
+            )
+            if written is not None:
+                self.state.upsert("gpuclasses", written)
+            for change in transitions(entry.raw_status, status):
+                await self.events.emit(
+                    name,
+                    reason=change.reason,
+                    type_=change.type,
+                    message=f"{change.condition} is {change.status}: {change.message}",
+                )
+            return
+
+    # -- finalizer ----------------------------------------------------------------------------------
+
+    async def _finalizer(self, name: str) -> None:
+        entry = self.state.classes.get(name)
+        if entry is None:
+            return
+        change = finalizer_change(entry.record, in_use=self.state.in_use(name))
+        if change is None:
+            return
+        key = ("finalizer", name)
+        if not self._may_write(key, lambda: self.state.dirty.finalizers.add(name)):
+            return
+        try:
+            written = await self.api.patch_class_finalizers(
+                name, list(change.finalizers), entry.resource_version
+            )
+        except ApiError as exc:
+            self.metrics.object_writes.labels("finalizer", change.action, "error").inc()
+            if exc.status == 409:  # stale: read it again and decide again
+                self.state.upsert("gpuclasses", await self.api.get_class(name))
+            if exc.status != 404:
+                self._failed(key, lambda: self.state.dirty.finalizers.add(name), exc)
+            return
+        self.backoff.success(key)
+        self.metrics.object_writes.labels("finalizer", change.action, "ok").inc()
+        log.info(
+            "in-use finalizer " + ("added" if change.action == "add" else "removed"),
+            extra={"fields": {"class": name}},
+        )
+        if written is not None:
+            self.state.upsert("gpuclasses", written)

@@ -1,0 +1,386 @@
+"""The reconciler's compact, incrementally kept view of the cluster, and what each change dirties.
+
+Raw objects go in one at a time, by the *source* (list/watch stream) they came
+from: `upsert` for an ADDED/MODIFIED object, `delete` for a DELETED one, `sweep`
+after a re-list to drop what the list no longer holds. What stays are the small
+records of :mod:`shared.snapshot` (pods keyed by namespace/name so updates and
+deletes land), :class:`shared.vmiuse.VMIUse` records, and usage counters.
+
+Each change marks only what it can affect (level-based: the mark says "look at
+this again", never "this happened"):
+
+- a pod: the classes of the resources it requests (old and new requests);
+- a node: the classes of the resources whose figures it can move
+  (:func:`shared.usage.node_change_resources`);
+- a class: itself, and the classes sharing its old or new resourceName (conflicts);
+- the KubeVirt CR: every class, when the permitted set changes;
+- a licence source Secret: the classes naming it, and the licence copies;
+- a VMI: the in-use finalizer of the classes it selects, and the copies if it
+  mounts a licence; a Namespace or managed Secret: the copies.
+
+Pure: no I/O, no clock; `now` and settings come in as arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from shared import names
+from shared.availability import Figures, compute_figures, compute_status, conflict_winners
+from shared.inuse import uses_class
+from shared.licences import CopyAction, desired_copies, plan_copies
+from shared.snapshot import (
+    ClassRecord,
+    NodeRecord,
+    PodRecord,
+    SecretRecord,
+    Snapshot,
+    compact_class,
+    compact_node,
+    compact_pod,
+    compact_secret,
+    permitted_resources,
+)
+from shared.usage import UsageCounters
+from shared.vmiuse import VMIUse, compact_vmi_use
+
+Source = Literal[
+    "gpuclasses",
+    "nodes",
+    "pods",
+    "kubevirts",
+    "licence-secrets",
+    "managed-secrets",
+    "namespaces",
+    "vmis",
+]
+SOURCES: tuple[Source, ...] = (
+    "gpuclasses",
+    "nodes",
+    "pods",
+    "kubevirts",
+    "licence-secrets",
+    "managed-secrets",
+    "namespaces",
+    "vmis",
+)
+Key = tuple[str, str]
+"""(namespace, name); namespace is "" for cluster-scoped objects."""
+
+
+def object_key(obj: Mapping[str, Any]) -> Key | None:
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+        return None
+    namespace = meta.get("namespace")
+    return (namespace if isinstance(namespace, str) else "", meta["name"])
+
+
+def resource_version(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    value = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+@dataclass(frozen=True, slots=True)
+class ClassEntry:
+    """A class as stored: its record, its raw status (compared whole) and its resourceVersion."""
+
+    record: ClassRecord
+    raw_status: Mapping[str, Any] | None
+    resource_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class ManagedSecret:
+    record: SecretRecord
+    resource_version: str
+
+
+@dataclass(slots=True)
+class Dirty:
+    """What to look at again: class statuses, class finalizers, and the licence copies."""
+
+    statuses: set[str] = field(default_factory=set)
+    finalizers: set[str] = field(default_factory=set)
+    copies: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.statuses or self.finalizers or self.copies)
+
+    def __len__(self) -> int:
+        return len(self.statuses) + len(self.finalizers) + int(self.copies)
+
+
+@dataclass(frozen=True, slots=True)
+class StatusContext:
+    """What computing statuses needs, built once per batch (winners are catalog-wide)."""
+
+    snapshot: Snapshot
+    winners: Mapping[str, str]
+
+
+class ClusterState:
+    def __init__(self, *, licence_namespace: str = names.DEFAULT_LICENSE_NAMESPACE) -> None:
+        self.licence_namespace = licence_namespace
+        self.classes: dict[str, ClassEntry] = {}
+        self.records: dict[str, ClassRecord] = {}
+        self.nodes: dict[str, NodeRecord] = {}
+        self.pods: dict[Key, PodRecord] = {}
+        self.kubevirts: dict[Key, frozenset[str]] = {}
+        self.permitted: frozenset[str] | None = None
+        self.licence_secrets: dict[Key, SecretRecord] = {}
+        self.managed_secrets: dict[Key, ManagedSecret] = {}
+        self.namespaces: dict[str, Mapping[str, str]] = {}
+        self.vmis: dict[Key, VMIUse] = {}
+        self.usage = UsageCounters()
+        self.dirty = Dirty()
+        self._by_resource: dict[str, set[str]] = {}
+        self._vmis_by_class: dict[str, set[Key]] = {}
+        self._licence_vmis: dict[Key, VMIUse] = {}
+        self._interned: dict[object, Any] = {}
+        self._handlers: dict[Source, Callable[[Key, Mapping[str, Any] | None], None]] = {
+            "gpuclasses": self._set_class,
+            "nodes": self._set_node,
+            "pods": self._set_pod,
+            "kubevirts": self._set_kubevirt,
+            "licence-secrets": self._set_licence_secret,
+            "managed-secrets": self._set_managed_secret,
+            "namespaces": self._set_namespace,
+            "vmis": self._set_vmi,
+        }
+
+    # -- events in ---------------------------------------------------------------------------
+
+    def upsert(self, source: Source, obj: Mapping[str, Any]) -> None:
+        key = object_key(obj)
+        if key is not None:
+            self._handlers[source](key, obj)
+
+    def delete(self, source: Source, obj: Mapping[str, Any]) -> None:
+        key = object_key(obj)
+        if key is not None:
+            self._handlers[source](key, None)
+
+    def sweep(self, source: Source, seen: set[Key]) -> None:
+        """After a re-list: forget what the list no longer holds."""
+        for key in [k for k in self.keys(source) if k not in seen]:
+            self._handlers[source](key, None)
+
+    def keys(self, source: Source) -> list[Key]:
+        stores: dict[Source, Iterable[Key]] = {
+            "gpuclasses": (("", n) for n in self.classes),
+            "nodes": (("", n) for n in self.nodes),
+            "pods": self.pods,
+            "kubevirts": self.kubevirts,
+            "licence-secrets": self.licence_secrets,
+            "managed-secrets": self.managed_secrets,
+            "namespaces": (("", n) for n in self.namespaces),
+            "vmis": self.vmis,
+        }
+        return list(stores[source])
+
+    def take_dirty(self) -> Dirty:
+        taken, self.dirty = self.dirty, Dirty()
+        return taken
+
+    def mark_all(self) -> None:
+        self.dirty.statuses |= set(self.classes)
+        self.dirty.finalizers |= set(self.classes)
+        self.dirty.copies = True
+
+    def _mark_resources(self, resources: Iterable[str]) -> None:
+        for resource in resources:
+            self.dirty.statuses |= self._by_resource.get(resource, set())
+
+    def _intern(self, value: Any) -> Any:
+        """One shared copy of equal small values (node names, request maps) across 100,000s of pods."""
+        key = (type(value), tuple(sorted(value.items())) if isinstance(value, dict) else value)
+        return self._interned.setdefault(key, value)
+
+    # -- per source ----------------------------------------------------------------------------
+
+    def _set_class(self, key: Key, obj: Mapping[str, Any] | None) -> None:
+        name = key[1]
+        record = compact_class(obj) if obj is not None else None
+        old = self.classes.pop(name, None)
+        self.records.pop(name, None)
+        if record is not None and obj is not None:
+            status = obj.get("status")
+            self.classes[name] = ClassEntry(
+                record, status if isinstance(status, dict) else None, resource_version(obj)
+            )
+            self.records[name] = record
+        self._class_changed(name, old.record if old else None, record)
+
+    def _class_changed(self, name: str, old: ClassRecord | None, new: ClassRecord | None) -> None:
+        self.dirty.statuses.add(name)
+        self.dirty.finalizers.add(name)
+        before = old.resource_name if old else None
+        after = new.resource_name if new else None
+        if before is not None:
+            self._by_resource.get(before, set()).discard(name)
+        if after is not None:
+            self._by_resource.setdefault(after, set()).add(name)
+        if old is None or new is None or before != after or old.created != new.created:
+            self._mark_resources({r for r in (before, after) if r is not None})
+        licence_before = old.spec.license if old and old.spec else None
+        licence_after = new.spec.license if new and new.spec else None
+        if licence_before != licence_after or (old is None) != (new is None):
+            self.dirty.copies = True
+
+    def _set_node(self, key: Key, obj: Mapping[str, Any] | None) -> None:
+        name = key[1]
+        record = compact_node(obj) if obj is not None else None
+        if record is not None:
+            record = NodeRecord(
+                self._intern(record.name),
+                record.ready,
+                record.unschedulable,
+                self._intern(record.taints),
+                self._intern(dict(record.allocatable)),
+            )
+        old = self.nodes.get(name)
+        if record == old:
+            return
+        if record is None:
+            del self.nodes[name]
+        else:
+            self.nodes[name] = record
+        self._mark_resources(self.usage.set_node(name, old, record))
+
+    def _set_pod(self, key: Key, obj: Mapping[str, Any] | None) -> None:
+        record = compact_pod(obj) if obj is not None else None
+        if record is not None:
+            record = PodRecord(self._intern(record.node), self._intern(dict(record.requests)))
+        old = self.pods.get(key)
+        if record == old:
+            return
+        if old is not None:
+            self.usage.add_pod(old, -1)
+            del self.pods[key]
+        if record is not None:
+            self.usage.add_pod(record, 1)
+            self.pods[(self._intern(key[0]), key[1])] = record
+        self._mark_resources({*(old.requests if old else ()), *(record.requests if record else ())})
+
+    def _set_kubevirt(self, key: Key, obj: Mapping[str, Any] | None) -> None:
+        if obj is None:
+            self.kubevirts.pop(key, None)
+        else:
+            self.kubevirts[key] = permitted_resources(obj)
+        permitted = frozenset().union(*self.kubevirts.values()) if self.kubevirts else None
+        if permitted != self.permitted:
+            self.permitted = permitted
+            self.dirty.statuses |= set(self.classes)
+
+    def _set_licence_secret(self, key: Key, obj: Mapping[str, Any] | None) -> None:
+        record = compact_secret(obj) if obj is not None else None
+        if record is not None:  # keep the token only: nothing else in that namespace is ours
+            token = {k: v for k, v in record.data.items() if k == names.TOKEN_KEY}
+            record = SecretRecord(record.namespace, record.name, {}, token)
+        if record == self.licence_secrets.get(key):
+            return
+        if record is None:
+            self.licence_secrets.pop(key, None)
+        else:
+            self.licence_secrets[key] = record
+        for entry in self.classes.values():
+            spec = entry.record.spec
+            if spec and spec.license and spec.license.secret_name == key[1]:
+                self.dirty.statuses.add(entry.record.name)
+                self.dirty.copies = True
+
+    def _set_managed_secret(self, key: Key, obj: Mapping[str, Any] | None) -> None:
+        record = compact_secret(obj) if obj is not None else None
+        old = self.managed_secrets.pop(key, None)
+        if record is not None and obj is not None:
+            self.managed_secrets[key] = ManagedSecret(record, resource_version(obj))
+        if (old.record if old else None) != record:
+            self.dirty.copies = True
+
+    def _set_namespace(self, key: Key, obj: Mapping[str, Any] | None) -> None:
+        name = key[1]
+        labels: Mapping[str, str] | None = None
+        if obj is not None:
+            meta = obj.get("metadata") or {}
+            raw = meta.get("labels") if isinstance(meta, dict) else None
+            labels = (
+                {k: v for k, v in raw.items() if isinstance(v, str)}
+                if isinstance(raw, dict)
+                else {}
+            )
+        if labels == self.namespaces.get(name):
+            return
+        if labels is None:
+            self.namespaces.pop(name, None)
+        else:
+            self.namespaces[name] = labels
+        self.dirty.copies = True
+
+    def _set_vmi(self, key: Key, obj: Mapping[str, Any] | None) -> None:
+        record = compact_vmi_use(obj) if obj is not None else None
+        old = self.vmis.get(key)
+        if record == old:
+            return
+        for vmi in (old, record):
+            if vmi is not None:
+                self.dirty.finalizers.update(vmi.classes)
+                self.dirty.copies |= vmi.licence_secret is not None
+        for name in old.classes if old else ():
+            self._vmis_by_class.get(name, set()).discard(key)
+        self._licence_vmis.pop(key, None)
+        if record is None:
+            self.vmis.pop(key, None)
+            return
+        self.vmis[key] = record
+        for name in record.classes:
+            self._vmis_by_class.setdefault(name, set()).add(key)
+        if record.licence_secret is not None:
+            self._licence_vmis[key] = record
+
+    # -- decisions out ---------------------------------------------------------------------------
+
+    def status_context(self) -> StatusContext:
+        snapshot = Snapshot(
+            classes=self.records, permitted=self.permitted, secrets=self.licence_secrets
+        )
+        return StatusContext(snapshot, conflict_winners(self.records))
+
+    def compute_status(self, name: str, context: StatusContext, *, now: str) -> dict[str, Any]:
+        """The class's status, by :func:`shared.availability.compute_status` over the live counters."""
+        return compute_status(
+            self.records[name],
+            context.snapshot,
+            index=self.usage.index,
+            winners=context.winners,
+            licence_namespace=self.licence_namespace,
+            now=now,
+        )
+
+    def figures(self, name: str, context: StatusContext) -> Figures:
+        record = self.records[name]
+        winner = context.winners.get(record.resource_name) if record.resource_name else None
+        return compute_figures(record, self.usage.index, conflict_lost=winner not in (None, name))
+
+    def in_use(self, name: str) -> bool:
+        record = self.records.get(name)
+        resource = record.resource_name if record else None
+        return any(
+            uses_class(self.vmis[key], name, resource) for key in self._vmis_by_class.get(name, ())
+        )
+
+    def copy_actions(self, *, vgpu_entitled: bool) -> list[CopyAction]:
+        plan = desired_copies(
+            self._licence_vmis.values(),
+            self.records,
+            secrets=self.licence_secrets,
+            namespaces=self.namespaces,
+            licence_namespace=self.licence_namespace,
+            vgpu_entitled=vgpu_entitled,
+        )
+        return plan_copies(
+            plan, {key: managed.record for key, managed in self.managed_secrets.items()}
+        )

@@ -1,0 +1,220 @@
+"""The kubernetes_asyncio adapter against a scripted HTTP server speaking the API's wire format.
+
+What is checked is what the loop relies on: paginated lists with the server-side
+selectors, watch lines split across chunks, bookmarks, an in-stream 410 raised as
+`ApiError.gone`, error bodies mapped to status and reason, merge patches with
+their content type, delete preconditions, and a missing Lease read as None. The
+real API server drives the same adapter in the control-plane tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from aiohttp import web
+from kubernetes_asyncio import client
+
+from reconciler.kube import MANAGED_SELECTOR, POD_FIELD_SELECTOR, KubeAdapter
+from reconciler.ports import ApiError
+
+Seen = list[dict[str, Any]]
+
+
+def status(code: int, reason: str, message: str) -> web.Response:
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
+    return web.json_response(body, status=code)
+
+
+def pod(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": "1"}}
+
+
+def build_app(seen: Seen) -> web.Application:
+    async def pods(request: web.Request) -> web.StreamResponse:
+        seen.append({"path": request.path, "query": dict(request.query)})
+        if request.query.get("watch") == "true":
+            response = web.StreamResponse()
+            await response.prepare(request)
+            line = json.dumps({"type": "ADDED", "object": pod("w1")}).encode() + b"\n"
+            await response.write(line[:10])  # one event split across chunks
+            await asyncio.sleep(0.01)
+            await response.write(line[10:])
+            bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "77"}}}
+            await response.write(json.dumps(bookmark).encode() + b"\n\n")
+            expired = {
+                "type": "ERROR",
+                "object": {
+                    "kind": "Status",
+                    "code": 410,
+                    "reason": "Expired",
+                    "message": "too old resource version",
+                },
+            }
+            await response.write(json.dumps(expired).encode() + b"\n")
+            return response
+        if request.query.get("continue") == "t1":
+            return web.json_response({"metadata": {"resourceVersion": "42"}, "items": [pod("c")]})
+        return web.json_response(
+            {"metadata": {"resourceVersion": "42", "continue": "t1"}, "items": [pod("a"), pod("b")]}
+        )
+
+    async def secrets(request: web.Request) -> web.Response:
+        seen.append({"path": request.path, "query": dict(request.query)})
+        return web.json_response({"metadata": {"resourceVersion": "5"}, "items": []})
+
+    async def patch_status(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.append({"path": request.path, "content_type": request.content_type, "body": body})
+        if body["metadata"]["resourceVersion"] == "old":
+            return status(409, "Conflict", "the object has been modified")
+        return web.json_response(
+            {"metadata": {"name": "c", "resourceVersion": "9"}, "status": body["status"]}
+        )
+
+    async def missing(request: web.Request) -> web.Response:
+        return status(404, "NotFound", "not found")
+
+    async def delete_secret(request: web.Request) -> web.Response:
+        seen.append({"path": request.path, "body": await request.json()})
+        return web.json_response({"kind": "Status", "status": "Success"})
+
+    async def create_secret(request: web.Request) -> web.Response:
+        return status(
+            403, "Forbidden", "ValidatingAdmissionPolicy 'gpuclass-licence-copies' denied request"
+        )
+
+    app = web.Application()
+    app.router.add_get("/api/v1/pods", pods)
+    app.router.add_get("/api/v1/secrets", secrets)
+    app.router.add_patch("/apis/cozystack.io/v1alpha1/gpuclasses/c/status", patch_status)
+    app.router.add_get("/apis/cozystack.io/v1alpha1/gpuclasses/gone", missing)
+    app.router.add_get("/apis/coordination.k8s.io/v1/namespaces/ns/leases/l", missing)
+    app.router.add_delete("/api/v1/namespaces/t/secrets/s", delete_secret)
+    app.router.add_post("/api/v1/namespaces/t/secrets", create_secret)
+    return app
+
+
+@asynccontextmanager
+async def adapter() -> AsyncIterator[tuple[KubeAdapter, Seen]]:
+    seen: Seen = []
+    runner = web.AppRunner(build_app(seen))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    api = client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}"))
+    kube = KubeAdapter(
+        api, licence_namespace="cozy-system", kubevirt_namespace="cozy-kubevirt", page_size=2
+    )
+    try:
+        yield kube, seen
+    finally:
+        await kube.close()
+        await runner.cleanup()
+
+
+def run(test: Callable[[KubeAdapter, Seen], Awaitable[None]]) -> None:
+    async def scenario() -> None:
+        async with adapter() as (kube, seen):
+            await test(kube, seen)
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
+
+
+def test_list_pages_with_selectors() -> None:
+    async def test(kube: KubeAdapter, seen: Seen) -> None:
+        pages = [page async for page in kube.list_pages("pods")]
+        assert [[i["metadata"]["name"] for i in p.items] for p in pages] == [["a", "b"], ["c"]]
+        assert [p.last for p in pages] == [False, True] and pages[-1].resource_version == "42"
+        assert seen[0]["query"] == {"fieldSelector": POD_FIELD_SELECTOR, "limit": "2"}
+        assert seen[1]["query"]["continue"] == "t1"
+        [page async for page in kube.list_pages("managed-secrets")]
+        assert seen[2]["query"]["labelSelector"] == MANAGED_SELECTOR
+
+    run(test)
+
+
+def test_watch_splits_lines_passes_bookmarks_and_raises_410() -> None:
+    async def test(kube: KubeAdapter, seen: Seen) -> None:
+        events = []
+        with pytest.raises(ApiError) as raised:
+            async for event in kube.watch("pods", "42"):
+                events.append(
+                    (
+                        event.type,
+                        event.object["metadata"].get("name")
+                        or event.object["metadata"]["resourceVersion"],
+                    )
+                )
+        assert events == [("ADDED", "w1"), ("BOOKMARK", "77")]
+        assert raised.value.gone and raised.value.reason == "Expired"
+        query = seen[0]["query"]
+        assert query["watch"] == "true" and query["resourceVersion"] == "42"
+        assert (
+            query["allowWatchBookmarks"] == "true" and query["fieldSelector"] == POD_FIELD_SELECTOR
+        )
+
+    run(test)
+
+
+def test_status_merge_patch_and_conflict() -> None:
+    async def test(kube: KubeAdapter, seen: Seen) -> None:
+        written = await kube.patch_class_status(
+            "c", {"metadata": {"resourceVersion": "8"}, "status": {"free": 1}}
+        )
+        assert written == {"metadata": {"name": "c", "resourceVersion": "9"}, "status": {"free": 1}}
+        assert seen[0]["content_type"] == "application/merge-patch+json"
+        with pytest.raises(ApiError) as raised:
+            await kube.patch_class_status(
+                "c", {"metadata": {"resourceVersion": "old"}, "status": {}}
+            )
+        assert (raised.value.status, raised.value.reason) == (409, "Conflict")
+
+    run(test)
+
+
+def test_errors_and_missing_objects() -> None:
+    async def test(kube: KubeAdapter, seen: Seen) -> None:
+        assert await kube.get_lease("ns", "l") is None
+        with pytest.raises(ApiError) as raised:
+            await kube.get_class("gone")
+        assert raised.value.status == 404
+        with pytest.raises(ApiError) as refused:
+            await kube.create_secret("t", {"metadata": {"name": "s"}})
+        assert refused.value.status == 403 and "ValidatingAdmissionPolicy" in refused.value.message
+
+    run(test)
+
+
+def test_delete_carries_the_resource_version_precondition() -> None:
+    async def test(kube: KubeAdapter, seen: Seen) -> None:
+        await kube.delete_secret("t", "s", "13")
+        assert seen[0]["body"]["preconditions"] == {"resourceVersion": "13"}
+
+    run(test)
+
+
+def test_unreachable_server_is_status_0() -> None:
+    async def scenario() -> None:
+        api = client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))
+        kube = KubeAdapter(api, licence_namespace="a", kubevirt_namespace="b", request_timeout=5)
+        try:
+            with pytest.raises(ApiError) as raised:
+                await kube.get_class("x")
+            assert raised.value.status == 0
+        finally:
+            await kube.close()
+
+    asyncio.run(scenario())

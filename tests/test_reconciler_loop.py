@@ -1,0 +1,594 @@
+"""The whole loop against a fake at the adapter seam (`reconciler.memory.MemoryKube`).
+
+The fake checks what the API server checks for our writes (resourceVersion
+preconditions, AlreadyExists, the Secret admission policy) and takes injected
+failures, so these tests cover the loop's contract: one write per change and none
+in steady state, 410/dropped watch re-lists, 409 retries, the Lease gating every
+write, licence copies, foreign Secrets, refused writes without a retry storm, and
+the in-use finalizer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from reconciler.leader import AlwaysLeader, Leadership
+from reconciler.loop import Reconciler
+from reconciler.memory import MemoryKube
+from reconciler.ports import ApiError
+from reconciler.recording import RecordingKube
+from reconciler.settings import ReconcilerSettings
+from shared import names
+from tests.test_reconciler_objects import (
+    TOKEN,
+    gpuclass,
+    kubevirt,
+    namespace,
+    node,
+    pod,
+    secret,
+    vmi,
+)
+
+R = "example.com/gpu"
+LIC = "example.com/lic"
+COPY = names.license_copy_name("lic")
+MANAGED = {names.MANAGED_BY_LABEL: names.MANAGED_BY_VALUE}
+
+
+def world() -> list[dict[str, Any]]:
+    return [
+        kubevirt(R, LIC),
+        gpuclass("c", R),
+        gpuclass("lic", LIC, licence="src"),
+        node("n1", {R: 4, LIC: 4}),
+        pod("p", "n1", {R: 1}),
+        secret("src"),
+        namespace("tenant-root"),
+        namespace("tenant-a", entitled=True),
+        namespace("tenant-c"),
+    ]
+
+
+def settings(**overrides: Any) -> ReconcilerSettings:
+    values: dict[str, Any] = {"coalesce_seconds": 0.0, "leader_elect": False, "vgpu_entitled": True}
+    return ReconcilerSettings(**{**values, **overrides})
+
+
+async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.01)
+
+
+class Running:
+    """A reconciler running against `kube` for the duration of a test."""
+
+    def __init__(
+        self, kube: Any, *, leadership: Leadership | None = None, **overrides: Any
+    ) -> None:
+        self.kube = kube
+        self.reconciler = Reconciler(
+            settings(**overrides),
+            api=kube,
+            leadership=leadership or AlwaysLeader(),
+            serve_http=False,
+        )
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Running:
+        self.task = asyncio.create_task(self.reconciler.run())
+        await until(lambda: self.reconciler.ready)
+        await self.settle()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.reconciler.stop()
+        assert self.task is not None
+        await asyncio.wait_for(self.task, 5)
+
+    async def settle(self, quiet: int = 5) -> None:
+        """Until the worker has had nothing to do for a few loop turns."""
+        worker = self.reconciler.worker
+        calm = 0
+        for _ in range(500):
+            await asyncio.sleep(0.01)
+            busy = bool(self.reconciler.state.dirty) or (
+                worker is not None and worker._wake.is_set()
+            )
+            calm = 0 if busy else calm + 1
+            if calm >= quiet:
+                return
+        raise AssertionError("the worker never settled")
+
+    def status(self, name: str) -> dict[str, Any]:
+        return dict(self.kube.store[names.KIND][("", name)].get("status") or {})
+
+    def writes(self, kind: str = "status") -> list[Any]:
+        return [w for k, w in self.kube.writes if k == kind]
+
+    def sample(self, metric: str, **labels: str) -> float | None:
+        value = self.reconciler.metrics.registry.get_sample_value(metric, labels)
+        return value
+
+
+def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(asyncio.wait_for(test(), 30))
+
+
+# -- statuses ------------------------------------------------------------------------------------
+
+
+def test_first_sync_writes_each_status_once_then_nothing() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube) as r:
+            assert sorted(w["name"] for w in r.writes()) == ["c", "lic"]
+            assert r.status("c")["free"] == 3
+            assert r.status("lic")["conditions"][3] == {
+                **r.status("lic")["conditions"][3],
+                "status": "True",
+            }
+            ready_events = [e["reason"] for e in kube.events]
+            assert ready_events == ["Ready", "Ready"]
+            # unrelated churn: plain pods, a node label, a namespace without effect, a pod status update
+            for i in range(20):
+                kube.apply(pod(f"web-{i}", "n1", {}))
+            labelled = node("n1", {R: 4, LIC: 4})
+            labelled["metadata"]["labels"] = {"zone": "a"}
+            kube.apply(labelled)
+            kube.apply(namespace("other"))
+            running = pod("p", "n1", {R: 1})
+            running["status"]["podIP"] = "10.0.0.1"
+            kube.apply(running)
+            await r.settle()
+            assert len(r.writes()) == 2
+            assert r.sample("gpuclass_status_writes_total") == 2
+
+    run(scenario)
+
+
+def test_pod_event_moves_free_with_one_write() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube) as r:
+            kube.apply(pod("q", "n1", {R: 2}))
+            await r.settle()
+            assert r.status("c")["free"] == 1
+            assert [w["name"] for w in r.writes()][2:] == ["c"]
+            kube.remove("Pod", "tenant-a", "q")
+            await r.settle()
+            assert r.status("c")["free"] == 3
+            assert r.sample("gpuclass_free_units", **{"class": "c"}) == 3
+
+    run(scenario)
+
+
+def test_hand_edited_status_is_repaired() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube) as r:
+            edited = kube.store[names.KIND][("", "c")]
+            kube.apply({**edited, "status": {**edited["status"], "free": 999, "extra": "x"}})
+            await r.settle()
+            assert r.status("c")["free"] == 3
+            assert "extra" not in r.status("c")
+
+    run(scenario)
+
+
+def test_conflict_409_rereads_and_retries() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube) as r:
+            kube.errors["patch_class_status"] = [ApiError(409, "Conflict", "modified")]
+            kube.apply(pod("q", "n1", {R: 2}))
+            await r.settle()
+            assert r.status("c")["free"] == 1
+            assert kube.calls["get_class"] == 1
+            assert kube.calls["patch_class_status"] == 4  # 2 at start, the refused one, the retry
+
+    run(scenario)
+
+
+def test_real_conflict_on_stale_resource_version() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube) as r:
+            state = r.reconciler.state
+            stale = state.classes["c"]
+            kube.apply(
+                {
+                    **kube.store[names.KIND][("", "c")],
+                    "metadata": {
+                        **kube.store[names.KIND][("", "c")]["metadata"],
+                        "labels": {"x": "y"},
+                    },
+                }
+            )
+            state.classes["c"] = stale  # as if the watch had not delivered the label change yet
+            kube.apply(pod("q", "n1", {R: 2}))
+            await r.settle()
+            assert r.status("c")["free"] == 1
+
+    run(scenario)
+
+
+def test_failed_write_backs_off_and_recovers() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube) as r:
+            r.reconciler.worker.backoff.base = 0.05  # type: ignore[union-attr]
+            kube.errors["patch_class_status"] = [ApiError(500, "InternalError")] * 2
+            kube.apply(pod("q", "n1", {R: 2}))
+            await until(lambda: r.status("c")["free"] == 1)
+            assert r.sample("gpuclass_reconcile_total", result="error") == 2
+
+    run(scenario)
+
+
+# -- watches ---------------------------------------------------------------------------------------
+
+
+def test_410_relists_from_scratch() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube) as r:
+            # a deletion the watch never reports: only a re-list can see it
+            del kube.store["Pod"][("tenant-a", "p")]
+            kube.expire_watches()
+            await until(lambda: ("tenant-a", "p") not in r.reconciler.state.pods)
+            await r.settle()
+            assert r.status("c")["free"] == 4
+            assert r.sample("gpuclass_watch_restarts_total", resource="pods") == 1
+
+    run(scenario)
+
+
+def test_watch_from_expired_version_relists() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube) as r:
+            kube.apply(pod("q", "n1", {R: 1}))
+            await r.settle()
+            kube.oldest = kube.version + 1  # history compacted: resuming at our version is 410
+            kube.end_watches()  # the server's timeout: the pod watch resumes from its last version
+            kube.apply(pod("q2", "n1", {R: 1}))
+            await until(lambda: r.status("c").get("free") == 1)
+            assert r.sample("gpuclass_watch_restarts_total", resource="pods") == 1
+
+    run(scenario)
+
+
+def test_dropped_watch_relists() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube) as r:
+            lists = kube.calls["list"]
+            kube.drop_watches()
+            kube.apply(pod("q", "n1", {R: 2}))
+            await until(lambda: r.status("c").get("free") == 1)
+            await until(lambda: kube.calls["list"] == lists + 8)
+            assert r.sample("gpuclass_watch_restarts_total", resource="vmis") == 1
+
+    run(scenario)
+
+
+def test_list_failure_backs_off_then_syncs() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        kube.errors["list"] = [ApiError(0, "ConnectionError", "refused")]
+        async with Running(kube) as r:
+            assert r.reconciler.ready
+            assert r.status("c")["free"] == 3
+
+    run(scenario)
+
+
+# -- the Lease -------------------------------------------------------------------------------------
+
+
+class Elected(Running):
+    def __init__(self, kube: MemoryKube, identity: str) -> None:
+        super().__init__(
+            kube,
+            leader_elect=True,
+            pod_name=identity,
+            lease_duration_seconds=0.6,
+            renew_deadline_seconds=0.4,
+            retry_period_seconds=0.05,
+        )
+        self.reconciler.leadership = None
+
+
+def test_lease_loss_stops_writes_at_once() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        key = ("cozy-system", "gpuclass-reconciler")
+
+        async def other_replica_holds(stop: asyncio.Event) -> None:
+            beat = 0
+            while not stop.is_set():
+                lease = kube.store["Lease"][key]
+                beat += 1
+                kube.apply(
+                    {
+                        **lease,
+                        "spec": {
+                            **lease["spec"],
+                            "holderIdentity": "other",
+                            "renewTime": str(beat),
+                        },
+                    }
+                )
+                await asyncio.sleep(0.05)
+
+        async with Elected(kube, "me") as r:
+            elected = r.reconciler.elector
+            assert elected is not None
+            await until(elected.is_leader)
+            await r.settle()
+            written = len(r.writes())
+            stop = asyncio.Event()
+            other = asyncio.create_task(other_replica_holds(stop))
+            await until(lambda: not elected.is_leader())
+            assert r.sample("gpuclass_leader") == 0
+            kube.apply(pod("q", "n1", {R: 2}))
+            await asyncio.sleep(0.3)
+            await r.settle()
+            assert len(r.writes()) == written  # following: no write
+            assert (
+                r.sample("gpuclass_free_units", **{"class": "c"}) == 1
+            )  # metrics still follow the cluster
+            stop.set()
+            await other
+            current = kube.store["Lease"][key]
+            kube.apply(
+                {**current, "spec": {**current["spec"], "holderIdentity": None}}
+            )  # the other released
+            await until(
+                lambda: r.status("c").get("free") == 1
+            )  # leader again: held-back write happens
+            assert r.sample("gpuclass_leader") == 1
+
+    run(scenario)
+
+
+def test_renew_failures_depose_before_the_lease_expires() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Elected(kube, "me") as r:
+            elected = r.reconciler.elector
+            assert elected is not None
+            await until(elected.is_leader)
+            kube.errors["get_lease"] = [ApiError(0, "ConnectionError")] * 1000
+            await until(lambda: not elected.is_leader())
+            kube.apply(pod("q", "n1", {R: 2}))
+            await r.settle()
+            assert r.status("c")["free"] == 3  # no write while deposed
+            kube.errors["get_lease"] = []
+            await until(lambda: r.status("c").get("free") == 1)
+
+    run(scenario)
+
+
+def test_two_replicas_never_both_lead_and_hand_over_on_stop() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        first, second = Elected(kube, "one"), Elected(kube, "two")
+        await first.__aenter__()
+        await second.__aenter__()
+        try:
+            leaders: list[int] = []
+            for _ in range(60):
+                both = [r.reconciler.elector.is_leader() for r in (first, second)]  # type: ignore[union-attr]
+                assert not all(both)
+                leaders.append(sum(both))
+                await asyncio.sleep(0.02)
+            assert leaders[-1] == 1
+            holder = first if first.reconciler.elector.is_leader() else second  # type: ignore[union-attr]
+            other = second if holder is first else first
+            await holder.__aexit__()
+            lease = kube.store["Lease"][("cozy-system", "gpuclass-reconciler")]
+            assert not lease["spec"]["holderIdentity"]  # released on stop
+            await until(lambda: other.reconciler.elector.is_leader(), timeout=2)  # type: ignore[union-attr]
+        finally:
+            for r in (first, second):
+                if r.task is not None and not r.task.done():
+                    await r.__aexit__()
+
+    run(scenario)
+
+
+# -- licence copies ----------------------------------------------------------------------------------
+
+
+def licensed_vmi(namespace_: str = "tenant-a", name: str = "vm") -> dict[str, Any]:
+    return vmi(name, namespace_, classes=["lic"], devices=[LIC], licence_class="lic")
+
+
+def test_licence_copy_created_updated_deleted() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube) as r:
+            kube.apply(licensed_vmi())
+            kube.apply(licensed_vmi("tenant-c"))  # not entitled: no copy there
+            await r.settle()
+            copy = kube.store["Secret"][("tenant-a", COPY)]
+            assert copy["metadata"]["labels"] == MANAGED
+            assert copy["data"][names.TOKEN_KEY] == TOKEN
+            assert ("tenant-c", COPY) not in kube.store["Secret"]
+            kube.apply(secret("src", data={names.TOKEN_KEY: "bmV3"}))
+            await r.settle()
+            assert kube.store["Secret"][("tenant-a", COPY)]["data"][names.TOKEN_KEY] == "bmV3"
+            kube.apply(gpuclass("lic", LIC, licence="src", feature_type=4))
+            await r.settle()
+            assert (
+                kube.store["Secret"][("tenant-a", COPY)]["data"][names.GRIDD_KEY]
+                == "RmVhdHVyZVR5cGU9NAo="
+            )
+            kube.remove("VirtualMachineInstance", "tenant-a", "vm")
+            await r.settle()
+            assert ("tenant-a", COPY) not in kube.store["Secret"]
+            assert [k for k, _ in kube.writes if "secret" in k] == [
+                "create-secret",
+                "replace-secret",
+                "replace-secret",
+                "delete-secret",
+            ]
+
+    run(scenario)
+
+
+def test_entitlement_loss_deletes_copy() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube) as r:
+            kube.apply(licensed_vmi())
+            await r.settle()
+            assert ("tenant-a", COPY) in kube.store["Secret"]
+            kube.apply(namespace("tenant-a"))
+            await r.settle()
+            assert ("tenant-a", COPY) not in kube.store["Secret"]
+
+    run(scenario)
+
+
+def test_foreign_secret_left_alone_with_an_event() -> None:
+    async def scenario() -> None:
+        foreign = secret(COPY, "tenant-a", data={"mine": "eA=="})
+        kube = MemoryKube([*world(), foreign])
+        async with Running(kube) as r:
+            kube.apply(licensed_vmi())
+            await r.settle()
+            for i in range(10):  # more reasons to look again: still no storm
+                kube.apply(licensed_vmi(name=f"vm-{i}"))
+            await r.settle()
+            stored = kube.store["Secret"][("tenant-a", COPY)]
+            assert stored["data"] == {"mine": "eA=="} and "labels" not in stored["metadata"]
+            assert [e["reason"] for e in kube.events].count("ForeignLicenseSecret") == 1
+            assert kube.calls.get("create_secret", 0) == 1
+            assert not kube.calls.get("replace_secret") and not kube.calls.get("delete_secret")
+
+    run(scenario)
+
+
+def test_policy_refusal_is_an_event_without_retry_storm() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        kube.errors["create_secret"] = [
+            ApiError(403, "Forbidden", "denied by ValidatingAdmissionPolicy")
+        ] * 100
+        async with Running(kube) as r:
+            kube.apply(licensed_vmi())
+            await r.settle()
+            for i in range(20):
+                kube.apply(
+                    namespace("tenant-a", entitled=True)
+                    | {
+                        "metadata": {
+                            "name": "tenant-a",
+                            "labels": {names.VGPU_ENTITLEMENT_LABEL: "true", "n": str(i)},
+                        }
+                    }
+                )
+                kube.apply(licensed_vmi(name=f"vm-{i}"))
+                await asyncio.sleep(0.01)
+            await r.settle()
+            assert kube.calls["create_secret"] == 1
+            refused = [e for e in kube.events if e["reason"] == "LicenseCopyRefused"]
+            assert len(refused) == 1 and "tenant-a/" + COPY in refused[0]["message"]
+            assert TOKEN not in str(kube.events)
+
+    run(scenario)
+
+
+# -- the in-use finalizer -------------------------------------------------------------------------------
+
+
+def finalizers(kube: MemoryKube, name: str) -> list[str]:
+    obj = kube.store[names.KIND].get(("", name))
+    return list(obj["metadata"].get("finalizers") or []) if obj else []
+
+
+def test_finalizer_added_while_used_and_removed_after() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube) as r:
+            kube.apply(vmi("annotated-only", "tenant-a", classes=["c"]))
+            await r.settle()
+            assert finalizers(kube, "c") == []
+            kube.apply(vmi("vm", "tenant-a", classes=["c"], devices=[R]))
+            await r.settle()
+            assert finalizers(kube, "c") == [names.IN_USE_FINALIZER]
+            kube.remove("VirtualMachineInstance", "tenant-a", "vm")
+            await r.settle()
+            assert finalizers(kube, "c") == []
+            assert [w["finalizers"] for w in r.writes("finalizers")] == [
+                [names.IN_USE_FINALIZER],
+                [],
+            ]
+
+    run(scenario)
+
+
+def test_deleting_class_released_when_unused_and_series_removed() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube) as r:
+            kube.apply(vmi("vm", "tenant-a", classes=["c"], devices=[R]))
+            await r.settle()
+            held = kube.store[names.KIND][("", "c")]
+            kube.apply(
+                {
+                    **held,
+                    "metadata": {**held["metadata"], "deletionTimestamp": "2026-06-01T00:00:00Z"},
+                }
+            )
+            await r.settle()
+            assert finalizers(kube, "c") == [names.IN_USE_FINALIZER]  # still used: held
+            kube.remove("VirtualMachineInstance", "tenant-a", "vm")
+            await r.settle()
+            assert ("", "c") not in kube.store[names.KIND]  # released: the API server deleted it
+            assert r.sample("gpuclass_free_units", **{"class": "c"}) is None
+            assert (
+                r.sample("gpuclass_condition", **{"class": "c", "type": "Ready", "status": "True"})
+                is None
+            )
+            assert r.sample("gpuclass_free_units", **{"class": "lic"}) == 4
+
+    run(scenario)
+
+
+# -- dry run ---------------------------------------------------------------------------------------------
+
+
+def test_dry_run_writes_nothing_but_records_everything() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        recorder = RecordingKube(kube, forward=False)
+        async with Running(recorder) as r:
+            kube.apply(licensed_vmi())
+            await r.settle()
+            assert kube.writes == [] and kube.events == []
+            kinds = sorted({w["kind"] for w in recorder.writes})
+            assert kinds == ["event", "finalizers", "licence-copy", "status"]
+            assert TOKEN not in str(recorder.writes)
+
+    run(scenario)
+
+
+def test_unexpected_error_does_not_end_the_worker() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube) as r:
+            kube.errors["patch_class_status"] = [RuntimeError("a bug")]  # type: ignore[list-item]
+            kube.apply(pod("q", "n1", {R: 2}))
+            await until(lambda: r.status("c")["free"] == 1)
+            assert r.reconciler.healthy()
+
+    run(scenario)

@@ -1,0 +1,223 @@
+"""The offline twin: `gpuclass-reconciler --objects PATH --once` and the file-backed server.
+
+It runs the ordinary loop against the files (never a cluster) and prints what it
+would write: every class's status (the same as `gpuclass status`), the licence
+copies without token payloads, finalizer changes and Events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from reconciler.main import main
+from reconciler.offline import file_reconciler
+from reconciler.settings import ReconcilerSettings
+from shared import names
+from shared.availability import compute_all
+from shared.runtime.loader import load_snapshot
+from tests.conftest import ROOT
+from tests.test_reconciler_objects import vmi
+
+EXAMPLES = str(ROOT / "examples")
+TOKEN_B64 = "ZXhhbXBsZS1ub3QtYS1yZWFsLXRva2Vu"
+LICENSED = "example-licensed-vgpu"
+
+
+@pytest.fixture(autouse=True)
+def keep_logging() -> Iterator[None]:
+    """main() points the root logger at the (captured) stderr; put the test runner's handlers back."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def once(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    assert main(["--objects", EXAMPLES, *args, "--once", "--log-level", "warning"]) == 0
+    out = capsys.readouterr().out
+    assert TOKEN_B64 not in out and base64.b64decode(TOKEN_B64).decode() not in out
+    result: dict[str, Any] = json.loads(out)
+    return result
+
+
+def without_times(status: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **status,
+        "conditions": [
+            {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in status["conditions"]
+        ],
+    }
+
+
+def test_once_on_examples_prints_the_statuses_of_gpuclass_status(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    report = once(capsys)
+    expected = compute_all(load_snapshot([EXAMPLES]), licence_namespace="cozy-system", now="T")
+    assert [i["name"] for i in report["items"]] == sorted(expected)
+    for item in report["items"]:
+        assert without_times(item["status"]) == without_times(expected[item["name"]])
+    assert [
+        (
+            i["name"],
+            i["status"]["free"],
+            i["status"]["maxFreePerNode"],
+            i["status"]["maxUnitsPerNode"],
+        )
+        for i in report["items"]
+    ] == [
+        ("example-byol-vgpu", 8, 8, 8),
+        ("example-licensed-vgpu", 7, 7, 8),
+        ("example-whole-gpu", 2, 2, 8),
+    ]
+    assert report["statusWrites"] == sorted(expected)
+    assert report["licenceCopies"] == [] and report["finalizers"] == []
+    assert [e["reason"] for e in report["events"]] == ["Ready"] * 3
+
+
+@pytest.fixture
+def vmis(tmp_path: Path) -> Path:
+    objects = [
+        vmi(
+            "licensed",
+            "tenant-a",
+            classes=[LICENSED],
+            devices=["example.com/licensed-vgpu"],
+            licence_class=LICENSED,
+        ),
+        vmi(
+            "unentitled",
+            "tenant-c",
+            classes=[LICENSED],
+            devices=["example.com/licensed-vgpu"],
+            licence_class=LICENSED,
+        ),
+        vmi(
+            "whole", "tenant-root", classes=["example-whole-gpu"], devices=["example.com/whole-gpu"]
+        ),
+        vmi("annotation-only", "tenant-root", classes=["example-byol-vgpu"]),
+    ]
+    path = tmp_path / "vmis.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    return path
+
+
+def test_once_with_vmis_prints_copies_and_finalizers(
+    capsys: pytest.CaptureFixture[str], vmis: Path
+) -> None:
+    report = once(capsys, "--objects", str(vmis), "--vgpu-entitled")
+    assert report["licenceCopies"] == [
+        {
+            "action": "create",
+            "namespace": "tenant-a",
+            "name": names.license_copy_name(LICENSED),
+            "labels": {names.MANAGED_BY_LABEL: names.MANAGED_BY_VALUE},
+            "data": {
+                names.GRIDD_KEY: "FeatureType=1\n",
+                names.TOKEN_KEY: report["licenceCopies"][0]["data"][names.TOKEN_KEY],
+            },
+        }
+    ]
+    assert report["licenceCopies"][0]["data"][names.TOKEN_KEY].startswith("<redacted sha256:")
+    assert report["finalizers"] == [
+        {"name": LICENSED, "finalizers": [names.IN_USE_FINALIZER]},
+        {"name": "example-whole-gpu", "finalizers": [names.IN_USE_FINALIZER]},
+    ]
+
+
+def test_once_without_platform_entitlement_makes_no_copy(
+    capsys: pytest.CaptureFixture[str], vmis: Path
+) -> None:
+    assert once(capsys, "--objects", str(vmis))["licenceCopies"] == []
+
+
+def test_dry_run_prints_the_same(capsys: pytest.CaptureFixture[str], vmis: Path) -> None:
+    plain = once(capsys, "--objects", str(vmis), "--vgpu-entitled")
+    dry = once(capsys, "--objects", str(vmis), "--vgpu-entitled", "--dry-run")
+    assert [without_times(i["status"]) for i in plain["items"]] == [
+        without_times(i["status"]) for i in dry["items"]
+    ]
+    assert (
+        plain["licenceCopies"] == dry["licenceCopies"] and plain["finalizers"] == dry["finalizers"]
+    )
+
+
+def test_missing_objects_path_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--objects", "/nonexistent/objects", "--once"]) == 2
+    assert "/nonexistent/objects" in capsys.readouterr().err
+
+
+def test_help_lists_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    for flag in (
+        "--objects",
+        "--once",
+        "--dry-run",
+        "--vgpu-entitled",
+        "--port",
+        "--bind-address",
+        "--kubeconfig",
+        "--leader-election-namespace",
+        "--coalesce-seconds",
+        "--pod-name",
+        "--licence-namespace",
+    ):
+        assert flag in out
+
+
+def test_serves_metrics_from_files_and_follows_changes(tmp_path: Path) -> None:
+    shutil.copytree(EXAMPLES, tmp_path / "examples")
+    settings = ReconcilerSettings(
+        objects=[tmp_path / "examples"],
+        port=0,
+        bind_address="127.0.0.1",
+        objects_poll_seconds=0.05,
+        coalesce_seconds=0.0,
+    )
+
+    async def scenario() -> None:
+        reconciler, reload = file_reconciler(settings)
+        running = asyncio.create_task(reconciler.run())
+        reloading = asyncio.create_task(reload())
+        try:
+            while not reconciler.ready or reconciler.bound_port() is None:
+                await asyncio.sleep(0.02)
+            base = f"http://127.0.0.1:{reconciler.bound_port()}"
+            async with httpx.AsyncClient(base_url=base) as http:
+                assert (await http.get("/healthz")).status_code == 200
+                assert (await http.get("/readyz")).status_code == 200
+                metrics = (await http.get("/metrics")).text
+                assert 'gpuclass_free_units{class="example-whole-gpu"} 2.0' in metrics
+                assert (
+                    'gpuclass_condition{class="example-whole-gpu",status="True",type="Ready"} 1.0'
+                    in metrics
+                )
+                assert "gpuclass_leader 1.0" in metrics
+                (tmp_path / "examples" / "cluster" / "pods.yaml").write_text("")
+                for _ in range(200):
+                    metrics = (await http.get("/metrics")).text
+                    if 'gpuclass_free_units{class="example-whole-gpu"} 4.0' in metrics:
+                        break
+                    await asyncio.sleep(0.02)
+                assert 'gpuclass_free_units{class="example-whole-gpu"} 4.0' in metrics
+        finally:
+            reconciler.stop()
+            await asyncio.wait_for(running, 10)
+            reloading.cancel()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))

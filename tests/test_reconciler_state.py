@@ -1,0 +1,432 @@
+"""Pure state transitions: events into `shared.clusterstate`, statuses and dirty marks out.
+
+One test per rule of CONTRACT.md section 6 (eligibility, counting, conflicts,
+conditions), plus the affected-class index: what each kind of change marks dirty.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from shared import names
+from shared.clusterstate import ClusterState, Source
+from tests.test_reconciler_objects import gpuclass, kubevirt, node, pod, secret
+
+R = "example.com/gpu"
+OTHER = "example.com/other"
+TAINT = {"key": "gpu", "value": "yes", "effect": "NoSchedule"}
+
+
+def state_with(*events: tuple[Source, dict[str, Any]]) -> ClusterState:
+    state = ClusterState()
+    state.upsert("kubevirts", kubevirt(R, OTHER))
+    for source, obj in events:
+        state.upsert(source, obj)
+    return state
+
+
+def status(state: ClusterState, name: str = "c") -> dict[str, Any]:
+    return state.compute_status(name, state.status_context(), now="NOW")
+
+
+def figures(state: ClusterState, name: str = "c") -> tuple[int, int, int]:
+    s = status(state, name)
+    return s["free"], s["maxFreePerNode"], s["maxUnitsPerNode"]
+
+
+def conditions(state: ClusterState, name: str = "c") -> dict[str, str]:
+    return {c["type"]: c["status"] for c in status(state, name)["conditions"]}
+
+
+CLASS: tuple[Source, dict[str, Any]] = ("gpuclasses", gpuclass("c", R))
+TOLERANT: tuple[Source, dict[str, Any]] = (
+    "gpuclasses",
+    gpuclass("c", R, tolerations=[{"key": "gpu", "operator": "Exists"}]),
+)
+
+
+@pytest.mark.parametrize(
+    ("events", "expected"),
+    [
+        pytest.param([CLASS, ("nodes", node("n1", {R: 4}))], (4, 4, 4), id="ready-node-all-free"),
+        pytest.param(
+            [CLASS, ("nodes", node("n1", {R: 4})), ("nodes", node("n2", {R: 2}))],
+            (6, 4, 4),
+            id="sum-and-max",
+        ),
+        pytest.param(
+            [CLASS, ("nodes", node("n1", {R: 4}, ready=False))],
+            (0, 0, 4),
+            id="not-ready-counts-max-units-only",
+        ),
+        pytest.param(
+            [CLASS, ("nodes", node("n1", {R: 4}, unschedulable=True))],
+            (0, 0, 4),
+            id="cordoned-counts-max-units-only",
+        ),
+        pytest.param(
+            [CLASS, ("nodes", node("n1", {R: 4}, taints=[TAINT]))],
+            (0, 0, 0),
+            id="untolerated-taint-not-a-host",
+        ),
+        pytest.param(
+            [TOLERANT, ("nodes", node("n1", {R: 4}, taints=[TAINT]))],
+            (4, 4, 4),
+            id="tolerated-taint-is-a-host",
+        ),
+        pytest.param(
+            [CLASS, ("nodes", node("n1", {R: 4}, taints=[{**TAINT, "effect": "NoExecute"}]))],
+            (0, 0, 0),
+            id="untolerated-noexecute-not-a-host",
+        ),
+        pytest.param(
+            [
+                CLASS,
+                ("nodes", node("n1", {R: 4}, taints=[{**TAINT, "effect": "PreferNoSchedule"}])),
+            ],
+            (4, 4, 4),
+            id="prefer-no-schedule-ignored",
+        ),
+        pytest.param(
+            [CLASS, ("nodes", node("n1", {OTHER: 4}))], (0, 0, 0), id="other-resource-not-counted"
+        ),
+        pytest.param(
+            [CLASS, ("nodes", node("n1", {R: 4})), ("pods", pod("p", "n1", {R: 3}))],
+            (1, 1, 4),
+            id="running-pod-uses",
+        ),
+        pytest.param(
+            [
+                CLASS,
+                ("nodes", node("n1", {R: 4})),
+                ("pods", pod("p", "n1", {R: 3}, phase="Pending")),
+            ],
+            (1, 1, 4),
+            id="pending-bound-pod-uses",
+        ),
+        pytest.param(
+            [
+                CLASS,
+                ("nodes", node("n1", {R: 4})),
+                ("pods", pod("p", "n1", {R: 3}, phase="Succeeded")),
+            ],
+            (4, 4, 4),
+            id="succeeded-pod-frees",
+        ),
+        pytest.param(
+            [
+                CLASS,
+                ("nodes", node("n1", {R: 4})),
+                ("pods", pod("p", "n1", {R: 3}, phase="Failed")),
+            ],
+            (4, 4, 4),
+            id="failed-pod-frees",
+        ),
+        pytest.param(
+            [
+                CLASS,
+                ("nodes", node("n1", {R: 4})),
+                ("pods", pod("p", None, {R: 3}, phase="Pending")),
+            ],
+            (4, 4, 4),
+            id="unbound-pod-not-counted",
+        ),
+        pytest.param(
+            [CLASS, ("nodes", node("n1", {R: 4})), ("pods", pod("p", "n1", {R: 1}, init={R: 3}))],
+            (1, 1, 4),
+            id="largest-init-container-wins",
+        ),
+        pytest.param(
+            [CLASS, ("nodes", node("n1", {R: 4})), ("pods", pod("p", "n1", {R: 2}, init={R: 1}))],
+            (2, 2, 4),
+            id="containers-sum-wins-over-init",
+        ),
+        pytest.param(
+            [
+                CLASS,
+                ("nodes", node("n1", {R: 4})),
+                ("pods", pod("p", "n1", {R: 2}, limits_only=True)),
+            ],
+            (2, 2, 4),
+            id="limit-implies-request",
+        ),
+        pytest.param(
+            [CLASS, ("nodes", node("n1", {R: 2})), ("pods", pod("p", "n1", {R: 5}))],
+            (0, 0, 2),
+            id="never-below-zero",
+        ),
+        pytest.param(
+            [
+                CLASS,
+                ("nodes", node("n1", {R: 4})),
+                ("pods", pod("p", "n1", {R: 1})),
+                ("pods", pod("p", "n1", {R: 1}, namespace="tenant-b")),
+            ],
+            (2, 2, 4),
+            id="pods-keyed-by-namespace",
+        ),
+        pytest.param(
+            [
+                CLASS,
+                ("nodes", node("n1", {R: 4})),
+                ("pods", pod("p", "n1", {R: 1})),
+                ("pods", pod("p", "n1", {R: 1})),
+            ],
+            (3, 3, 4),
+            id="modified-pod-not-double-counted",
+        ),
+        pytest.param(
+            [
+                CLASS,
+                ("nodes", node("n1", {R: 4})),
+                ("pods", pod("p", "n1", {R: 3})),
+                ("pods", pod("p", "n1", {R: 3}, phase="Succeeded")),
+            ],
+            (4, 4, 4),
+            id="pod-finishing-releases",
+        ),
+        pytest.param(
+            [CLASS, ("nodes", node("n1", {R: 4})), ("pods", pod("p", "n2", {R: 3}))],
+            (4, 4, 4),
+            id="pod-on-other-node",
+        ),
+    ],
+)
+def test_figures(
+    events: list[tuple[Source, dict[str, Any]]], expected: tuple[int, int, int]
+) -> None:
+    assert figures(state_with(*events)) == expected
+
+
+def test_deleted_pod_and_node_release() -> None:
+    state = state_with(
+        CLASS,
+        ("nodes", node("n1", {R: 4})),
+        ("nodes", node("n2", {R: 8})),
+        ("pods", pod("p", "n1", {R: 3})),
+    )
+    assert figures(state) == (9, 8, 8)
+    state.delete("pods", pod("p", "n1", {}))
+    assert figures(state) == (12, 8, 8)
+    state.delete("nodes", node("n2", {}))
+    assert figures(state) == (4, 4, 4)
+
+
+def test_node_turning_not_ready_and_back() -> None:
+    state = state_with(CLASS, ("nodes", node("n1", {R: 4})))
+    state.upsert("nodes", node("n1", {R: 4}, ready=False))
+    assert figures(state) == (0, 0, 4)
+    state.upsert("nodes", node("n1", {R: 4}))
+    assert figures(state) == (4, 4, 4)
+
+
+def test_sweep_after_relist_forgets_missing_objects() -> None:
+    state = state_with(
+        CLASS,
+        ("nodes", node("n1", {R: 4})),
+        ("pods", pod("a", "n1", {R: 1})),
+        ("pods", pod("b", "n1", {R: 1})),
+    )
+    state.sweep("pods", {("tenant-a", "a")})
+    assert figures(state) == (3, 3, 4)
+    state.sweep("nodes", set())
+    assert figures(state) == (0, 0, 0)
+
+
+def test_conflict_loser_reports_zero_and_names_winner() -> None:
+    state = state_with(
+        ("gpuclasses", gpuclass("old", R, created="2026-01-01T00:00:00Z")),
+        ("gpuclasses", gpuclass("new", R, created="2026-02-01T00:00:00Z")),
+        ("nodes", node("n1", {R: 4})),
+    )
+    assert figures(state, "old") == (4, 4, 4)
+    assert figures(state, "new") == (0, 0, 0)
+    assert conditions(state, "new")["ResourceNameConflict"] == "True"
+    assert conditions(state, "new")["Ready"] == "False"
+    assert "old" in status(state, "new")["conditions"][0]["message"]
+    assert conditions(state, "old")["ResourceNameConflict"] == "False"
+
+
+def test_same_timestamp_conflict_decided_by_name() -> None:
+    state = state_with(
+        ("gpuclasses", gpuclass("b", R)),
+        ("gpuclasses", gpuclass("a", R)),
+        ("nodes", node("n1", {R: 4})),
+    )
+    assert figures(state, "a") == (4, 4, 4)
+    assert figures(state, "b") == (0, 0, 0)
+
+
+def test_deleting_class_holds_its_name_until_gone() -> None:
+    old = gpuclass("old", R, created="2026-01-01T00:00:00Z", deleting=True)
+    state = state_with(
+        ("gpuclasses", old),
+        ("gpuclasses", gpuclass("new", R, created="2026-02-01T00:00:00Z")),
+        ("nodes", node("n1", {R: 4})),
+    )
+    assert conditions(state, "new")["ResourceNameConflict"] == "True"
+    state.take_dirty()
+    state.delete("gpuclasses", old)
+    assert "new" in state.take_dirty().statuses
+    assert conditions(state, "new")["ResourceNameConflict"] == "False"
+    assert figures(state, "new") == (4, 4, 4)
+
+
+@pytest.mark.parametrize(
+    ("events", "condition", "value"),
+    [
+        pytest.param([], "ResourceNameNotPermitted", "False", id="permitted"),
+        pytest.param(
+            [("kubevirts", kubevirt(OTHER))],
+            "ResourceNameNotPermitted",
+            "True",
+            id="not-in-permitted-set",
+        ),
+        pytest.param(
+            [("gpuclasses", gpuclass("c", R, licence="src"))],
+            "LicenseSecretMissing",
+            "True",
+            id="source-missing",
+        ),
+        pytest.param(
+            [("gpuclasses", gpuclass("c", R, licence="src")), ("licence-secrets", secret("src"))],
+            "LicenseSecretMissing",
+            "False",
+            id="source-present",
+        ),
+        pytest.param(
+            [
+                ("gpuclasses", gpuclass("c", R, licence="src")),
+                ("licence-secrets", secret("src", data={})),
+            ],
+            "LicenseSecretMissing",
+            "True",
+            id="source-without-token",
+        ),
+        pytest.param(
+            [
+                ("gpuclasses", gpuclass("c", R, licence="src")),
+                ("licence-secrets", secret("src", "elsewhere")),
+            ],
+            "LicenseSecretMissing",
+            "True",
+            id="source-in-wrong-namespace",
+        ),
+    ],
+)
+def test_conditions(
+    events: list[tuple[Source, dict[str, Any]]], condition: str, value: str
+) -> None:
+    state = state_with(CLASS, *events)
+    assert conditions(state)[condition] == value
+    assert conditions(state)["Ready"] == ("False" if value == "True" else "True")
+
+
+def test_no_kubevirt_cr_means_not_permitted() -> None:
+    state = ClusterState()
+    state.upsert("gpuclasses", gpuclass("c", R))
+    assert conditions(state)["ResourceNameNotPermitted"] == "True"
+    state.upsert("kubevirts", kubevirt(R))
+    assert conditions(state)["ResourceNameNotPermitted"] == "False"
+    state.delete("kubevirts", kubevirt(R))
+    assert conditions(state)["ResourceNameNotPermitted"] == "True"
+
+
+def test_observed_generation_and_kept_transition_time() -> None:
+    state = state_with(("gpuclasses", gpuclass("c", R, generation=3)))
+    first = status(state)
+    assert first["observedGeneration"] == 3
+    state.upsert("gpuclasses", gpuclass("c", R, generation=3, status=first))
+    later = state.compute_status("c", state.status_context(), now="LATER")
+    assert later == first  # nothing flipped: lastTransitionTime kept, so no write
+    state.upsert("kubevirts", kubevirt(OTHER))
+    flipped = state.compute_status("c", state.status_context(), now="LATER")
+    times = {c["type"]: c["lastTransitionTime"] for c in flipped["conditions"]}
+    assert times == {
+        "ResourceNameConflict": "NOW",
+        "ResourceNameNotPermitted": "LATER",
+        "LicenseSecretMissing": "NOW",
+        "Ready": "LATER",
+    }
+
+
+# -- the affected-class index ---------------------------------------------------------------------
+
+
+def indexed_state() -> ClusterState:
+    state = state_with(
+        ("gpuclasses", gpuclass("c", R)),
+        ("gpuclasses", gpuclass("d", OTHER)),
+        ("gpuclasses", gpuclass("lic", "example.com/lic", licence="src")),
+        ("nodes", node("n1", {R: 4})),
+        ("nodes", node("n2", {OTHER: 4})),
+        ("pods", pod("p", "n1", {R: 1})),
+    )
+    state.take_dirty()
+    return state
+
+
+@pytest.mark.parametrize(
+    ("source", "obj", "statuses"),
+    [
+        pytest.param("pods", pod("q", "n1", {R: 1}), {"c"}, id="pod-touches-its-resource-only"),
+        pytest.param(
+            "pods",
+            pod("q", "n1", {"devices.kubevirt.io/kvm": 1}),
+            set(),
+            id="non-catalog-pod-touches-nothing",
+        ),
+        pytest.param("pods", pod("q", "n1", {}), set(), id="plain-pod-touches-nothing"),
+        pytest.param("pods", pod("p", "n1", {R: 1}), set(), id="unchanged-pod-touches-nothing"),
+        pytest.param(
+            "pods",
+            pod("p", "n1", {R: 1}, phase="Succeeded"),
+            {"c"},
+            id="finished-pod-touches-its-class",
+        ),
+        pytest.param(
+            "nodes", node("n1", {R: 4}, ready=False), {"c"}, id="readiness-touches-advertised"
+        ),
+        pytest.param(
+            "nodes", node("n1", {R: 4}, taints=[TAINT]), {"c"}, id="taint-touches-advertised"
+        ),
+        pytest.param("nodes", node("n1", {R: 5}), {"c"}, id="allocatable-touches-changed-resource"),
+        pytest.param(
+            "nodes", node("n1", {R: 4, OTHER: 1}), {"d"}, id="new-resource-touches-only-it"
+        ),
+        pytest.param(
+            "nodes",
+            node("n3", {"example.com/none": 1}),
+            set(),
+            id="uncatalogued-node-touches-nothing",
+        ),
+        pytest.param(
+            "kubevirts", kubevirt(R), {"c", "d", "lic"}, id="permitted-change-touches-all"
+        ),
+        pytest.param("kubevirts", kubevirt(R, OTHER), set(), id="same-permitted-touches-nothing"),
+        pytest.param(
+            "licence-secrets", secret("src"), {"lic"}, id="source-secret-touches-its-class"
+        ),
+        pytest.param(
+            "licence-secrets", secret("unrelated"), set(), id="unrelated-secret-touches-nothing"
+        ),
+        pytest.param(
+            "gpuclasses",
+            gpuclass("e", R, created="2027-01-01T00:00:00Z"),
+            {"c", "e"},
+            id="new-class-touches-conflict-neighbours",
+        ),
+    ],
+)
+def test_affected_classes(source: Source, obj: dict[str, Any], statuses: set[str]) -> None:
+    state = indexed_state()
+    state.upsert(source, obj)
+    assert state.take_dirty().statuses == statuses
+
+
+def test_licence_secret_keeps_only_the_token() -> None:
+    state = ClusterState()
+    state.upsert("licence-secrets", secret("src", data={names.TOKEN_KEY: "dG9r", "other": "eA=="}))
+    assert set(state.licence_secrets[("cozy-system", "src")].data) == {names.TOKEN_KEY}
