@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from shared import names
 from shared.k8s import Taint, quantity_units
 from shared.models import GPUClassSpec, GPUClassStatus
+from shared.vmiuse import VMIUse, compact_vmi_use
 
 ACTIVE_POD_PHASES = frozenset({"Pending", "Running"})
 
@@ -91,16 +92,6 @@ class SecretRecord:
     data: Mapping[str, Redacted]
 
 
-@dataclass(frozen=True, slots=True)
-class VMIRecord:
-    namespace: str
-    name: str
-    selection: str | None
-    device_names: tuple[str, ...]
-    licence_refs: tuple[str, ...]
-    worker_pool: bool
-
-
 @dataclass(slots=True)
 class Snapshot:
     classes: dict[str, ClassRecord] = field(default_factory=dict)
@@ -109,7 +100,7 @@ class Snapshot:
     permitted: frozenset[str] | None = None
     namespaces: dict[str, Mapping[str, str]] = field(default_factory=dict)
     secrets: dict[tuple[str, str], SecretRecord] = field(default_factory=dict)
-    vmis: list[VMIRecord] = field(default_factory=list)
+    vmis: list[VMIUse] = field(default_factory=list)
 
 
 def _dict(value: object) -> dict[str, Any]:
@@ -286,29 +277,6 @@ def licence_refs(volumes: object) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
-def compact_vmi(obj: Mapping[str, Any]) -> VMIRecord | None:
-    meta = _meta(obj)
-    name, namespace = meta.get("name"), meta.get("namespace")
-    if not isinstance(name, str) or not isinstance(namespace, str):
-        return None
-    annotations = _str_map(meta.get("annotations"))
-    spec = _dict(obj.get("spec"))
-    gpus = _items(_dict(_dict(spec.get("domain")).get("devices")).get("gpus"))
-    device_names = tuple(
-        g["deviceName"]
-        for g in gpus
-        if isinstance(g, dict) and isinstance(g.get("deviceName"), str)
-    )
-    return VMIRecord(
-        namespace=namespace,
-        name=name,
-        selection=annotations.get(names.SELECTION_ANNOTATION),
-        device_names=device_names,
-        licence_refs=licence_refs(spec.get("volumes")),
-        worker_pool=names.WORKER_POOL_LABEL in _str_map(meta.get("labels")),
-    )
-
-
 class SnapshotBuilder:
     """Folds raw objects of any supported kind into a Snapshot, one at a time."""
 
@@ -346,7 +314,7 @@ class SnapshotBuilder:
             if isinstance(name, str):
                 snap.namespaces[name] = _str_map(_meta(obj).get("labels"))
         elif kind == "VirtualMachineInstance":
-            vmi = compact_vmi(obj)
+            vmi = compact_vmi_use(obj)
             if vmi:
                 snap.vmis.append(vmi)
         else:

@@ -1,8 +1,9 @@
 """What the reconciler needs to know about one VMI: which classes it uses and which licence it mounts.
 
-:class:`shared.snapshot.VMIRecord` serves admission (any hand-mounted licence
-reference counts). The reconciler asks two narrower questions, and this record
-answers them from the raw object once, at event time:
+Admission reads the raw VMI itself (any hand-mounted licence reference counts,
+see :func:`shared.snapshot.licence_refs`). The reconciler and offline snapshots
+ask two narrower questions, and this record answers them from the raw object
+once, at event time:
 
 - which classes the VMI *uses* (CONTRACT.md section 6, in-use finalizer): the
   classes its selection annotation names — parsed, so a VMI is not re-parsed on
