@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from shared import names
 from shared.availability import Figures, compute_figures, compute_status, conflict_winners
@@ -56,16 +56,7 @@ Source = Literal[
     "namespaces",
     "vmis",
 ]
-SOURCES: tuple[Source, ...] = (
-    "gpuclasses",
-    "nodes",
-    "pods",
-    "kubevirts",
-    "licence-secrets",
-    "managed-secrets",
-    "namespaces",
-    "vmis",
-)
+SOURCES: tuple[Source, ...] = get_args(Source)
 Key = tuple[str, str]
 """(namespace, name); namespace is "" for cluster-scoped objects."""
 
