@@ -67,6 +67,8 @@ bench: $(STAMP) ## print the benchmark figures (needs wrk for the webhook one)
 	$(BIN)/python benchmarks/bench_status.py
 	$(BIN)/python benchmarks/bench_reconciler.py
 	$(BIN)/python benchmarks/bench_webhook.py
+	$(BIN)/python benchmarks/bench_admission_overhead.py
+	$(BIN)/python benchmarks/bench_e2e_reconciler.py
 
 clean: ## remove the virtualenv and caches (not the control-plane cache)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

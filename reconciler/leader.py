@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
@@ -143,7 +144,9 @@ class LeaderElector:
     def _spec(self, now: str, *, acquired: str, transitions: int) -> RawObject:
         return {
             "holderIdentity": self.identity,
-            "leaseDurationSeconds": int(self.lease_duration),
+            # whole seconds, rounded up: a shorter advertised lease would let a candidate take
+            # over before this replica's renew deadline (and 0 is invalid)
+            "leaseDurationSeconds": math.ceil(self.lease_duration),
             "acquireTime": acquired,
             "renewTime": now,
             "leaseTransitions": transitions,

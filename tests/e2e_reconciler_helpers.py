@@ -1,0 +1,559 @@
+"""Plumbing for `gpuclass-reconciler` against the test control plane (tests and benchmark).
+
+- :class:`ReconcilerProcess` runs the real console script as a subprocess (its own
+  process group, killed with the test process if that dies), reads its JSON log,
+  finds the port it serves `/metrics` on (`--port 0`) and reads its metrics;
+- object builders (Namespace, GPUClass, Node, Pod, VMI, Secret) and the few writes
+  a kubelet or KubeVirt would make (node status, pod phase, force delete);
+- :class:`PermittedDevices` adds resource names to the KubeVirt CR and takes them out
+  again, leaving other entries (other test modules') alone;
+- :func:`apply_chart_rbac` applies the chart's reconciler RBAC and Secret policy and
+  returns what to delete afterwards (only what did not exist before).
+
+Every API call goes through an :class:`~tests.controlplane.api.Api` given by the caller,
+so a test can pass `control_plane.admin` again after `restart_apiserver()`.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.controlplane.api import Api, ApiError, RawObject
+
+ROOT = Path(__file__).resolve().parent.parent
+RECONCILER = Path(sys.executable).with_name("gpuclass-reconciler")
+GPUCLASSES = "/apis/cozystack.io/v1alpha1/gpuclasses"
+MERGE = "application/merge-patch+json"
+ANNOTATION = "gpu.cozystack.io/classes"
+FINALIZER = "gpu.cozystack.io/in-use"
+ENTITLED = {"gpu.cozystack.io/vgpu": "true"}
+MANAGED = {"app.kubernetes.io/managed-by": "gpuclass"}
+TOKEN_KEY = "client_configuration_token.tok"
+LICENCE_NAMESPACE = "cozy-system"
+KUBEVIRT_NAMESPACE = "cozy-kubevirt"
+LEASE_NAME = "gpuclass-reconciler"  # the chart's Role may get/update only this Lease
+SERVICE_ACCOUNT = f"system:serviceaccount:{LICENCE_NAMESPACE}:gpuclass-reconciler"
+SERVICE_ACCOUNT_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{LICENCE_NAMESPACE}")
+RBAC_KINDS = (
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
+_LISTENING = re.compile(r"Uvicorn running on https?://[^\s:]+:(\d+)")
+
+
+# -- the reconciler as a process ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    """Lease and worker timings; the tests use short ones, the benchmark the defaults."""
+
+    lease_duration: float = 3.0
+    renew_deadline: float = 2.0
+    retry_period: float = 0.5
+    coalesce: float = 0.05
+
+    def args(self) -> list[str]:
+        return [
+            f"--lease-duration-seconds={self.lease_duration}",
+            f"--renew-deadline-seconds={self.renew_deadline}",
+            f"--retry-period-seconds={self.retry_period}",
+            f"--coalesce-seconds={self.coalesce}",
+        ]
+
+
+FAST = Timings()
+PRODUCTION = Timings(lease_duration=15.0, renew_deadline=10.0, retry_period=2.0, coalesce=0.2)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: SIGKILL the reconciler if the process that started it dies without stopping it."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class ReconcilerProcess:
+    """`gpuclass-reconciler --kubeconfig ... --port 0` in its own process group."""
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        *,
+        pod_name: str,
+        timings: Timings = FAST,
+        args: Sequence[str] = (),
+        start_timeout: float = 30.0,
+    ) -> None:
+        self.pod_name = pod_name
+        self.lines: list[str] = []
+        self.port = 0
+        self._listening = threading.Event()
+        command = [
+            str(RECONCILER),
+            f"--kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            "--port=0",
+            f"--pod-name={pod_name}",
+            "--log-format=json",
+            *timings.args(),
+            *args,
+        ]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLASS_")}
+        env["PYTHONUNBUFFERED"] = "1"
+        self.proc = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+        assert self.proc.stderr is not None
+        self._reader = threading.Thread(target=self._read, args=(self.proc.stderr,), daemon=True)
+        self._reader.start()
+        self._http = httpx.Client(timeout=5.0)
+        if not self._listening.wait(start_timeout):
+            self.stop()
+            raise RuntimeError(f"{pod_name} did not start serving; its log ends:\n{self.tail()}")
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.lines.append(line.rstrip("\n"))
+            if not self._listening.is_set() and (found := _LISTENING.search(line)):
+                self.port = int(found.group(1))
+                self._listening.set()
+
+    # -- probes -----------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def ready(self) -> bool:
+        try:
+            return self._http.get(f"{self.url}/readyz").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """Every sample of /metrics: (name, sorted labels) -> value."""
+        text = self._http.get(f"{self.url}/metrics").text
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): float(s.value)
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        """One sample's value, or None when the series does not exist (yet)."""
+        try:
+            samples = self.metrics()
+        except httpx.HTTPError:
+            return None
+        return samples.get((name, tuple(sorted(labels.items()))))
+
+    def logs(self) -> list[dict[str, Any]]:
+        entries = []
+        for line in list(self.lines):
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                if isinstance(entry, dict):
+                    entries.append(entry)
+        return entries
+
+    def tail(self, count: int = 30) -> str:
+        return "\n".join(self.lines[-count:])
+
+    # -- ending -----------------------------------------------------------------------------------
+
+    def kill(self) -> None:
+        """SIGKILL, no goodbye: the Lease stays held until it expires."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+        self._http.close()
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """SIGTERM (writes stop, the Lease is released), SIGKILL if it does not exit in time."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+        code = self.proc.wait(10)
+        self._reader.join(5)
+        self._http.close()
+        return code
+
+
+# -- objects ---------------------------------------------------------------------------------------
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def unb64(data: str) -> str:
+    return base64.b64decode(data).decode()
+
+
+def namespace(name: str, labels: Mapping[str, str] | None = None) -> RawObject:
+    meta: RawObject = {"name": name}
+    if labels:
+        meta["labels"] = dict(labels)
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+def gpuclass(name: str, resource: str, **spec: Any) -> RawObject:
+    body = {
+        "vendor": "example",
+        "model": "e2e",
+        "mode": "passthrough",
+        "source": {"devicePlugin": {"resourceName": resource}},
+        **spec,
+    }
+    return {
+        "apiVersion": "cozystack.io/v1alpha1",
+        "kind": "GPUClass",
+        "metadata": {"name": name},
+        "spec": body,
+    }
+
+
+def licensed_class(name: str, resource: str, source: str, feature_type: int = 1) -> RawObject:
+    licence: RawObject = {"secretName": source}
+    if feature_type != 1:
+        licence["featureType"] = feature_type
+    return gpuclass(name, resource, mode="vgpu", profile="e2e-1q", license=licence)
+
+
+def secret(
+    name: str, ns: str, data: Mapping[str, str], labels: Mapping[str, str] | None = None
+) -> RawObject:
+    meta: RawObject = {"name": name, "namespace": ns}
+    if labels is not None:
+        meta["labels"] = dict(labels)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta,
+        "type": "Opaque",
+        "data": {key: b64(value) for key, value in data.items()},
+    }
+
+
+def pod(
+    name: str,
+    ns: str,
+    node: str | None,
+    requests: Mapping[str, int],
+    *,
+    init_requests: Mapping[str, int] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> RawObject:
+    """A Pod bound to `node` (as the scheduler would bind it) requesting `requests`."""
+
+    def container(cname: str, wants: Mapping[str, int]) -> RawObject:
+        c: RawObject = {"name": cname, "image": "example.org/e2e:1"}
+        if wants:
+            amounts = {k: str(v) for k, v in wants.items()}
+            c["resources"] = {"requests": amounts, "limits": dict(amounts)}
+        return c
+
+    spec: RawObject = {"containers": [container("main", requests)]}
+    if node is not None:
+        spec["nodeName"] = node
+    if init_requests is not None:
+        spec["initContainers"] = [container("init", init_requests)]
+    meta: RawObject = {"name": name, "namespace": ns}
+    if labels:
+        meta["labels"] = dict(labels)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def vmi(
+    name: str,
+    ns: str,
+    *,
+    classes: Sequence[str] = (),
+    devices: Sequence[str] = (),
+    licence_copy: str | None = None,
+) -> RawObject:
+    """A VMI as admission stores it: the selection annotation, `gpus` entries and, for a
+    licensed class, the licence volume and disk (CONTRACT.md section 1)."""
+    meta: RawObject = {"name": name, "namespace": ns}
+    if classes:
+        meta["annotations"] = {ANNOTATION: json.dumps([{"className": c} for c in classes])}
+    disks: list[RawObject] = [{"name": "root", "disk": {"bus": "virtio"}}]
+    volumes: list[RawObject] = [{"name": "root", "containerDisk": {"image": "example.org/guest:1"}}]
+    if licence_copy is not None:
+        disks.append({"name": "gpulicense", "serial": "GPULICENSE", "disk": {"bus": "virtio"}})
+        volumes.append(
+            {
+                "name": "gpulicense",
+                "secret": {"secretName": licence_copy, "volumeLabel": "GPULICENSE"},
+            }
+        )
+    gpus = [{"name": f"gpu{i}", "deviceName": d} for i, d in enumerate(devices, start=1)]
+    spec: RawObject = {
+        "domain": {"devices": {"disks": disks, "gpus": gpus}, "memory": {"guest": "1Gi"}},
+        "volumes": volumes,
+    }
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": meta,
+        "spec": spec,
+    }
+
+
+# -- what a kubelet or KubeVirt would write --------------------------------------------------------
+
+
+def node_path(name: str) -> str:
+    return f"/api/v1/nodes/{name}"
+
+
+def pod_path(ns: str, name: str) -> str:
+    return f"/api/v1/namespaces/{ns}/pods/{name}"
+
+
+def set_node_status(
+    api: Api, name: str, *, ready: bool = True, allocatable: Mapping[str, int] | None = None
+) -> RawObject:
+    """The node's Ready condition and (when given) its allocatable, through /status."""
+    status: RawObject = {
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True" if ready else "False",
+                "reason": "KubeletReady" if ready else "KubeletNotReady",
+                "message": "e2e",
+            }
+        ]
+    }
+    if allocatable is not None:
+        amounts = {"cpu": "16", "memory": "64Gi", "pods": "110"}
+        amounts.update({k: str(v) for k, v in allocatable.items()})
+        status["allocatable"] = amounts
+        status["capacity"] = dict(amounts)
+    return api.call(
+        "PATCH", node_path(name) + "/status", body={"status": status}, content_type=MERGE
+    )
+
+
+def set_taints(api: Api, name: str, taints: Sequence[Mapping[str, str]]) -> RawObject:
+    """Replace the node's taints (the API server adds `not-ready:NoSchedule` to a new Node)."""
+    body = {"spec": {"taints": [dict(t) for t in taints] or None}}
+    return api.call("PATCH", node_path(name), body=body, content_type=MERGE)
+
+
+def create_node(
+    api: Api,
+    name: str,
+    allocatable: Mapping[str, int],
+    *,
+    ready: bool = True,
+    taints: Sequence[Mapping[str, str]] | None = (),
+    labels: Mapping[str, str] | None = None,
+) -> RawObject:
+    """A Node with its status set; `taints` replace the API server's not-ready taint
+    (None keeps it, as on a node whose controller has not cleared it yet)."""
+    meta: RawObject = {"name": name}
+    if labels:
+        meta["labels"] = dict(labels)
+    api.create({"apiVersion": "v1", "kind": "Node", "metadata": meta})
+    stored = set_node_status(api, name, ready=ready, allocatable=allocatable)
+    if taints is not None:
+        stored = set_taints(api, name, taints)
+    return stored
+
+
+def cordon(api: Api, name: str, unschedulable: bool = True) -> RawObject:
+    body = {"spec": {"unschedulable": True if unschedulable else None}}
+    return api.call("PATCH", node_path(name), body=body, content_type=MERGE)
+
+
+def set_pod_phase(api: Api, ns: str, name: str, phase: str) -> RawObject:
+    return api.call(
+        "PATCH",
+        pod_path(ns, name) + "/status",
+        body={"status": {"phase": phase}},
+        content_type=MERGE,
+    )
+
+
+def force_delete(api: Api, path: str) -> None:
+    """Delete at once (a bound Pod otherwise waits for its kubelet); a missing object is fine."""
+    response = api.request("DELETE", path, params={"gracePeriodSeconds": "0"})
+    if response.status_code not in (200, 202, 404):
+        raise ApiError("DELETE", path, response)
+
+
+# -- reading what the reconciler wrote --------------------------------------------------------------
+
+
+def get_class(api: Api, name: str) -> RawObject | None:
+    return api.get("cozystack.io/v1alpha1", "GPUClass", name)
+
+
+def figures(obj: RawObject | None) -> tuple[int, int, int] | None:
+    """(free, maxFreePerNode, maxUnitsPerNode) of a class, None before any status."""
+    status = (obj or {}).get("status") or {}
+    if "free" not in status:
+        return None
+    return (status["free"], status["maxFreePerNode"], status["maxUnitsPerNode"])
+
+
+def conditions(obj: RawObject | None) -> dict[str, str]:
+    """Condition type -> status of a class."""
+    found = ((obj or {}).get("status") or {}).get("conditions") or []
+    return {c["type"]: c["status"] for c in found}
+
+
+def events_about(api: Api, class_name: str) -> list[RawObject]:
+    """Events the reconciler recorded about a class (they live in namespace default)."""
+    body = api.call(
+        "GET",
+        "/api/v1/namespaces/default/events",
+        params={"fieldSelector": f"involvedObject.name={class_name}"},
+    )
+    return list(body.get("items") or [])
+
+
+# -- the KubeVirt CR -------------------------------------------------------------------------------
+
+
+class PermittedDevices:
+    """Adds resource names to the KubeVirt CR in `cozy-kubevirt` (creating it if missing) and
+    removes exactly those again; entries other modules put there are kept."""
+
+    def __init__(self, ns: str = KUBEVIRT_NAMESPACE) -> None:
+        self.ns = ns
+        self.added: set[str] = set()
+        self.created: str | None = None
+
+    def _current(self, api: Api) -> RawObject | None:
+        path = f"/apis/kubevirt.io/v1/namespaces/{self.ns}/kubevirts"
+        deadline = time.monotonic() + 30
+        while (response := api.request("GET", path)).status_code == 429:  # CRD storage starting
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        if response.status_code >= 400:
+            raise ApiError("GET", path, response)
+        items = response.json()["items"]
+        return items[0] if items else None
+
+    def _write(self, api: Api, change: Any) -> None:
+        for _ in range(5):
+            cr = self._current(api)
+            if cr is None:
+                cr = api.create(
+                    {
+                        "apiVersion": "kubevirt.io/v1",
+                        "kind": "KubeVirt",
+                        "metadata": {"name": "kubevirt", "namespace": self.ns},
+                        "spec": {"configuration": {"permittedHostDevices": {}}},
+                    }
+                )
+                self.created = cr["metadata"]["name"]
+            permitted = cr.get("spec", {}).get("configuration", {}).get("permittedHostDevices", {})
+            devices = change(list(permitted.get("pciHostDevices") or []))
+            body = {
+                "metadata": {"resourceVersion": cr["metadata"]["resourceVersion"]},
+                "spec": {"configuration": {"permittedHostDevices": {"pciHostDevices": devices}}},
+            }
+            response = api.request(
+                "PATCH",
+                f"/apis/kubevirt.io/v1/namespaces/{self.ns}/kubevirts/{cr['metadata']['name']}",
+                body=body,
+                content_type=MERGE,
+            )
+            if response.status_code == 409:
+                continue
+            if response.status_code >= 400:
+                raise ApiError("PATCH", "kubevirts", response)
+            return
+        raise RuntimeError("the KubeVirt CR kept changing under us")
+
+    def permit(self, api: Api, resources: Iterable[str]) -> None:
+        wanted = [r for r in resources if r not in self.added]
+        self.added.update(wanted)
+        self._write(
+            api,
+            lambda devices: (
+                devices + [{"pciVendorSelector": "10DE:FFFF", "resourceName": r} for r in wanted]
+            ),
+        )
+
+    def forbid(self, api: Api, resources: Iterable[str]) -> None:
+        gone = set(resources)
+        self.added -= gone
+        self._write(api, lambda devices: [d for d in devices if d.get("resourceName") not in gone])
+
+    def restore(self, api: Api) -> None:
+        """Take every added name out; delete the CR if this helper created it."""
+        if self.created is not None:
+            api.request(
+                "DELETE", f"/apis/kubevirt.io/v1/namespaces/{self.ns}/kubevirts/{self.created}"
+            )
+            self.created = None
+        elif self.added:
+            self.forbid(api, set(self.added))
+        self.added.clear()
+
+
+# -- the chart's RBAC ------------------------------------------------------------------------------
+
+
+def apply_chart_rbac(api: Api) -> list[RawObject]:
+    """Apply the chart's reconciler rights (ServiceAccount, roles, bindings, the licence-copy
+    ValidatingAdmissionPolicy) as rendered with default values; returns the objects that did
+    not exist before, for the caller to delete when done."""
+    from tests.chart_helpers import render_objects  # helm: imported only when needed
+
+    objects = [o for o in render_objects() if o["kind"] in RBAC_KINDS]
+    new = [o for o in objects if _absent(api, o)]
+    api.apply(objects)
+    return new
+
+
+def _absent(api: Api, obj: RawObject) -> bool:
+    return api.request("GET", api.object_path(obj)).status_code == 404
+
+
+def delete_all(api: Api, objects: Iterable[RawObject]) -> None:
+    for obj in objects:
+        with contextlib.suppress(ApiError):
+            api.delete(obj)

@@ -1,0 +1,776 @@
+"""The reconciler end to end: `gpuclass-reconciler` against a real kube-apiserver.
+
+The reconciler runs as a subprocess, as in production, with the *chart's* rights:
+the chart's ServiceAccount RBAC and licence-copy ValidatingAdmissionPolicy are
+applied and the process uses a client certificate of that service account
+(CONTRACT.md section 6, "least privilege"). Lease timings are short (3 s lease) and
+the coalescing window small, so each test sees its write within a second or so.
+
+No kubelet, scheduler or KubeVirt runs: the tests write what they would (Nodes with
+a Ready condition and allocatable through the status subresource, Pods bound by
+`spec.nodeName` with a phase, VMIs as admission stores them) and assert on the
+objects the reconciler writes back: class statuses, licence copies, the in-use
+finalizer, the Lease, Events.
+
+Each test makes its own classes, resource names and nodes, so figures never mix
+with other tests'. Teardown stops every replica, deletes what the module created,
+takes its names out of the KubeVirt CR and removes the RBAC objects it added.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.controlplane.api import Api, ApiError, RawObject
+from tests.controlplane.cluster import ControlPlane, eventually, unique_name
+from tests.e2e_reconciler_helpers import (
+    ENTITLED,
+    FAST,
+    FINALIZER,
+    GPUCLASSES,
+    KUBEVIRT_NAMESPACE,
+    LEASE_NAME,
+    LICENCE_NAMESPACE,
+    MANAGED,
+    MERGE,
+    SERVICE_ACCOUNT,
+    SERVICE_ACCOUNT_GROUPS,
+    TOKEN_KEY,
+    PermittedDevices,
+    ReconcilerProcess,
+    Timings,
+    apply_chart_rbac,
+    b64,
+    conditions,
+    cordon,
+    create_node,
+    delete_all,
+    events_about,
+    figures,
+    force_delete,
+    get_class,
+    gpuclass,
+    licensed_class,
+    namespace,
+    pod,
+    secret,
+    set_node_status,
+    set_pod_phase,
+    set_taints,
+    unb64,
+    vmi,
+)
+
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+KUBECTL = shutil.which("kubectl")
+DEDICATED = {"key": "gpu.example.com/dedicated", "operator": "Exists", "effect": "NoSchedule"}
+DEDICATED_TAINT = {"key": "gpu.example.com/dedicated", "value": "yes", "effect": "NoSchedule"}
+NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+CONDITION_TYPES = {
+    "ResourceNameConflict",
+    "ResourceNameNotPermitted",
+    "LicenseSecretMissing",
+    "Ready",
+}
+MANAGED_SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED.items())
+SETTLE = 20.0  # seconds a status may take to follow a change (it takes well under one)
+
+
+# -- the module's world --------------------------------------------------------------------------
+
+
+class Fleet:
+    """The reconciler replicas this module runs, all as the chart's service account."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.replicas: list[ReconcilerProcess] = []
+
+    def start(self, pod_name: str) -> ReconcilerProcess:
+        replica = ReconcilerProcess(
+            self.kubeconfig, pod_name=pod_name, timings=FAST, args=["--vgpu-entitled"]
+        )
+        self.replicas.append(replica)
+        try:
+            eventually(replica.ready, timeout=60, what=f"{pod_name} /readyz")
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}; its log ends:\n{replica.tail()}") from None
+        return replica
+
+    @property
+    def alive(self) -> list[ReconcilerProcess]:
+        return [r for r in self.replicas if r.alive]
+
+    def leaders(self) -> list[ReconcilerProcess]:
+        return [r for r in self.alive if r.metric("gpuclass_leader") == 1.0]
+
+    def stop(self) -> None:
+        for replica in self.replicas:
+            replica.stop()
+
+
+class World:
+    """What the module set up, and every object the tests create (deleted at teardown)."""
+
+    def __init__(self, plane: ControlPlane, fleet: Fleet) -> None:
+        self.plane, self.fleet = plane, fleet
+        self.suffix = secrets.token_hex(3)
+        # `tenant-<x>` without another dash: its parent is tenant-root, entitled by the setting.
+        self.tenant = f"tenant-rec{self.suffix}"
+        self.outsider = f"tenant-recno{self.suffix}"
+        self.workloads = f"e2e-rec-pods-{self.suffix}"
+        self.permitted = PermittedDevices()
+        self.created: list[RawObject] = []
+
+    @property
+    def admin(self) -> Api:
+        """The admin client; a new one after `restart_apiserver()`."""
+        return self.plane.admin
+
+    def resource(self, tag: str) -> str:
+        return f"rec-{self.suffix}.example.com/{tag}"
+
+    def create(self, obj: RawObject) -> RawObject:
+        stored = self.admin.create(obj)
+        self.created.append(stored)
+        return stored
+
+    def new_class(self, obj: RawObject, *, permit: bool = True) -> str:
+        if permit:
+            self.permitted.permit(
+                self.admin, [obj["spec"]["source"]["devicePlugin"]["resourceName"]]
+            )
+        return str(self.create(obj)["metadata"]["name"])
+
+    def node(
+        self,
+        allocatable: dict[str, int],
+        *,
+        taints: list[dict[str, str]] | None = None,
+        keep_not_ready_taint: bool = False,
+    ) -> str:
+        name = unique_name(f"rec-node-{self.suffix}")
+        self.created.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+        create_node(
+            self.admin,
+            name,
+            allocatable,
+            taints=None if keep_not_ready_taint else (taints or []),
+        )
+        return name
+
+    def pod(
+        self,
+        node: str | None,
+        requests: dict[str, int],
+        *,
+        init_requests: dict[str, int] | None = None,
+    ) -> str:
+        name = unique_name("rec-pod")
+        self.create(pod(name, self.workloads, node, requests, init_requests=init_requests))
+        return name
+
+    def cleanup(self) -> None:
+        admin = self.admin
+        for obj in reversed(self.created):
+            meta = obj["metadata"]
+            if obj["kind"] == "GPUClass":
+                admin.request(
+                    "PATCH",
+                    f"{GPUCLASSES}/{meta['name']}",
+                    body={"metadata": {"finalizers": None}},
+                    content_type=MERGE,
+                )
+            with contextlib.suppress(ApiError, LookupError):
+                force_delete(admin, admin.object_path(obj))
+        # the licence copies the reconciler made in this module's namespaces
+        copies = admin.call("GET", "/api/v1/secrets", params={"labelSelector": MANAGED_SELECTOR})
+        for copy in copies["items"]:
+            if self.suffix in copy["metadata"]["namespace"]:
+                force_delete(
+                    admin, admin.object_path({**copy, "apiVersion": "v1", "kind": "Secret"})
+                )
+        self.permitted.restore(admin)
+
+
+@pytest.fixture(scope="module")
+def world(control_plane: ControlPlane) -> Iterator[World]:
+    user = control_plane.user(SERVICE_ACCOUNT, list(SERVICE_ACCOUNT_GROUPS))
+    w = World(control_plane, Fleet(user.kubeconfig))
+    admin = control_plane.admin
+    admin.apply([namespace(n) for n in (LICENCE_NAMESPACE, KUBEVIRT_NAMESPACE)])
+    mine = [namespace(w.tenant, ENTITLED), namespace(w.outsider), namespace(w.workloads)]
+    lease_existed = _lease(admin) is not None
+    added_rbac: list[RawObject] = []
+    try:
+        admin.apply(mine)
+        added_rbac = apply_chart_rbac(admin)
+        with user.api() as as_reconciler:  # RBAC reaches the authorizer's cache a moment later
+            eventually(
+                lambda: as_reconciler.request("GET", GPUCLASSES).status_code == 200,
+                timeout=30,
+                what="the chart's RBAC in effect",
+            )
+        w.fleet.start("e2e-replica-a")
+        yield w
+    finally:
+        w.fleet.stop()
+        admin = control_plane.admin  # a new client if a test restarted the API server
+        w.cleanup()
+        if not lease_existed:
+            with contextlib.suppress(ApiError):
+                admin.delete(_lease_ref())
+        delete_all(admin, added_rbac)
+        delete_all(admin, mine)  # no namespace controller runs: they stay Terminating, empty
+
+
+def _lease_ref() -> RawObject:
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": LEASE_NAME, "namespace": LICENCE_NAMESPACE},
+    }
+
+
+def _lease(api: Api) -> RawObject | None:
+    return api.get("coordination.k8s.io/v1", "Lease", LEASE_NAME, namespace=LICENCE_NAMESPACE)
+
+
+def holder(api: Api) -> str | None:
+    lease = _lease(api)
+    return ((lease or {}).get("spec") or {}).get("holderIdentity")
+
+
+# -- waiting for the reconciler ------------------------------------------------------------------
+
+
+def settle(
+    world: World,
+    name: str,
+    check: Callable[[RawObject], bool],
+    what: str,
+    timeout: float = SETTLE,
+) -> RawObject:
+    """Poll the class until `check` holds; the failure names the last status seen."""
+    seen: list[RawObject | None] = [None]
+
+    def probe() -> RawObject | None:
+        obj = get_class(world.admin, name)
+        seen[0] = obj
+        return obj if obj is not None and check(obj) else None
+
+    try:
+        return eventually(probe, timeout=timeout, what=f"{name}: {what}", every=0.05)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; last status: {(seen[0] or {}).get('status')}") from None
+
+
+def expect_figures(world: World, name: str, expected: tuple[int, int, int]) -> RawObject:
+    """Wait until (free, maxFreePerNode, maxUnitsPerNode) of the class equal `expected`."""
+    return settle(world, name, lambda o: figures(o) == expected, f"figures {expected}")
+
+
+def expect_conditions(world: World, name: str, **expected: str) -> RawObject:
+    def check(obj: RawObject) -> bool:
+        current = conditions(obj)
+        return all(current.get(t) == s for t, s in expected.items())
+
+    return settle(world, name, check, f"conditions {expected}")
+
+
+def secret_or_none(api: Api, ns: str, name: str) -> RawObject | None:
+    return api.get("v1", "Secret", name, namespace=ns)
+
+
+def set_token(api: Api, source: RawObject, token: str) -> None:
+    body = {"data": {TOKEN_KEY: b64(token)}}
+    api.call("PATCH", api.object_path(source), body=body, content_type=MERGE)
+
+
+def copy_name(class_name: str) -> str:
+    return f"gpuclass-license-{class_name}"
+
+
+# -- 1. status follows nodes and pods -------------------------------------------------------------
+
+
+def test_free_figures_follow_nodes_pods_cordon_and_readiness(world: World) -> None:
+    res = world.resource("whole")
+    name = world.new_class(gpuclass(unique_name("rec-status"), res, tolerations=[DEDICATED]))
+    plain = world.node({res: 4})
+    dedicated = world.node({res: 2}, taints=[DEDICATED_TAINT])  # tolerated by the class
+    fresh = world.node({res: 8}, keep_not_ready_taint=True)  # API server's taint: not a host yet
+    stored_fresh = world.admin.get("v1", "Node", fresh) or {}
+    assert NOT_READY_TAINT in [
+        {"key": t["key"], "effect": t["effect"]} for t in stored_fresh["spec"]["taints"]
+    ]
+    first = expect_figures(world, name, (6, 4, 4))
+    assert set(conditions(first)) == CONDITION_TYPES
+    assert conditions(first)["Ready"] == "True"
+    assert first["status"]["observedGeneration"] == first["metadata"]["generation"]
+    ready_since = {c["type"]: c["lastTransitionTime"] for c in first["status"]["conditions"]}
+
+    busy = world.pod(plain, {res: 3})  # Pending counts: bound to the node
+    expect_figures(world, name, (3, 2, 4))
+    set_pod_phase(world.admin, world.workloads, busy, "Running")
+    world.pod(dedicated, {res: 1}, init_requests={res: 2})  # effective request: max(1, 2)
+    expect_figures(world, name, (1, 1, 4))
+
+    set_pod_phase(world.admin, world.workloads, busy, "Succeeded")  # finished: frees its units
+    expect_figures(world, name, (4, 4, 4))
+
+    cordon(world.admin, plain)  # not eligible, still a host for maxUnitsPerNode
+    expect_figures(world, name, (0, 0, 4))
+    cordon(world.admin, plain, False)
+    expect_figures(world, name, (4, 4, 4))
+    set_node_status(world.admin, plain, ready=False)  # the same for a node that is not Ready
+    expect_figures(world, name, (0, 0, 4))
+    set_node_status(world.admin, plain, ready=True)
+    expect_figures(world, name, (4, 4, 4))
+
+    set_taints(world.admin, fresh, [])  # the node controller's job: the node becomes a host
+    last = expect_figures(world, name, (12, 8, 8))
+    assert {
+        c["type"]: c["lastTransitionTime"] for c in last["status"]["conditions"]
+    } == ready_since, "lastTransitionTime moves only when a condition flips"
+
+
+def test_pod_deleted_and_allocatable_changed_move_the_figures(world: World) -> None:
+    res = world.resource("alloc")
+    name = world.new_class(gpuclass(unique_name("rec-alloc"), res))
+    node = world.node({res: 2})
+    gone = world.pod(node, {res: 2})
+    expect_figures(world, name, (0, 0, 2))
+    force_delete(world.admin, f"/api/v1/namespaces/{world.workloads}/pods/{gone}")
+    expect_figures(world, name, (2, 2, 2))
+    set_node_status(world.admin, node, allocatable={res: 6})  # e.g. a device plugin restart
+    expect_figures(world, name, (6, 6, 6))
+    world.pod(node, {"cpu": 1})  # a pod without GPUs changes nothing
+    world.pod(None, {res: 1})  # nor does an unbound one
+    world.pod(node, {res: 1})
+    expect_figures(world, name, (5, 5, 6))
+
+
+# -- 1. conditions --------------------------------------------------------------------------------
+
+
+def test_newer_class_with_the_same_resource_loses_the_conflict(world: World) -> None:
+    res = world.resource("dup")
+    base = unique_name("rec-dup")
+    world.node({res: 3})
+    older = world.new_class(gpuclass(f"{base}-a", res))  # same second: the name decides
+    expect_figures(world, older, (3, 3, 3))
+    newer = world.new_class(gpuclass(f"{base}-b", res))
+    loser = expect_conditions(world, newer, ResourceNameConflict="True", Ready="False")
+    assert figures(loser) == (0, 0, 0)
+    winner = get_class(world.admin, older)
+    assert conditions(winner)["ResourceNameConflict"] == "False"
+    assert figures(winner) == (3, 3, 3)
+
+    world.admin.delete(gpuclass(older, res))
+    expect_conditions(world, newer, ResourceNameConflict="False", Ready="True")
+    expect_figures(world, newer, (3, 3, 3))
+
+
+def test_resource_not_permitted_until_the_kubevirt_cr_lists_it(world: World) -> None:
+    res = world.resource("unlisted")
+    name = world.new_class(gpuclass(unique_name("rec-kv"), res), permit=False)
+    expect_conditions(world, name, ResourceNameNotPermitted="True", Ready="False")
+    world.permitted.permit(world.admin, [res])
+    expect_conditions(world, name, ResourceNameNotPermitted="False", Ready="True")
+    world.permitted.forbid(world.admin, [res])
+    expect_conditions(world, name, ResourceNameNotPermitted="True", Ready="False")
+
+
+def test_licence_source_secret_decides_license_secret_missing(world: World) -> None:
+    source = unique_name("rec-src")
+    name = world.new_class(licensed_class(unique_name("rec-lic"), world.resource("lic"), source))
+    expect_conditions(world, name, LicenseSecretMissing="True", Ready="False")
+    stored = world.create(secret(source, LICENCE_NAMESPACE, {TOKEN_KEY: "token-1"}))
+    expect_conditions(world, name, LicenseSecretMissing="False", Ready="True")
+    set_token(world.admin, stored, "")  # present, but the token is empty
+    expect_conditions(world, name, LicenseSecretMissing="True", Ready="False")
+    set_token(world.admin, stored, "token-2")
+    expect_conditions(world, name, LicenseSecretMissing="False", Ready="True")
+    world.admin.delete(stored)
+    expect_conditions(world, name, LicenseSecretMissing="True", Ready="False")
+
+
+# -- 2. printer columns ---------------------------------------------------------------------------
+
+
+def test_kubectl_get_gpuclasses_shows_the_reconciled_figures(
+    world: World, control_plane: ControlPlane
+) -> None:
+    res = world.resource("columns")
+    name = world.new_class(gpuclass(unique_name("rec-columns"), res))
+    node = world.node({res: 5})
+    world.pod(node, {res: 2})
+    expect_figures(world, name, (3, 3, 5))
+
+    table = world.admin.call("GET", f"{GPUCLASSES}/{name}", accept=TABLE)
+    columns = [c["name"] for c in table["columnDefinitions"]]
+    assert columns == ["Name", "Mode", "Resource", "Free", "MaxFreePerNode", "Ready", "Age"]
+    [row] = table["rows"]
+    assert row["cells"][:6] == [name, "passthrough", res, 3, 3, "True"]
+
+    if KUBECTL is None:
+        pytest.skip("no kubectl on PATH (the Table API above shows the same columns)")
+    shown = subprocess.run(
+        [KUBECTL, "--kubeconfig", str(control_plane.admin_kubeconfig), "get", "gpuclasses", name],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.splitlines()
+    assert shown[0].split() == [c.upper() for c in columns]
+    assert shown[1].split()[:6] == [name, "passthrough", res, "3", "3", "True"]
+
+
+# -- 3. licence copies ----------------------------------------------------------------------------
+
+
+def licensed_setup(world: World, feature_type: int = 1) -> tuple[str, str, RawObject]:
+    """A licensed vGPU class with its source Secret; returns (class, resource, source)."""
+    res = world.resource(unique_name("vgpu").split("-")[-1])
+    source = world.create(
+        secret(unique_name("rec-source"), LICENCE_NAMESPACE, {TOKEN_KEY: "token-1"})
+    )
+    name = world.new_class(
+        licensed_class(unique_name("rec-vgpu"), res, source["metadata"]["name"], feature_type)
+    )
+    expect_conditions(world, name, Ready="True")
+    return name, res, source
+
+
+def licensed_vmi(world: World, ns: str, class_name: str, res: str) -> RawObject:
+    return world.create(
+        vmi(
+            unique_name("rec-vm"),
+            ns,
+            classes=[class_name],
+            devices=[res],
+            licence_copy=copy_name(class_name),
+        )
+    )
+
+
+def wait_copy(world: World, ns: str, class_name: str, token: str) -> RawObject:
+    def current() -> RawObject | None:
+        found = secret_or_none(world.admin, ns, copy_name(class_name))
+        data = (found or {}).get("data") or {}
+        return found if data.get(TOKEN_KEY) and unb64(data[TOKEN_KEY]) == token else None
+
+    return eventually(current, timeout=SETTLE, what=f"licence copy in {ns} with {token}")
+
+
+def test_licence_copy_is_made_updated_and_removed(world: World) -> None:
+    name, res, source = licensed_setup(world, feature_type=4)
+    machine = licensed_vmi(world, world.tenant, name, res)
+
+    copy = wait_copy(world, world.tenant, name, "token-1")
+    assert copy["metadata"]["labels"] == MANAGED
+    assert {k: unb64(v) for k, v in copy["data"].items()} == {
+        TOKEN_KEY: "token-1",
+        "gridd.conf": "FeatureType=4\n",
+    }
+
+    set_token(world.admin, source, "token-2")
+    wait_copy(world, world.tenant, name, "token-2")
+
+    world.admin.delete(machine)
+    eventually(
+        lambda: secret_or_none(world.admin, world.tenant, copy_name(name)) is None,
+        timeout=SETTLE,
+        what="the copy deleted with its last VMI",
+    )
+
+
+def test_no_copy_outside_entitled_namespaces_and_entitlement_is_rechecked(world: World) -> None:
+    name, res, _ = licensed_setup(world)
+    licensed_vmi(world, world.outsider, name, res)  # a tenant without the label
+    licensed_vmi(world, world.workloads, name, res)  # not a tenant namespace at all
+    licensed_vmi(world, world.tenant, name, res)  # created last: once its copy is there,
+    wait_copy(world, world.tenant, name, "token-1")  # the earlier VMIs were looked at
+    assert secret_or_none(world.admin, world.outsider, copy_name(name)) is None
+    assert secret_or_none(world.admin, world.workloads, copy_name(name)) is None
+
+    late = f"tenant-recx{world.suffix}{secrets.token_hex(2)}"
+    world.create(namespace(late))
+    licensed_vmi(world, late, name, res)
+    world.admin.call(
+        "PATCH",
+        f"/api/v1/namespaces/{late}",
+        body={"metadata": {"labels": ENTITLED}},
+        content_type=MERGE,
+    )
+    wait_copy(world, late, name, "token-1")  # entitled now: the copy follows
+    world.admin.call(
+        "PATCH",
+        f"/api/v1/namespaces/{late}",
+        body={"metadata": {"labels": {"gpu.cozystack.io/vgpu": None}}},
+        content_type=MERGE,
+    )
+    eventually(
+        lambda: secret_or_none(world.admin, late, copy_name(name)) is None,
+        timeout=SETTLE,
+        what="the copy removed once the namespace lost its entitlement",
+    )
+
+
+def test_foreign_secret_of_the_copy_name_is_left_alone_and_reported(world: World) -> None:
+    name, res, _ = licensed_setup(world)
+    foreign = world.create(secret(copy_name(name), world.tenant, {"note": "the tenant's own"}))
+    licensed_vmi(world, world.tenant, name, res)
+    event = eventually(
+        lambda: next(
+            (e for e in events_about(world.admin, name) if e["reason"] == "ForeignLicenseSecret"),
+            None,
+        ),
+        timeout=SETTLE,
+        what="a ForeignLicenseSecret Event",
+    )
+    assert event["type"] == "Warning"
+    assert event["involvedObject"]["kind"] == "GPUClass"
+    assert copy_name(name) in event["message"]
+    stored = secret_or_none(world.admin, world.tenant, copy_name(name))
+    assert stored is not None
+    assert stored["metadata"]["resourceVersion"] == foreign["metadata"]["resourceVersion"]
+    assert "labels" not in stored["metadata"]
+    assert stored["data"] == foreign["data"]
+
+
+# -- 4. in-use finalizer --------------------------------------------------------------------------
+
+
+def test_a_used_class_stays_deleting_until_its_last_vmi_is_gone(world: World) -> None:
+    res = world.resource("held")
+    name = world.new_class(gpuclass(unique_name("rec-held"), res))
+    machine = world.create(vmi(unique_name("rec-vm"), world.tenant, classes=[name], devices=[res]))
+    settle(world, name, lambda o: FINALIZER in o["metadata"].get("finalizers", []), "finalizer")
+
+    world.admin.delete(gpuclass(name, res))
+    world.node({res: 2})  # the reconciler has seen the deletion once it reports this node
+    deleting = expect_figures(world, name, (2, 2, 2))
+    assert deleting["metadata"].get("deletionTimestamp")
+    assert FINALIZER in deleting["metadata"]["finalizers"]
+
+    world.admin.delete(machine)
+    eventually(
+        lambda: get_class(world.admin, name) is None,
+        timeout=SETTLE,
+        what="the class gone once its VMI is",
+    )
+
+
+def test_a_class_nothing_uses_is_deleted_at_once(world: World) -> None:
+    res = world.resource("unused")
+    unused = world.new_class(gpuclass(unique_name("rec-unused"), res))
+    world.create(vmi(unique_name("rec-vm"), world.tenant, classes=[unused]))  # annotation only
+    world.create(vmi(unique_name("rec-vm"), world.tenant, devices=[res]))  # raw gpus only
+    other_res = world.resource("used")
+    used = world.new_class(gpuclass(unique_name("rec-used"), other_res))
+    world.create(vmi(unique_name("rec-vm"), world.tenant, classes=[used], devices=[other_res]))
+    settle(world, used, lambda o: FINALIZER in o["metadata"].get("finalizers", []), "finalizer")
+
+    stored = get_class(world.admin, unused)
+    assert stored is not None and not stored["metadata"].get("finalizers")
+    world.admin.delete(stored)
+    assert get_class(world.admin, unused) is None
+
+
+# -- 6. faults ------------------------------------------------------------------------------------
+
+
+def test_a_status_written_by_hand_is_corrected(world: World) -> None:
+    res = world.resource("tamper")
+    name = world.new_class(gpuclass(unique_name("rec-tamper"), res))
+    world.node({res: 2})
+    expect_figures(world, name, (2, 2, 2))
+    world.admin.call(
+        "PATCH",
+        f"{GPUCLASSES}/{name}/status",
+        body={"status": {"free": 999, "maxUnitsPerNode": 1, "conditions": []}},
+        content_type=MERGE,
+    )
+    repaired = expect_figures(world, name, (2, 2, 2))
+    assert set(conditions(repaired)) == CONDITION_TYPES
+
+
+def test_reconciler_catches_up_after_the_api_server_restarts(
+    world: World, control_plane: ControlPlane
+) -> None:
+    res = world.resource("restart")
+    name, vgpu_res, _ = licensed_setup(world)
+    status_class = world.new_class(gpuclass(unique_name("rec-restart"), res))
+    node = world.node({res: 4})
+    machine = licensed_vmi(world, world.tenant, name, vgpu_res)
+    wait_copy(world, world.tenant, name, "token-1")
+    expect_figures(world, status_class, (4, 4, 4))
+    [leader] = world.fleet.leaders()
+    restarts_before = leader.metric("gpuclass_watch_restarts_total", resource="pods") or 0.0
+
+    control_plane.restart_apiserver()
+    world.pod(node, {res: 3})  # made at once: the reconciler is still reconnecting
+    world.admin.delete(machine)
+    expect_figures(world, status_class, (1, 1, 4))
+    eventually(
+        lambda: secret_or_none(world.admin, world.tenant, copy_name(name)) is None,
+        timeout=SETTLE,
+        what="the copy removed after the restart",
+    )
+    assert (leader.metric("gpuclass_watch_restarts_total", resource="pods") or 0.0) > (
+        restarts_before
+    )
+    assert holder(world.admin) == leader.pod_name
+
+
+# -- 5. leader election ---------------------------------------------------------------------------
+
+
+def test_one_leader_and_a_killed_leader_is_replaced_within_the_lease(world: World) -> None:
+    res = world.resource("leader")
+    name = world.new_class(gpuclass(unique_name("rec-leader"), res))
+    node = world.node({res: 4})
+    expect_figures(world, name, (4, 4, 4))
+    [first] = world.fleet.leaders()
+    second = world.fleet.start(unique_name("e2e-replica"))
+
+    # Over more than a lease duration: exactly one replica leads, and the Lease names it.
+    deadline = time.monotonic() + FAST.lease_duration + 1
+    while time.monotonic() < deadline:
+        assert [r.pod_name for r in world.fleet.leaders()] == [first.pod_name]
+        assert holder(world.admin) == first.pod_name
+        time.sleep(0.25)
+    assert second.metric("gpuclass_leader") == 0.0
+    # a follower keeps its state and metrics current
+    assert second.metric("gpuclass_free_units", **{"class": name}) == 4.0
+
+    first.kill()
+    killed = time.monotonic()
+    eventually(
+        lambda: holder(world.admin) == second.pod_name and second.metric("gpuclass_leader") == 1,
+        timeout=FAST.lease_duration * 3,
+        what="the survivor to take the Lease",
+    )
+    took_over = time.monotonic() - killed
+    assert took_over <= FAST.lease_duration + 2 * FAST.retry_period + 1.0, took_over
+
+    writes = second.metric("gpuclass_status_writes_total") or 0.0
+    world.pod(node, {res: 1})
+    expect_figures(world, name, (3, 3, 4))
+    assert (second.metric("gpuclass_status_writes_total") or 0.0) > writes
+
+
+def test_a_sub_second_lease_is_advertised_in_whole_seconds_rounded_up(
+    world: World, control_plane: ControlPlane
+) -> None:
+    """leaseDurationSeconds is an integer > 0: 0.9 s must become 1 s, never 0 (refused) or a
+    shorter lease than the holder assumes. A replica with its own Lease (as admin: the chart's
+    Role covers only its own Lease); it computes what the fleet already wrote, so writes nothing."""
+    lease = unique_name("rec-short-lease")
+    replica = ReconcilerProcess(
+        control_plane.admin_kubeconfig,
+        pod_name=unique_name("e2e-short"),
+        timings=Timings(lease_duration=0.9, renew_deadline=0.6, retry_period=0.2),
+        args=[
+            "--vgpu-entitled",  # the fleet's settings: the same copies are wanted
+            f"--leader-election-namespace={world.workloads}",
+            f"--leader-election-name={lease}",
+        ],
+    )
+    try:
+        stored = eventually(
+            lambda: world.admin.get(
+                "coordination.k8s.io/v1", "Lease", lease, namespace=world.workloads
+            ),
+            timeout=SETTLE,
+            what="the short Lease to be created",
+        )
+        assert stored["spec"]["holderIdentity"] == replica.pod_name
+        assert stored["spec"]["leaseDurationSeconds"] == 1
+        eventually(lambda: replica.metric("gpuclass_leader") == 1.0, timeout=SETTLE, what="leader")
+        eventually(replica.ready, timeout=SETTLE, what="a pass as leader")
+    finally:
+        replica.stop()
+    writes = [
+        e for e in replica.logs() if e.get("msg", "").startswith(("status written", "licence copy"))
+    ]
+    assert not writes, writes
+
+
+# -- 7. least privilege ---------------------------------------------------------------------------
+
+
+def test_replicas_run_with_the_charts_rights_only(
+    world: World, control_plane: ControlPlane
+) -> None:
+    """Every test above was served by replicas using this identity: the chart's RBAC and
+    Secret policy suffice for statuses, copies, finalizers, Events and the Lease."""
+    user = control_plane.user(SERVICE_ACCOUNT, list(SERVICE_ACCOUNT_GROUPS))
+    with user.api() as api:
+        review = api.call(
+            "POST",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+        )
+        assert review["status"]["userInfo"]["username"] == SERVICE_ACCOUNT
+
+        def may(verb: str, resource: str, group: str = "", subresource: str = "") -> bool:
+            body = {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectAccessReview",
+                "spec": {
+                    "resourceAttributes": {
+                        "verb": verb,
+                        "group": group,
+                        "resource": resource,
+                        "subresource": subresource,
+                    }
+                },
+            }
+            path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+            return bool(api.call("POST", path, body=body)["status"].get("allowed"))
+
+        assert may("patch", "gpuclasses", "cozystack.io", "status")
+        assert not may("create", "gpuclasses", "cozystack.io")
+        assert not may("patch", "nodes") and not may("update", "pods")
+        assert not may("update", "virtualmachineinstances", "kubevirt.io")
+        assert may("create", "secrets")  # RBAC cannot narrow this; the chart's policy does:
+        assert refused(api, secret(unique_name("not-a-copy"), world.tenant, {"k": "v"}))
+    # Lists may meet a 403 for a moment after the API server restarts (its RBAC cache is
+    # still filling; the reconciler re-lists); a refused *write* would mean missing rights.
+    refused_writes = [
+        entry
+        for replica in world.fleet.replicas
+        for entry in replica.logs()
+        if entry.get("logger") in ("gpuclass.reconciler.worker", "gpuclass.reconciler.events")
+        and "403" in str(entry.get("error", ""))
+    ]
+    assert not refused_writes, "\n".join(json.dumps(e) for e in refused_writes)
+    done = {entry.get("msg") for replica in world.fleet.replicas for entry in replica.logs()}
+    assert {
+        "status written",
+        "licence copy created",
+        "licence copy updated",
+        "licence copy deleted",
+        "in-use finalizer added",
+        "in-use finalizer removed",
+    } <= done
+
+
+def refused(api: Api, obj: RawObject) -> bool:
+    try:
+        api.create(obj, dryRun="All")
+    except ApiError as exc:
+        return exc.status_code == 403
+    return False
