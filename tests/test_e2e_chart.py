@@ -17,6 +17,7 @@ import pytest
 from tests.chart_helpers import of_kind, render_objects
 from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
+from tests.e2e_reconciler_helpers import secret as licence_secret
 
 NAMESPACE = "cozy-system"
 RECONCILER = f"system:serviceaccount:{NAMESPACE}:gpuclass-reconciler"
@@ -66,16 +67,7 @@ def reconciler(control_plane: ControlPlane, chart: list[RawObject]) -> Iterator[
 
 
 def secret(name: str, namespace: str, *, labels: dict[str, str] | None = None) -> RawObject:
-    meta: RawObject = {"name": name, "namespace": namespace}
-    if labels is not None:
-        meta["labels"] = dict(labels)
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": meta,
-        "type": "Opaque",
-        "data": {"gridd.conf": "RmVhdHVyZVR5cGU9MQo="},
-    }
+    return licence_secret(name, namespace, {"gridd.conf": "FeatureType=1\n"}, labels)
 
 
 def _refused(api: Api, obj: RawObject) -> bool:

@@ -20,26 +20,11 @@ from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
 from tests.controlplane.plugin import WebhookRegistry
 from tests.controlplane.webhooks import gpuclass_webhooks
+from tests.e2e_reconciler_helpers import gpuclass
 from tests.webhook_process import WebhookProcess
 
 ANN = "gpu.cozystack.io/classes"
 CONTROLLER = "system:serviceaccount:cozy-kubevirt:kubevirt-controller"
-
-
-def gpuclass(name: str, resource: str, **spec: Any) -> RawObject:
-    body = {
-        "vendor": "example",
-        "model": "e2e",
-        "mode": "passthrough",
-        "source": {"devicePlugin": {"resourceName": resource}},
-        **spec,
-    }
-    return {
-        "apiVersion": "cozystack.io/v1alpha1",
-        "kind": "GPUClass",
-        "metadata": {"name": name},
-        "spec": body,
-    }
 
 
 def vmi(namespace: str, selection: Any | None = None, **extra_spec: Any) -> RawObject:
