@@ -59,7 +59,7 @@ fixtures: $(STAMP) ## regenerate golden responses (review the diff)
 	$(BIN)/python tests/fixtures/build_requests.py
 	$(BIN)/python -m pytest -q tests/test_golden.py --update-fixtures
 
-controlplane: ## build (or reuse) kube-apiserver and etcd from their Go modules
+controlplane: ## build (or reuse) kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, etcd and kwok from their Go modules
 	bash tests/controlplane/build.sh
 
 bench: $(STAMP) ## print the benchmark figures (needs wrk for the webhook one)

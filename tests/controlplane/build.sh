@@ -1,18 +1,32 @@
 #!/usr/bin/env bash
-# Build kube-apiserver and etcd from their Go modules, the envtest way, into a
-# cache keyed by the Kubernetes, etcd and Go versions. Idempotent: a finished
-# cache folder is reused; a build happens under a lock into a temporary folder
-# that is renamed into place only when both binaries exist.
+# Build the control-plane binaries the tests run from their Go modules, the envtest
+# way, into a cache keyed by the Kubernetes, etcd, kwok and Go versions:
+#   kube-apiserver, kube-scheduler, kube-controller-manager, kubectl  (k8s.io/kubernetes)
+#   etcd                                                               (go.etcd.io/etcd/server/v3)
+#   kwok                                                               (sigs.k8s.io/kwok)
 #
-# Prints the folder holding `kube-apiserver` and `etcd` on its last line.
-# KUBEBUILDER_ASSETS, when it names a folder with both binaries, wins.
+# Idempotent and incremental: each binary that is already in the cache folder is
+# reused; the missing ones are built under a lock into a temporary folder and moved
+# into place one by one, so an interrupted build keeps what it finished.
+#
+# Prints the folder holding the binaries on its last line.
+# KUBEBUILDER_ASSETS, when it names a folder with every binary, wins.
+# GPUCLASS_CONTROLPLANE_BINARIES (space-separated) narrows what is required.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 kube_version=$(awk '/^require k8s.io\/kubernetes /{print $3}' "$here/kube/go.mod")
 etcd_version=$(awk '/^require go.etcd.io\/etcd\/server\/v3 /{print $3}' "$here/etcd/go.mod")
+kwok_version=$(awk '/^require sigs.k8s.io\/kwok /{print $3}' "$here/kwok/go.mod")
+kube_bins=(kube-apiserver kube-scheduler kube-controller-manager kubectl)
+read -r -a wanted <<<"${GPUCLASS_CONTROLPLANE_BINARIES:-${kube_bins[*]} etcd kwok}"
 
-if [[ -n "${KUBEBUILDER_ASSETS:-}" && -x "$KUBEBUILDER_ASSETS/kube-apiserver" && -x "$KUBEBUILDER_ASSETS/etcd" ]]; then
+have_all() {
+  local dir=$1 bin
+  for bin in "${wanted[@]}"; do [[ -x "$dir/$bin" ]] || return 1; done
+}
+
+if [[ -n "${KUBEBUILDER_ASSETS:-}" ]] && have_all "$KUBEBUILDER_ASSETS"; then
   echo "$KUBEBUILDER_ASSETS"
   exit 0
 fi
@@ -21,17 +35,17 @@ command -v go >/dev/null || { echo "controlplane: no Go toolchain on PATH; insta
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 go_version=$(go env GOVERSION)
 cache_root=${GPUCLASS_ASSETS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuclass/assets}
-dest="$cache_root/${kube_version}-etcd${etcd_version}-${go_version}"
+dest="$cache_root/${kube_version}-etcd${etcd_version}-kwok${kwok_version}-${go_version}"
 
-if [[ -x "$dest/kube-apiserver" && -x "$dest/etcd" ]]; then
+if have_all "$dest"; then
   echo "$dest"
   exit 0
 fi
 
-mkdir -p "$cache_root"
+mkdir -p "$cache_root" "$dest"
 exec 9>"$cache_root/.lock"
 flock 9
-if [[ -x "$dest/kube-apiserver" && -x "$dest/etcd" ]]; then
+if have_all "$dest"; then
   echo "$dest"
   exit 0
 fi
@@ -39,7 +53,8 @@ fi
 work=$(mktemp -d "$cache_root/.build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 # Build from copies so the repository's go.mod/go.sum are never rewritten.
-cp -r "$here/kube" "$here/etcd" "$work/"
+cp -r "$here/kube" "$here/etcd" "$here/kwok" "$work/"
+mkdir -p "$work/out"
 
 minor=${kube_version#v1.}; minor=${minor%%.*}
 ldflags="-s -w"
@@ -48,12 +63,25 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
 
-echo "controlplane: building kube-apiserver $kube_version and etcd $etcd_version with $go_version (first time only, ~15-25 min on 2 cores)" >&2
-(cd "$work/kube" && nice -n 10 go build -trimpath -ldflags "$ldflags" -o "$work/out/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
-(cd "$work/etcd" && nice -n 10 go build -trimpath -ldflags "-s -w" -o "$work/out/etcd" go.etcd.io/etcd/server/v3)
-"$work/out/kube-apiserver" --version >&2
-"$work/out/etcd" --version >&2
+missing() { [[ ! -x "$dest/$1" ]] && [[ " ${wanted[*]} " == *" $1 "* ]]; }
+install_bin() { mv "$work/out/$1" "$dest/$1"; echo "controlplane: $1 ready" >&2; }
 
-rm -rf "$dest"
-mv "$work/out" "$dest"
+pkgs=()
+for bin in "${kube_bins[@]}"; do missing "$bin" && pkgs+=("k8s.io/kubernetes/cmd/$bin"); done
+if ((${#pkgs[@]})); then
+  echo "controlplane: building ${pkgs[*]##*/} $kube_version with $go_version (first time only: about 25 min on 2 cores for all four)" >&2
+  # One `go build` for all of them: the packages they share are compiled once.
+  (cd "$work/kube" && nice -n 10 go build -trimpath -ldflags "$ldflags" -o "$work/out/" "${pkgs[@]}")
+  for pkg in "${pkgs[@]}"; do install_bin "${pkg##*/}"; done
+fi
+if missing etcd; then
+  echo "controlplane: building etcd $etcd_version" >&2
+  (cd "$work/etcd" && nice -n 10 go build -trimpath -ldflags "-s -w" -o "$work/out/etcd" go.etcd.io/etcd/server/v3)
+  install_bin etcd
+fi
+if missing kwok; then
+  echo "controlplane: building kwok $kwok_version" >&2
+  (cd "$work/kwok" && nice -n 10 go build -trimpath -ldflags "-s -w" -o "$work/out/kwok" sigs.k8s.io/kwok/cmd/kwok)
+  install_bin kwok
+fi
 echo "$dest"

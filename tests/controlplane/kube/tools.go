@@ -1,7 +1,13 @@
 //go:build tools
 
-// Package tools pins the kube-apiserver command so that `go mod tidy`
-// keeps every module it needs in go.sum. It is never compiled.
+// Package tools pins the Kubernetes commands the tests run (kube-apiserver,
+// kube-scheduler, kube-controller-manager, kubectl) so that `go mod tidy`
+// keeps every module they need in go.sum. It is never compiled.
 package tools
 
-import _ "k8s.io/kubernetes/cmd/kube-apiserver"
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
