@@ -2,7 +2,7 @@
 
 The catalog is built once (as the webhook does per change of state); each run
 times one `review(body, catalog)` call with `time.perf_counter_ns`: envelope
-checks, selection parsing, every rule of CONTRACT.md section 4, the patch and the
+checks, selection parsing, every rule of docs/contract.md section 4, the patch and the
 rendered response. Scenarios:
 
 - `4x-one-class`: 4 units of the passthrough class example-whole-gpu (examples/);

@@ -1,4 +1,4 @@
-"""The offline twin (CONTRACT.md section 7): the same loop, run against files instead of a cluster.
+"""The offline twin (docs/contract.md section 7): the same loop, run against files instead of a cluster.
 
 With `--objects`, the files are loaded into a :class:`~reconciler.memory.MemoryKube`
 — an API server in a dict — and the ordinary :class:`~reconciler.loop.Reconciler`

@@ -2,7 +2,7 @@
 
 A decision is `Allowed(operations, warnings)` or `Denied(causes)`. Every admitter
 returns one; :func:`render_response` is the only place that knows the wire shape
-(CONTRACT.md section 3): uid copied, apiVersion echoed, base64 JSON patch only when
+(docs/contract.md section 3): uid copied, apiVersion echoed, base64 JSON patch only when
 there are operations, warnings under 120 characters, a denial coded 422 when any
 cause is invalid input and 403 when all are policy refusals, its message naming
 every cause with its field path (after 20: "and N more").

@@ -1,4 +1,4 @@
-"""Class status (CONTRACT.md section 6): free units, per-node figures and conditions.
+"""Class status (docs/contract.md section 6): free units, per-node figures and conditions.
 
 Pure: a snapshot and `now` in, a status dict out. The reconciler writes what
 :func:`compute_status` returns; the offline CLI prints it; the webhook reads the

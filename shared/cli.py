@@ -1,4 +1,4 @@
-"""`gpuclass`: the offline command line (CONTRACT.md section 7). No cluster needed.
+"""`gpuclass`: the offline command line (docs/contract.md section 7). No cluster needed.
 
 - `validate FILE...`: lint catalog manifests for a GitOps repository.
 - `review [--objects PATH]... [--vgpu-entitled] REVIEW`: the webhook's answer to a review.
@@ -155,7 +155,7 @@ def run_status(args: argparse.Namespace) -> int:
     except LoadError as exc:
         print(f"gpuclass status: {exc}", file=sys.stderr)
         return 2
-    # Computed from the objects, never read from them (CONTRACT.md 7): drop any stored status,
+    # Computed from the objects, never read from them (docs/contract.md 7): drop any stored status,
     # whose conditions would otherwise lend their lastTransitionTime to the output.
     snapshot.classes = {n: replace(r, status=None) for n, r in snapshot.classes.items()}
     statuses = compute_all(snapshot, licence_namespace=args.licence_namespace, now=now_rfc3339())

@@ -1,4 +1,4 @@
-"""vGPU entitlement (CONTRACT.md section 4 rule 5): who may take vGPUs.
+"""vGPU entitlement (docs/contract.md section 4 rule 5): who may take vGPUs.
 
 The platform setting `vgpu_entitled` is the root entitlement; `tenant-root` is
 entitled by it alone; any other tenant namespace needs the entitlement label on

@@ -1,4 +1,4 @@
-"""The in-use finalizer (CONTRACT.md section 6): hold a class while a VMI uses it, never otherwise.
+"""The in-use finalizer (docs/contract.md section 6): hold a class while a VMI uses it, never otherwise.
 
 A VMI *uses* a class when it passed admission with it: its selection annotation
 names the class and its GPU entries carry the class's resourceName (what the

@@ -1,4 +1,4 @@
-"""Licence copies (CONTRACT.md sections 1 and 6): which copies should exist, and what to do about them.
+"""Licence copies (docs/contract.md sections 1 and 6): which copies should exist, and what to do about them.
 
 A copy `gpuclass-license-<class>` is wanted in a namespace when a VMI there mounts
 it through the licence volume *and* the namespace is entitled to vGPU now (the

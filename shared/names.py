@@ -1,4 +1,4 @@
-"""Names fixed by the contract (CONTRACT.md section 1): one place, imported everywhere.
+"""Names fixed by the contract (docs/contract.md section 1): one place, imported everywhere.
 
 Changing a value here is a breaking change for users' manifests and CI fixtures.
 """

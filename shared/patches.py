@@ -1,4 +1,4 @@
-"""Narrow JSON patches on foreign objects (STYLE rule 5).
+"""Narrow JSON patches on foreign objects (docs/conventions.md rule 5).
 
 The builder only ever appends to lists, creating the missing containers on the
 way, with JSON-pointer escaping; it never replaces `/spec` or reorders

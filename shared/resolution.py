@@ -1,4 +1,4 @@
-"""VMI admission (CONTRACT.md section 4): from a tenant's selection to KubeVirt GPU entries.
+"""VMI admission (docs/contract.md section 4): from a tenant's selection to KubeVirt GPU entries.
 
 `admit_vmi` takes the AdmissionReview request and the catalog and returns a
 decision. On CREATE it checks the selection and every other GPU request, refuses

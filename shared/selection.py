@@ -1,4 +1,4 @@
-"""The tenant's class selection: the `gpu.cozystack.io/classes` annotation (CONTRACT.md 4.1).
+"""The tenant's class selection: the `gpu.cozystack.io/classes` annotation (docs/contract.md 4.1).
 
 The application chart renders the tenant's `gpus` values list into the
 annotation as JSON. Parsing reports every problem with its path; it does not

@@ -1,4 +1,4 @@
-"""GPUClass validation (CONTRACT.md section 5): every cause at once, each with its path.
+"""GPUClass validation (docs/contract.md section 5): every cause at once, each with its path.
 
 Two layers run on every object and their causes are merged: the strict pydantic
 model (shape, types, enums, unknown fields) and the format and cross-field rules

@@ -5,7 +5,7 @@ see :func:`shared.snapshot.licence_refs`). The reconciler and offline snapshots
 ask two narrower questions, and this record answers them from the raw object
 once, at event time:
 
-- which classes the VMI *uses* (CONTRACT.md section 6, in-use finalizer): the
+- which classes the VMI *uses* (docs/contract.md section 6, in-use finalizer): the
   classes its selection annotation names — parsed, so a VMI is not re-parsed on
   every reconcile — and the device names of its GPU entries;
 - which licence copy it mounts *through the licence volume* of section 1 (volume

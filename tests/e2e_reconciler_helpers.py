@@ -310,7 +310,7 @@ def vmi(
     licence_copy: str | None = None,
 ) -> RawObject:
     """A VMI as admission stores it: the selection annotation, `gpus` entries and, for a
-    licensed class, the licence volume and disk (CONTRACT.md section 1)."""
+    licensed class, the licence volume and disk (docs/contract.md section 1)."""
     meta: RawObject = {"name": name, "namespace": ns}
     if classes:
         meta["annotations"] = {ANNOTATION: json.dumps([{"className": c} for c in classes])}

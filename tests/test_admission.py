@@ -1,4 +1,4 @@
-"""Admission decisions rendered as AdmissionReview responses (CONTRACT.md section 3), and the review envelope."""
+"""Admission decisions rendered as AdmissionReview responses (docs/contract.md section 3), and the review envelope."""
 
 from __future__ import annotations
 

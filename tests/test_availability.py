@@ -1,4 +1,4 @@
-"""Class status (CONTRACT.md section 6): each counting rule, conflicts, conditions and their transition times.
+"""Class status (docs/contract.md section 6): each counting rule, conflicts, conditions and their transition times.
 
 Each row builds a small cluster from raw objects (as `--objects` files would hold
 them) and states the figures a person counting by hand gets.

@@ -1,8 +1,8 @@
-"""The gpuclass Helm chart, rendered by the real Helm engine (STYLE rule 19).
+"""The gpuclass Helm chart, rendered by the real Helm engine (docs/conventions.md rule 19).
 
 Every switch is rendered (certificates by cert-manager or by the chart, monitoring on and off, the
 optional hardening), every object is validated against the Kubernetes OpenAPI schemas, and the
-admission contract (CONTRACT.md section 3), RBAC, the licence-copy policy (section 6) and the
+admission contract (docs/contract.md section 3), RBAC, the licence-copy policy (section 6) and the
 security settings are asserted on the rendered objects, not on template text.
 """
 
@@ -255,7 +255,7 @@ def test_schema_describes_every_default_value() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# admission registration (CONTRACT.md section 3)
+# admission registration (docs/contract.md section 3)
 
 
 @pytest.mark.parametrize("values", [{}, CERT_MANAGER], ids=["self-managed", "cert-manager"])
@@ -821,7 +821,7 @@ def test_services_select_their_pods_and_target_declared_ports(component: str) ->
 
 
 # ---------------------------------------------------------------------------------------------
-# RBAC and the licence-copy policy (CONTRACT.md section 6)
+# RBAC and the licence-copy policy (docs/contract.md section 6)
 
 
 def _rules(objects: list[RawObject], kind: str, name: str) -> set[tuple[str, str, str]]:

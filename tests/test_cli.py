@@ -1,4 +1,4 @@
-"""`gpuclass` (CONTRACT.md section 7): validate, review and status, in-process and as the installed script."""
+"""`gpuclass` (docs/contract.md section 7): validate, review and status, in-process and as the installed script."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 The reconciler runs as a subprocess, as in production, with the *chart's* rights:
 the chart's ServiceAccount RBAC and licence-copy ValidatingAdmissionPolicy are
 applied and the process uses a client certificate of that service account
-(CONTRACT.md section 6, "least privilege"). Lease timings are short (3 s lease) and
+(docs/contract.md section 6, "least privilege"). Lease timings are short (3 s lease) and
 the coalescing window small, so each test sees its write within a second or so.
 
 No kubelet, scheduler or KubeVirt runs: the tests write what they would (Nodes with

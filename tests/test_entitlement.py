@@ -1,4 +1,4 @@
-"""vGPU entitlement chains (CONTRACT.md 4.5): the platform switch, tenant-root, and every ancestor's label."""
+"""vGPU entitlement chains (docs/contract.md 4.5): the platform switch, tenant-root, and every ancestor's label."""
 
 from __future__ import annotations
 

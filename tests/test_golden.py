@@ -1,4 +1,4 @@
-"""Golden AdmissionReview fixtures (STYLE rule 16), replayed through the library and the CLI.
+"""Golden AdmissionReview fixtures (docs/conventions.md rule 16), replayed through the library and the CLI.
 
 Each tests/fixtures/admission/<case>/ holds request.json and the exact
 response.json the webhook must send (plus patch.json, the decoded patch, for

@@ -1,4 +1,4 @@
-"""The in-use finalizer decision (CONTRACT.md section 6) as data."""
+"""The in-use finalizer decision (docs/contract.md section 6) as data."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Layer boundaries (STYLE rules 1 and 10), checked by parsing every import with `ast`.
+"""Layer boundaries (docs/conventions.md rules 1 and 10), checked by parsing every import with `ast`.
 
 - The core (every module directly in shared/ except cli.py) imports neither the
   binaries nor the I/O edge (shared.runtime, shared.cli) nor web, Kubernetes-client

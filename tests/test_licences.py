@@ -1,4 +1,4 @@
-"""Licence copies as data (CONTRACT.md sections 1 and 6): which copies, held or deleted, and how."""
+"""Licence copies as data (docs/contract.md sections 1 and 6): which copies, held or deleted, and how."""
 
 from __future__ import annotations
 

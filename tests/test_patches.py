@@ -1,4 +1,4 @@
-"""Narrow JSON patches (STYLE rule 5): exact operations, JSON-pointer escaping, and what jsonpatch makes of them."""
+"""Narrow JSON patches (docs/conventions.md rule 5): exact operations, JSON-pointer escaping, and what jsonpatch makes of them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Properties of the admission path (STYLE rule 17), checked with Hypothesis.
+"""Properties of the admission path (docs/conventions.md rule 17), checked with Hypothesis.
 
 - Any JSON value as a review body, any JSON object as `request`, and arbitrary
   VMI-shaped objects never raise anything but `MalformedReview`, and the response

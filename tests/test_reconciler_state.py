@@ -1,6 +1,6 @@
 """Pure state transitions: events into `shared.clusterstate`, statuses and dirty marks out.
 
-One test per rule of CONTRACT.md section 6 (eligibility, counting, conflicts,
+One test per rule of docs/contract.md section 6 (eligibility, counting, conflicts,
 conditions), plus the affected-class index: what each kind of change marks dirty.
 """
 

@@ -1,4 +1,4 @@
-"""VMI admission (CONTRACT.md section 4): each rule 4.1-4.8 and UPDATE, with exact operations and causes.
+"""VMI admission (docs/contract.md section 4): each rule 4.1-4.8 and UPDATE, with exact operations and causes.
 
 The catalog is built here from raw objects, so every figure a row depends on is
 visible in this file: class `whole` (passthrough, 8 units on its largest host, at

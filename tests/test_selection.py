@@ -1,4 +1,4 @@
-"""The selection annotation (CONTRACT.md 4.1): parsed entries and every cause, with its path."""
+"""The selection annotation (docs/contract.md 4.1): parsed entries and every cause, with its path."""
 
 from __future__ import annotations
 

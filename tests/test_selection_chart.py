@@ -1,4 +1,4 @@
-"""The gpuclass-selection library chart (CONTRACT.md section 2), through a stand-in application chart.
+"""The gpuclass-selection library chart (docs/contract.md section 2), through a stand-in application chart.
 
 tests/fixtures/selection-chart renders one VirtualMachine with the library's helpers; the library is
 vendored into a temporary copy as `helm dependency build` would. Class lists become the selection

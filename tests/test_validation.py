@@ -1,4 +1,4 @@
-"""GPUClass validation (CONTRACT.md section 5), one row per rule: path, message and code of each cause."""
+"""GPUClass validation (docs/contract.md section 5), one row per rule: path, message and code of each cause."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""HTTP paths of the webhook (CONTRACT.md section 3). The chart's webhook configurations must use these."""
+"""HTTP paths of the webhook (docs/contract.md section 3). The chart's webhook configurations must use these."""
 
 from typing import Final
 

@@ -1,7 +1,7 @@
 """Webhook configurations for a webhook under test, reached by URL (https://127.0.0.1:PORT).
 
 `webhook_configuration` builds one Mutating/ValidatingWebhookConfiguration as a raw
-dict; `gpuclass_webhooks` builds the contract's three endpoints (CONTRACT.md
+dict; `gpuclass_webhooks` builds the contract's three endpoints (docs/contract.md
 section 3) in that shape; `register_webhooks` and `remove_webhooks` apply and
 delete them through the admin client. The API server picks a change up
 asynchronously (about a second): tests wait for its effect with `eventually`.

@@ -1,5 +1,5 @@
 {{/*
-gpuclass selection helpers (CONTRACT.md section 2). Call each with a dict holding the tenant's list:
+gpuclass selection helpers (docs/contract.md section 2). Call each with a dict holding the tenant's list:
 
   metadata:
     annotations:
