@@ -22,12 +22,13 @@ from reconciler.events import EventRecorder
 from reconciler.metrics import ReconcilerMetrics
 from reconciler.ports import ApiError, KubeAPI
 from shared import names
-from shared.clusterstate import ClusterState
+from shared.clusterstate import ClusterState, Source
 from shared.licences import CopyAction, secret_body
 
 log = logging.getLogger("gpuclass.reconciler.copies")
 
 MayWrite = Callable[[Hashable, Callable[[], None]], bool]
+MayDelete = Callable[[tuple[Source, ...], str, Callable[[], None]], bool]
 Failed = Callable[[Hashable, Callable[[], None], ApiError], int]
 
 
@@ -40,11 +41,19 @@ class CopyWriter:
         *,
         vgpu_entitled: bool,
         may_write: MayWrite,
+        may_delete: MayDelete = lambda sources, version, retry: True,
+        delete_depends_on: tuple[Source, ...] = ("vmis", "namespaces"),
         failed: Failed,
         metrics: ReconcilerMetrics,
     ) -> None:
         self.api, self.state, self.events, self.vgpu_entitled = api, state, events, vgpu_entitled
-        self.may_write, self.failed, self.metrics = may_write, failed, metrics
+        self.may_write, self.may_delete, self.failed, self.metrics = (
+            may_write,
+            may_delete,
+            failed,
+            metrics,
+        )
+        self.delete_depends_on = delete_depends_on
         self._reported: set[tuple[str, str]] = set()
 
     def _retry(self) -> None:
@@ -56,6 +65,8 @@ class CopyWriter:
                 continue
             if action.action == "foreign":
                 await self._report_foreign(action)
+            elif action.action == "delete" and not self._may_delete(action):
+                continue
             else:
                 await self._write(action)
 
@@ -111,6 +122,12 @@ class CopyWriter:
             written = await self.api.replace_secret(action.namespace, action.name, body)
         if written is not None:
             self.state.upsert("managed-secrets", written)
+
+    def _may_delete(self, action: CopyAction) -> bool:
+        """A copy goes only on a view of VMIs and Namespaces that has seen the copy's last write."""
+        managed = self.state.managed_secrets.get(action.key)
+        version = managed.resource_version if managed else ""
+        return self.may_delete(self.delete_depends_on, version, self._retry)
 
     async def _report_foreign(self, action: CopyAction) -> None:
         """A Secret of the copy's name without our label: never ours to change; say so once."""

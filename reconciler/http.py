@@ -19,8 +19,10 @@ from starlette.routing import Route
 
 
 def create_app(
-    registry: CollectorRegistry, *, healthy: Callable[[], bool], ready: Callable[[], bool]
+    registry: CollectorRegistry, *, healthy: Callable[[], bool], ready: Callable[[], str | None]
 ) -> Starlette:
+    """`ready` returns None when ready, else the reason /readyz gives with its 503."""
+
     async def metrics(_: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
@@ -29,9 +31,9 @@ def create_app(
         return PlainTextResponse("ok\n" if ok else "loop stopped\n", status_code=200 if ok else 503)
 
     async def readyz(_: Request) -> Response:
-        ok = ready()
+        problem = ready()
         return PlainTextResponse(
-            "ok\n" if ok else "not synced yet\n", status_code=200 if ok else 503
+            f"{problem}\n" if problem else "ok\n", status_code=503 if problem else 200
         )
 
     return Starlette(

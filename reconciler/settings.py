@@ -50,6 +50,11 @@ class ReconcilerSettings(CommonSettings):
         290, gt=0, description="server-side timeout of one watch request"
     )
     list_page_size: int = Field(500, gt=0, description="objects per list page (limit/continue)")
+    relist_deadline_seconds: float = Field(
+        120.0,
+        gt=0,
+        description="/readyz fails once a watched resource has gone this long without a complete list",
+    )
     objects_poll_seconds: float = Field(
         1.0, gt=0, description="how often --objects files are checked for changes"
     )

@@ -77,11 +77,17 @@ def resource_version(obj: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ClassEntry:
-    """A class as stored: its record, its raw status (compared whole) and its resourceVersion."""
+    """A class as stored: its record, its raw status (compared whole) and its resourceVersion.
+
+    `hold_version` is the resourceVersion at which its finalizers or deletion mark
+    last changed: releasing the finalizer needs a VMI view at least that recent
+    (status writes move `resource_version` but cannot let a VMI appear).
+    """
 
     record: ClassRecord
     raw_status: Mapping[str, Any] | None
     resource_version: str
+    hold_version: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,8 +206,16 @@ class ClusterState:
         self.records.pop(name, None)
         if record is not None and obj is not None:
             status = obj.get("status")
+            version = resource_version(obj)
+            same_hold = old is not None and (old.record.finalizers, old.record.deleting) == (
+                record.finalizers,
+                record.deleting,
+            )
             self.classes[name] = ClassEntry(
-                record, status if isinstance(status, dict) else None, resource_version(obj)
+                record,
+                status if isinstance(status, dict) else None,
+                version,
+                old.hold_version if same_hold and old is not None else version,
             )
             self.records[name] = record
         self._class_changed(name, old.record if old else None, record)
