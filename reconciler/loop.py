@@ -58,6 +58,8 @@ class Reconciler:
         )
         self.passed = False
         self._complete = False
+        self.stale_reason: str | None = None
+        """Set by the `--objects` reload while the files cannot be read (last good state served)."""
         self.streams: StreamRunner | None = None
         self.metrics.ready.set_function(lambda: 1 if self.ready else 0)
         for source in SOURCES:
@@ -164,6 +166,8 @@ class Reconciler:
 
     def readiness_problem(self) -> str | None:
         """Why /readyz fails, or None when ready."""
+        if self.stale_reason is not None:
+            return f"objects not reloaded, serving the last good state: {self.stale_reason}"
         waiting = [s for s in SOURCES if not self.sync.state[s].listed_once]
         if waiting:
             return "not synced yet: " + ", ".join(waiting)
@@ -188,7 +192,10 @@ class Reconciler:
             coroutines.append(self.elector.run())
         if self.serve_http:
             app = create_app(
-                self.metrics.registry, healthy=self.healthy, ready=self.readiness_problem
+                self.metrics.registry,
+                healthy=self.healthy,
+                ready=self.readiness_problem,
+                note=lambda: self.stale_reason,
             )
             self.http = server(app, host=self.settings.bind_address, port=self.settings.port)
             coroutines.append(self._serve(self.http))

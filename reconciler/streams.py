@@ -22,7 +22,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 
-from reconciler.ports import ApiError, KubeAPI
+from reconciler.ports import ApiError, KubeAPI, RawObject
 from reconciler.sync import SyncView
 from shared.clusterstate import ClusterState, Key, Source, object_key, resource_version
 
@@ -61,6 +61,7 @@ class StreamRunner:
         self.rng = rng or random.Random()
         self.healthy_watch_seconds = healthy_watch_seconds
         self._relist_wanted: dict[Source, asyncio.Event] = {}
+        self._skipped: set[tuple[Source, Key | None, str]] = set()
 
     def request_relist(self, source: Source) -> None:
         """End the source's watch and list it again (the caller rate-limits)."""
@@ -81,7 +82,7 @@ class StreamRunner:
                 key = object_key(obj)
                 if key is not None:
                     seen.add(key)
-                    self.state.upsert(source, obj)
+                    self._apply(source, obj, deleted=False)
             version = page.resource_version or version
             self.on_change()
         self.state.sweep(source, seen)
@@ -95,15 +96,33 @@ class StreamRunner:
         async for event in self.api.watch(source, version):
             version = resource_version(event.object) or version
             self.sync.progressed(source, version)
-            if event.type == "DELETED":
-                self.state.delete(source, event.object)
-            elif event.type in ("ADDED", "MODIFIED"):
-                self.state.upsert(source, event.object)
+            if event.type in ("ADDED", "MODIFIED", "DELETED"):
+                self._apply(source, event.object, deleted=event.type == "DELETED")
             else:
                 continue
             count += 1
             self.on_change()
         return version, count
+
+    def _apply(self, source: Source, obj: RawObject, *, deleted: bool) -> None:
+        """Fold one object into the state; one the state cannot read is skipped, logged once."""
+        try:
+            if deleted:
+                self.state.delete(source, obj)
+            else:
+                self.state.upsert(source, obj)
+        except Exception as exc:  # one odd object must not stop a whole source
+            marker = (source, object_key(obj), resource_version(obj))
+            if marker not in self._skipped:
+                if len(self._skipped) > 10_000:  # bounded memory, at worst a repeated line
+                    self._skipped.clear()
+                self._skipped.add(marker)
+                log.warning(
+                    "object skipped: cannot be read",
+                    extra={
+                        "fields": {"resource": source, "object": str(marker[1]), "error": repr(exc)}
+                    },
+                )
 
     async def run(self, source: Source) -> None:
         attempt = 0

@@ -171,11 +171,11 @@ def compact_node(obj: Mapping[str, Any]) -> NodeRecord | None:
     status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
     ready = any(
         isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (status.get("conditions") or [])  # type: ignore[union-attr]
+        for c in _items(status.get("conditions"))  # type: ignore[union-attr]
     )
     taints = tuple(
         Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
-        for t in (spec.get("taints") or [])  # type: ignore[union-attr]
+        for t in _items(spec.get("taints"))  # type: ignore[union-attr]
         if isinstance(t, dict)
     )
     return NodeRecord(
@@ -198,12 +198,12 @@ def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
         max(sum(containers) + sum(sidecars), max_i(init_i + sum(sidecars before i))) + overhead
     """
     total: dict[str, int] = {}
-    for container in spec.get("containers") or ():
+    for container in _items(spec.get("containers")):
         if isinstance(container, dict):
             _add(total, _container_requests(container))
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
-    for container in spec.get("initContainers") or ():
+    for container in _items(spec.get("initContainers")):
         if not isinstance(container, dict):
             continue
         own = _container_requests(container)
@@ -245,7 +245,9 @@ def compact_pod(obj: Mapping[str, Any]) -> PodRecord | None:
         return None
     node = spec.get("nodeName")
     phase = status.get("phase") if isinstance(status, dict) else None
-    if not isinstance(node, str) or not node or phase not in ACTIVE_POD_PHASES:
+    if not isinstance(node, str) or not node or not isinstance(phase, str):
+        return None
+    if phase not in ACTIVE_POD_PHASES:
         return None
     requests = pod_requests(spec)
     return PodRecord(node, requests) if requests else None
