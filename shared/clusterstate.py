@@ -371,11 +371,9 @@ class ClusterState:
         return compute_figures(record, self.usage.index, conflict_lost=winner not in (None, name))
 
     def in_use(self, name: str) -> bool:
-        record = self.records.get(name)
-        resource = record.resource_name if record else None
-        return any(
-            uses_class(self.vmis[key], name, resource) for key in self._vmis_by_class.get(name, ())
-        )
+        if name not in self.records:
+            return False
+        return any(uses_class(self.vmis[key], name) for key in self._vmis_by_class.get(name, ()))
 
     def copy_actions(self, *, vgpu_entitled: bool) -> list[CopyAction]:
         plan = desired_copies(

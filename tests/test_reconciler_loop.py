@@ -592,3 +592,22 @@ def test_unexpected_error_does_not_end_the_worker() -> None:
             assert r.reconciler.healthy()
 
     run(scenario)
+
+
+def test_renamed_class_keeps_its_finalizer_while_vms_admitted_under_the_old_name_run() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube) as r:
+            kube.apply(vmi("vm", "tenant-a", classes=["c"], devices=[R]))
+            await r.settle()
+            assert finalizers(kube, "c") == [names.IN_USE_FINALIZER]
+            renamed = kube.store[names.KIND][("", "c")]
+            renamed["spec"]["source"]["devicePlugin"]["resourceName"] = "example.com/gpu-v2"
+            kube.apply(renamed)
+            await r.settle()
+            assert finalizers(kube, "c") == [names.IN_USE_FINALIZER]  # the VM keeps its class
+            kube.remove("VirtualMachineInstance", "tenant-a", "vm")
+            await r.settle()
+            assert finalizers(kube, "c") == []
+
+    run(scenario)
