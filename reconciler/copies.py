@@ -77,7 +77,11 @@ class CopyWriter:
         except ApiError as exc:
             self.metrics.object_writes.labels("licence-copy", action.action, "error").inc()
             if action.action == "delete" and exc.status == 404:
-                self.state.delete("managed-secrets", _ref(action))
+                managed = self.state.managed_secrets.get(action.key)
+                if managed is not None:
+                    self.state.forget_deleted(
+                        "managed-secrets", action.key, managed.resource_version
+                    )
                 return
             count = self.failed(key, self._retry, exc)
             if (
@@ -109,7 +113,7 @@ class CopyWriter:
             if managed is None:
                 return
             await self.api.delete_secret(action.namespace, action.name, managed.resource_version)
-            self.state.delete("managed-secrets", _ref(action))
+            self.state.forget_deleted("managed-secrets", action.key, managed.resource_version)
             return
         assert action.copy is not None  # create and update always carry the copy
         if action.action == "create":
@@ -121,7 +125,7 @@ class CopyWriter:
             body = secret_body(action.copy, resource_version=managed.resource_version)
             written = await self.api.replace_secret(action.namespace, action.name, body)
         if written is not None:
-            self.state.upsert("managed-secrets", written)
+            self.state.absorb("managed-secrets", written)
 
     def _may_delete(self, action: CopyAction) -> bool:
         """A copy goes only on a view of VMIs and Namespaces that has seen the copy's last write."""
@@ -142,7 +146,3 @@ class CopyWriter:
             f"{names.MANAGED_BY_LABEL}={names.MANAGED_BY_VALUE}; it was left alone, so the VM "
             "there gets no platform licence until it is removed",
         )
-
-
-def _ref(action: CopyAction) -> dict[str, dict[str, str]]:
-    return {"metadata": {"namespace": action.namespace, "name": action.name}}

@@ -187,7 +187,7 @@ class Reconciler:
         api = await self._connect()
         worker = self._build(api)
         streams = self._streams(api, worker)
-        coroutines = [streams.run(source) for source in SOURCES] + [worker.run()]
+        coroutines = [streams.run(source) for source in SOURCES] + [worker.run(), self._resync()]
         if self.elector is not None:
             coroutines.append(self.elector.run())
         if self.serve_http:
@@ -204,6 +204,19 @@ class Reconciler:
             await self._wait()
         finally:
             await self._shutdown()
+
+    async def _resync(self) -> None:
+        """Every `--resync-seconds`, look at every class and copy again, changed or not.
+
+        Marks only ever come from events; a periodic full pass repairs anything a missed
+        mark or a bug left behind (controller-runtime's SyncPeriod). Unchanged objects cost
+        a comparison, no write.
+        """
+        while True:
+            await asyncio.sleep(self.settings.resync_seconds)
+            self.state.mark_all()
+            if self.worker is not None:
+                self.worker.wake()
 
     async def _serve(self, http: Server) -> None:
         """uvicorn exits the process when it cannot listen; make that an ordinary error."""

@@ -18,10 +18,7 @@ flag and last-sync resourceVersion:
 - *unsynced since*: when a source lost sync (or started), so `/readyz` can drop
   once a re-list has failed for longer than a bounded time.
 
-resourceVersions come from one etcd revision counter; the API server writes them
-as decimal integers and this module compares them as such (docs/decisions.md).
-A version that is not a decimal integer cannot be compared; then being synced
-is enough.
+resourceVersions are compared by :func:`shared.clusterstate.version_reached`.
 
 No I/O: the stream runner reports, the worker and the probes ask; the clock is
 passed in.
@@ -32,18 +29,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from shared.clusterstate import Source
+from shared.clusterstate import Source, version_reached
 
-
-def version_reached(view: str, required: str) -> bool:
-    """True when a view at `view` has seen every change up to `required`."""
-    if not required:
-        return True
-    if not view:
-        return False
-    if view.isdecimal() and required.isdecimal():
-        return int(view) >= int(required)
-    return True
+__all__ = ["SourceSync", "SyncView", "version_reached"]
 
 
 @dataclass(slots=True)

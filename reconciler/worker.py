@@ -19,7 +19,8 @@ source whose watch has not brought it that far is re-listed (at most every
 
 Every write first asks the Lease (`is_leader`), so a replica that lost it stops at
 once, and the per-object backoff, so a refused write is not retried in a storm.
-Objects returned by writes go back into the state, as the watch would bring them.
+The watch writes the view; an object a write returns is taken only when it is newer
+than what the view holds (`ClusterState.absorb`), so a late response never rolls it back.
 """
 
 from __future__ import annotations
@@ -245,7 +246,7 @@ class Worker:
             except ApiError as exc:
                 if exc.status != 409 or attempt == CONFLICT_RETRIES - 1:
                     raise
-                self.state.upsert("gpuclasses", await self.api.get_class(name))
+                self.state.absorb("gpuclasses", await self.api.get_class(name))
                 fresh = self.state.classes.get(name)
                 if fresh is None:
                     return
@@ -256,7 +257,7 @@ class Worker:
                 "status written", extra={"fields": {"class": name, "free": status.get("free")}}
             )
             if written is not None:
-                self.state.upsert("gpuclasses", written)
+                self.state.absorb("gpuclasses", written)
             for change in transitions(entry.raw_status, status):
                 await self.events.emit(
                     name,
@@ -289,7 +290,7 @@ class Worker:
         except ApiError as exc:
             self.metrics.object_writes.labels("finalizer", change.action, "error").inc()
             if exc.status == 409:  # stale: read it again and decide again
-                self.state.upsert("gpuclasses", await self.api.get_class(name))
+                self.state.absorb("gpuclasses", await self.api.get_class(name))
             if exc.status != 404:
                 self._failed(key, lambda: self.state.dirty.finalizers.add(name), exc)
             return
@@ -300,4 +301,4 @@ class Worker:
             extra={"fields": {"class": name}},
         )
         if written is not None:
-            self.state.upsert("gpuclasses", written)
+            self.state.absorb("gpuclasses", written)

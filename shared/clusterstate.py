@@ -75,6 +75,22 @@ def resource_version(obj: Mapping[str, Any]) -> str:
     return value if isinstance(value, str) else ""
 
 
+def version_reached(view: str, required: str) -> bool:
+    """True when a view at resourceVersion `view` has seen every change up to `required`.
+
+    kube-apiserver writes etcd's revision, one counter for all resources, as a
+    decimal integer; such versions compare numerically. Anything else cannot be
+    compared and counts as reached (docs/decisions.md, "Reconciler view").
+    """
+    if not required:
+        return True
+    if not view:
+        return False
+    if view.isdecimal() and required.isdecimal():
+        return int(view) >= int(required)
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class ClassEntry:
     """A class as stored: its record, its raw status (compared whole) and its resourceVersion.
@@ -159,6 +175,36 @@ class ClusterState:
     def delete(self, source: Source, obj: Mapping[str, Any]) -> None:
         key = object_key(obj)
         if key is not None:
+            self._handlers[source](key, None)
+
+    def absorb(self, source: Source, obj: Mapping[str, Any]) -> bool:
+        """A write's response: taken only when newer than what the view holds for that object.
+
+        The watch is the view's writer; a response may only move it forward, never back
+        (a late response to an earlier write must not undo a newer event).
+        """
+        key = object_key(obj)
+        if key is None:
+            return False
+        held = self.held_version(source, key)
+        if held and version_reached(held, resource_version(obj)):
+            return False
+        self.upsert(source, obj)
+        return True
+
+    def held_version(self, source: Source, key: Key) -> str:
+        """resourceVersion the view holds for an object we write ("" when none)."""
+        if source == "gpuclasses":
+            entry = self.classes.get(key[1])
+            return entry.resource_version if entry else ""
+        if source == "managed-secrets":
+            managed = self.managed_secrets.get(key)
+            return managed.resource_version if managed else ""
+        return ""
+
+    def forget_deleted(self, source: Source, key: Key, version: str) -> None:
+        """Our delete succeeded: drop the object, unless the view already holds a newer one."""
+        if self.held_version(source, key) == version:
             self._handlers[source](key, None)
 
     def sweep(self, source: Source, seen: set[Key]) -> None:

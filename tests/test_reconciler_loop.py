@@ -611,3 +611,50 @@ def test_renamed_class_keeps_its_finalizer_while_vms_admitted_under_the_old_name
             assert finalizers(kube, "c") == []
 
     run(scenario)
+
+
+def test_a_late_write_response_never_rolls_the_view_back() -> None:
+    from shared.clusterstate import ClusterState
+
+    state = ClusterState()
+    state.upsert(
+        "gpuclasses", {**gpuclass("c", R), "metadata": {"name": "c", "resourceVersion": "7"}}
+    )
+    late = {
+        **gpuclass("c", R),
+        "metadata": {"name": "c", "resourceVersion": "5"},
+        "status": {"free": 1},
+    }
+    assert not state.absorb("gpuclasses", late)
+    assert state.classes["c"].resource_version == "7" and state.classes["c"].raw_status is None
+    newer = {**late, "metadata": {"name": "c", "resourceVersion": "9"}}
+    assert state.absorb("gpuclasses", newer)
+    assert state.classes["c"].resource_version == "9"
+
+
+def test_periodic_resync_repairs_what_no_event_marked() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube, resync_seconds=0.3) as r:
+            state = r.reconciler.state
+            stored = kube.store[names.KIND][("", "c")]
+            stored["status"] = {**stored["status"], "free": 999}  # behind the watch's back
+            state.upsert("gpuclasses", stored)
+            state.take_dirty()  # as if the mark had been lost
+            await asyncio.sleep(0.5)
+            await r.settle()
+            assert r.status("c")["free"] == 3
+
+    run(scenario)
+
+
+def test_lease_timings_are_checked_as_client_go_does() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="must be greater than --renew-deadline"):
+        settings(leader_elect=True, lease_duration_seconds=10, renew_deadline_seconds=10)
+    with pytest.raises(ValidationError, match=r"1.2 x --retry-period-seconds \(9\)"):
+        settings(leader_elect=True, renew_deadline_seconds=10, retry_period_seconds=9)
+    settings(leader_elect=True, renew_deadline_seconds=10, retry_period_seconds=8)
+    settings(leader_elect=False, lease_duration_seconds=1, renew_deadline_seconds=10)

@@ -325,3 +325,10 @@ def test_reload_survives_bad_files_keeps_the_last_good_state_and_recovers(
             reloading.cancel()
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_bad_lease_timings_exit_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--renew-deadline-seconds", "20", "--once"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "--lease-duration-seconds (15) must be greater than --renew-deadline-seconds (20)" in err
