@@ -45,6 +45,7 @@ class CopyWriter:
         delete_depends_on: tuple[Source, ...] = ("vmis", "namespaces"),
         failed: Failed,
         metrics: ReconcilerMetrics,
+        dry_run: bool = False,
     ) -> None:
         self.api, self.state, self.events, self.vgpu_entitled = api, state, events, vgpu_entitled
         self.may_write, self.may_delete, self.failed, self.metrics = (
@@ -53,7 +54,7 @@ class CopyWriter:
             failed,
             metrics,
         )
-        self.delete_depends_on = delete_depends_on
+        self.delete_depends_on, self.dry_run = delete_depends_on, dry_run
         self._reported: set[tuple[str, str]] = set()
 
     def _retry(self) -> None:
@@ -100,8 +101,10 @@ class CopyWriter:
                     f"{exc.message or exc.reason}; check the gpuclass ValidatingAdmissionPolicy and RBAC",
                 )
             return
-        self.metrics.object_writes.labels("licence-copy", action.action, "ok").inc()
         self._reported.discard(action.key)
+        if self.dry_run:
+            return  # the recorder logged it as not written
+        self.metrics.object_writes.labels("licence-copy", action.action, "ok").inc()
         log.info(
             f"licence copy {action.action}d",
             extra={"fields": {"namespace": action.namespace, "secret": action.name}},

@@ -112,6 +112,7 @@ class Reconciler:
             on_pass=self._pass_done,
             sync=self.sync,
             request_relist=self._request_relist,
+            dry_run=s.dry_run,
         )
         return self.worker
 
@@ -147,7 +148,9 @@ class Reconciler:
     def _pass_done(self) -> None:
         if self.sync.all_listed():
             self.passed = True
-            self.metrics.last_sync.set(time.time())
+            # a follower computes but writes nothing: the timestamp says when writes were made
+            if self.leadership is not None and self.leadership.is_leader():
+                self.metrics.last_sync.set(time.time())
 
     @property
     def ready(self) -> bool:

@@ -60,6 +60,10 @@ class ReconcilerSettings(CommonSettings):
         1.0, gt=0, description="how often --objects files are checked for changes"
     )
 
+    kube_api_qps: float = Field(
+        20.0, ge=0, description="client-side limit on API requests per second (0: none)"
+    )
+    kube_api_burst: int = Field(30, gt=0, description="API requests allowed at once above the QPS")
     resync_seconds: float = Field(
         600.0, gt=0, description="every class is looked at again this often, changed or not"
     )

@@ -66,6 +66,7 @@ class Worker:
         sync: SyncView | None = None,
         request_relist: Callable[[Source], None] = lambda source: None,
         relist_interval: float = 10.0,
+        dry_run: bool = False,
     ) -> None:
         self.api, self.state, self.leadership, self.metrics = api, state, leadership, metrics
         self.events, self.now, self.coalesce_seconds, self.on_pass = (
@@ -76,6 +77,8 @@ class Worker:
         )
         self.backoff = backoff or KeyedBackoff()
         self.sync, self.request_relist, self.relist_interval = sync, request_relist, relist_interval
+        self.dry_run = dry_run
+        """Writes go to a recorder that sends nothing: never log or count them as written."""
         self.copies = CopyWriter(
             api,
             state,
@@ -86,6 +89,7 @@ class Worker:
             delete_depends_on=COPY_DELETE_DEPENDS_ON,
             failed=self._failed,
             metrics=metrics,
+            dry_run=dry_run,
         )
         self._wake = asyncio.Event()
         self._timers: dict[Hashable, asyncio.TimerHandle] = {}
@@ -231,7 +235,7 @@ class Worker:
                 self._failed(key, lambda: self.state.dirty.statuses.add(name), exc)
             return
         self.backoff.success(key)
-        self._result("written")
+        self._result("dry-run" if self.dry_run else "written")
 
     async def _write_status(
         self, name: str, entry: ClassEntry, status: dict[str, Any], context: StatusContext, now: str
@@ -252,10 +256,11 @@ class Worker:
                     return
                 entry, status = fresh, self.state.compute_status(name, context, now=now)
                 continue
-            self.metrics.status_writes.inc()
-            log.info(
-                "status written", extra={"fields": {"class": name, "free": status.get("free")}}
-            )
+            if not self.dry_run:
+                self.metrics.status_writes.inc()
+                log.info(
+                    "status written", extra={"fields": {"class": name, "free": status.get("free")}}
+                )
             if written is not None:
                 self.state.absorb("gpuclasses", written)
             for change in transitions(entry.raw_status, status):
@@ -295,10 +300,11 @@ class Worker:
                 self._failed(key, lambda: self.state.dirty.finalizers.add(name), exc)
             return
         self.backoff.success(key)
-        self.metrics.object_writes.labels("finalizer", change.action, "ok").inc()
-        log.info(
-            "in-use finalizer " + ("added" if change.action == "add" else "removed"),
-            extra={"fields": {"class": name}},
-        )
+        if not self.dry_run:
+            self.metrics.object_writes.labels("finalizer", change.action, "ok").inc()
+            log.info(
+                "in-use finalizer " + ("added" if change.action == "add" else "removed"),
+                extra={"fields": {"class": name}},
+            )
         if written is not None:
             self.state.absorb("gpuclasses", written)

@@ -658,3 +658,54 @@ def test_lease_timings_are_checked_as_client_go_does() -> None:
         settings(leader_elect=True, renew_deadline_seconds=10, retry_period_seconds=9)
     settings(leader_elect=True, renew_deadline_seconds=10, retry_period_seconds=8)
     settings(leader_elect=False, lease_duration_seconds=1, renew_deadline_seconds=10)
+
+
+def test_dry_run_never_logs_or_counts_a_write(caplog: Any) -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube, dry_run=True) as r:
+            kube.apply(licensed_vmi())
+            kube.apply(vmi("vm-c", "tenant-a", classes=["c"], devices=[R]))
+            await r.settle()
+            assert kube.writes == []
+            assert r.sample("gpuclass_status_writes_total") == 0
+            assert r.sample("gpuclass_reconcile_total", result="written") is None
+            assert (r.sample("gpuclass_reconcile_total", result="dry-run") or 0) >= 2
+            for kind in ("finalizer", "licence-copy"):
+                assert (
+                    r.sample("gpuclass_object_writes_total", kind=kind, action="add", result="ok")
+                    is None
+                )
+                assert (
+                    r.sample(
+                        "gpuclass_object_writes_total", kind=kind, action="create", result="ok"
+                    )
+                    is None
+                )
+
+    with caplog.at_level("INFO"):
+        run(scenario)
+    messages = [rec.getMessage() for rec in caplog.records]
+    assert "dry run: not written" in messages
+    assert not [m for m in messages if m.endswith("written") and not m.startswith("dry run")]
+    assert not [m for m in messages if m.startswith(("licence copy", "in-use finalizer"))]
+
+
+class NeverLeader:
+    def is_leader(self) -> bool:
+        return False
+
+
+def test_a_follower_never_advances_the_last_sync_timestamp() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube, leadership=NeverLeader()) as r:
+            kube.apply(pod("q", "n1", {R: 2}))
+            await r.settle()
+            assert r.reconciler.ready and kube.writes == []
+            assert r.sample("gpuclass_last_sync_timestamp_seconds") == 0
+        kube2 = MemoryKube(world())
+        async with Running(kube2) as leader:
+            assert (leader.sample("gpuclass_last_sync_timestamp_seconds") or 0) > 0
+
+    run(scenario)
