@@ -22,12 +22,13 @@ from reconciler.events import EventRecorder
 from reconciler.metrics import ReconcilerMetrics
 from reconciler.ports import ApiError, KubeAPI
 from shared import names
-from shared.clusterstate import ClusterState
+from shared.clusterstate import ClusterState, Source
 from shared.licences import CopyAction, secret_body
 
 log = logging.getLogger("gpuclass.reconciler.copies")
 
 MayWrite = Callable[[Hashable, Callable[[], None]], bool]
+MayDelete = Callable[[tuple[Source, ...], str, Callable[[], None]], bool]
 Failed = Callable[[Hashable, Callable[[], None], ApiError], int]
 
 
@@ -40,11 +41,20 @@ class CopyWriter:
         *,
         vgpu_entitled: bool,
         may_write: MayWrite,
+        may_delete: MayDelete = lambda sources, version, retry: True,
+        delete_depends_on: tuple[Source, ...] = ("vmis", "namespaces"),
         failed: Failed,
         metrics: ReconcilerMetrics,
+        dry_run: bool = False,
     ) -> None:
         self.api, self.state, self.events, self.vgpu_entitled = api, state, events, vgpu_entitled
-        self.may_write, self.failed, self.metrics = may_write, failed, metrics
+        self.may_write, self.may_delete, self.failed, self.metrics = (
+            may_write,
+            may_delete,
+            failed,
+            metrics,
+        )
+        self.delete_depends_on, self.dry_run = delete_depends_on, dry_run
         self._reported: set[tuple[str, str]] = set()
 
     def _retry(self) -> None:
@@ -56,6 +66,8 @@ class CopyWriter:
                 continue
             if action.action == "foreign":
                 await self._report_foreign(action)
+            elif action.action == "delete" and not self._may_delete(action):
+                continue
             else:
                 await self._write(action)
 
@@ -66,7 +78,11 @@ class CopyWriter:
         except ApiError as exc:
             self.metrics.object_writes.labels("licence-copy", action.action, "error").inc()
             if action.action == "delete" and exc.status == 404:
-                self.state.delete("managed-secrets", _ref(action))
+                managed = self.state.managed_secrets.get(action.key)
+                if managed is not None:
+                    self.state.forget_deleted(
+                        "managed-secrets", action.key, managed.resource_version
+                    )
                 return
             count = self.failed(key, self._retry, exc)
             if (
@@ -85,8 +101,10 @@ class CopyWriter:
                     f"{exc.message or exc.reason}; check the gpuclass ValidatingAdmissionPolicy and RBAC",
                 )
             return
-        self.metrics.object_writes.labels("licence-copy", action.action, "ok").inc()
         self._reported.discard(action.key)
+        if self.dry_run:
+            return  # the recorder logged it as not written
+        self.metrics.object_writes.labels("licence-copy", action.action, "ok").inc()
         log.info(
             f"licence copy {action.action}d",
             extra={"fields": {"namespace": action.namespace, "secret": action.name}},
@@ -98,7 +116,7 @@ class CopyWriter:
             if managed is None:
                 return
             await self.api.delete_secret(action.namespace, action.name, managed.resource_version)
-            self.state.delete("managed-secrets", _ref(action))
+            self.state.forget_deleted("managed-secrets", action.key, managed.resource_version)
             return
         assert action.copy is not None  # create and update always carry the copy
         if action.action == "create":
@@ -110,7 +128,13 @@ class CopyWriter:
             body = secret_body(action.copy, resource_version=managed.resource_version)
             written = await self.api.replace_secret(action.namespace, action.name, body)
         if written is not None:
-            self.state.upsert("managed-secrets", written)
+            self.state.absorb("managed-secrets", written)
+
+    def _may_delete(self, action: CopyAction) -> bool:
+        """A copy goes only on a view of VMIs and Namespaces that has seen the copy's last write."""
+        managed = self.state.managed_secrets.get(action.key)
+        version = managed.resource_version if managed else ""
+        return self.may_delete(self.delete_depends_on, version, self._retry)
 
     async def _report_foreign(self, action: CopyAction) -> None:
         """A Secret of the copy's name without our label: never ours to change; say so once."""
@@ -125,7 +149,3 @@ class CopyWriter:
             f"{names.MANAGED_BY_LABEL}={names.MANAGED_BY_VALUE}; it was left alone, so the VM "
             "there gets no platform licence until it is removed",
         )
-
-
-def _ref(action: CopyAction) -> dict[str, dict[str, str]]:
-    return {"metadata": {"namespace": action.namespace, "name": action.name}}

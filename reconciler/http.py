@@ -19,19 +19,31 @@ from starlette.routing import Route
 
 
 def create_app(
-    registry: CollectorRegistry, *, healthy: Callable[[], bool], ready: Callable[[], bool]
+    registry: CollectorRegistry,
+    *,
+    healthy: Callable[[], bool],
+    ready: Callable[[], str | None],
+    note: Callable[[], str | None] = lambda: None,
 ) -> Starlette:
+    """`ready` returns None when ready, else the reason /readyz gives with its 503.
+
+    `note` is a warning /healthz adds to its 200 (stale `--objects` files: the process
+    is alive and serving its last good state, so a liveness probe must not restart it).
+    """
+
     async def metrics(_: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(_: Request) -> Response:
-        ok = healthy()
-        return PlainTextResponse("ok\n" if ok else "loop stopped\n", status_code=200 if ok else 503)
+        ok, warning = healthy(), note()
+        text = "ok" if ok else "loop stopped"
+        text += f" (stale: {warning})" if warning else ""
+        return PlainTextResponse(text + "\n", status_code=200 if ok else 503)
 
     async def readyz(_: Request) -> Response:
-        ok = ready()
+        problem = ready()
         return PlainTextResponse(
-            "ok\n" if ok else "not synced yet\n", status_code=200 if ok else 503
+            f"{problem}\n" if problem else "ok\n", status_code=503 if problem else 200
         )
 
     return Starlette(

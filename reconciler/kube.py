@@ -23,6 +23,7 @@ import orjson
 from kubernetes_asyncio import client, config
 
 from reconciler.ports import ApiError, ListPage, RawObject, WatchEvent
+from reconciler.ratelimit import TokenBucket
 from reconciler.settings import ReconcilerSettings
 from shared import names
 from shared.clusterstate import Source
@@ -31,6 +32,9 @@ POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed,spec.nodeName
 MANAGED_SELECTOR = f"{names.MANAGED_BY_LABEL}={names.MANAGED_BY_VALUE}"
 MERGE_PATCH = "application/merge-patch+json"
 CLASSES = f"/apis/{names.GROUP}/{names.VERSION}/{names.PLURAL}"
+FIELD_MANAGER = "gpuclass-reconciler"
+"""Named on every write (managedFields show who owns what)."""
+WRITE_METHODS = frozenset({"PATCH", "POST", "PUT"})
 
 
 def collections(
@@ -78,8 +82,10 @@ class KubeAdapter:
         page_size: int = 500,
         watch_timeout: int = 290,
         request_timeout: float = 60.0,
+        limiter: TokenBucket | None = None,
     ) -> None:
         self.api = api
+        self.limiter = limiter or TokenBucket(0, 1)
         self.paths = collections(
             licence_namespace=licence_namespace, kubevirt_namespace=kubevirt_namespace
         )
@@ -94,7 +100,7 @@ class KubeAdapter:
         from shared.runtime.kubeclient import api_client
 
         try:
-            api = await api_client(settings.kubeconfig)
+            api = await api_client(settings.kubeconfig, binary=FIELD_MANAGER)
         except (config.ConfigException, OSError) as exc:
             where = settings.kubeconfig or "the in-cluster service account"
             raise ApiError(0, "ConfigError", f"no API client from {where}: {exc}") from exc
@@ -104,6 +110,7 @@ class KubeAdapter:
             kubevirt_namespace=settings.kubevirt_namespace,
             page_size=settings.list_page_size,
             watch_timeout=settings.watch_timeout_seconds,
+            limiter=TokenBucket(settings.kube_api_qps, settings.kube_api_burst),
         )
 
     async def _open(
@@ -116,12 +123,19 @@ class KubeAdapter:
         content_type: str = "application/json",
         timeout: Any = None,
     ) -> aiohttp.ClientResponse:
-        """Send a request; a non-2xx answer or a transport failure becomes an ApiError."""
+        """Send a request; a non-2xx answer or a transport failure becomes an ApiError.
+
+        Every request waits for the rate limiter; every write names our field manager.
+        """
+        await self.limiter.acquire()
+        params = dict(query or {})
+        if method in WRITE_METHODS:
+            params["fieldManager"] = FIELD_MANAGER
         try:
             response: aiohttp.ClientResponse = await self.api.call_api(
                 path,
                 method,
-                query_params=list((query or {}).items()),
+                query_params=list(params.items()),
                 header_params={"Content-Type": content_type, "Accept": "application/json"},
                 body=body,
                 auth_settings=["BearerToken"],

@@ -24,6 +24,7 @@ from reconciler.ports import KubeAPI
 from reconciler.recording import RecordingKube
 from reconciler.settings import ReconcilerSettings
 from reconciler.streams import StreamRunner
+from reconciler.sync import SyncView
 from reconciler.worker import Worker
 from shared.clusterstate import SOURCES, ClusterState, Source
 from shared.runtime.clock import now_rfc3339
@@ -49,8 +50,22 @@ class Reconciler:
         self.elector: LeaderElector | None = None
         self.worker: Worker | None = None
         self.http: Server | None = None
-        self.synced: set[Source] = set()
-        self.ready = False
+        self.sync = SyncView(
+            SOURCES,
+            clock=time.monotonic,
+            stale_after=settings.relist_deadline_seconds,
+            on_change=self._sync_changed,
+        )
+        self.passed = False
+        self._complete = False
+        self.stale_reason: str | None = None
+        """Set by the `--objects` reload while the files cannot be read (last good state served)."""
+        self.streams: StreamRunner | None = None
+        self.metrics.ready.set_function(lambda: 1 if self.ready else 0)
+        for source in SOURCES:
+            self.metrics.synced.labels(source).set_function(
+                lambda source=source: 1 if self.sync.synced(source) else 0  # type: ignore[misc]
+            )
         self._tasks: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
 
@@ -95,17 +110,34 @@ class Reconciler:
             now=self.now,
             coalesce_seconds=s.coalesce_seconds,
             on_pass=self._pass_done,
+            sync=self.sync,
+            request_relist=self._request_relist,
+            dry_run=s.dry_run,
         )
         return self.worker
 
     def _streams(self, api: KubeAPI, worker: Worker) -> StreamRunner:
-        return StreamRunner(
+        self.streams = StreamRunner(
             api,
             self.state,
+            sync=self.sync,
             on_change=worker.wake,
-            on_synced=self.synced.add,
             on_restart=lambda source, reason: self.metrics.watch_restarts.labels(source).inc(),
         )
+        return self.streams
+
+    def _request_relist(self, source: Source) -> None:
+        if self.streams is not None:
+            self.streams.request_relist(source)
+
+    def _sync_changed(self, source: Source) -> None:
+        if self.worker is None:
+            return
+        self.worker.sync_changed()
+        if not self._complete and self.sync.all_listed():
+            self._complete = True
+            log.info("every resource listed; writes start")
+            self.worker.wake()  # the marks gathered while listing are worked off now
 
     def _leadership_changed(self, leading: bool) -> None:
         self.metrics.leader.set(1 if leading else 0)
@@ -114,9 +146,16 @@ class Reconciler:
             self.worker.wake()
 
     def _pass_done(self) -> None:
-        if len(self.synced) == len(SOURCES):
-            self.ready = True
-            self.metrics.last_sync.set(time.time())
+        if self.sync.all_listed():
+            self.passed = True
+            # a follower computes but writes nothing: the timestamp says when writes were made
+            if self.leadership is not None and self.leadership.is_leader():
+                self.metrics.last_sync.set(time.time())
+
+    @property
+    def ready(self) -> bool:
+        """/readyz: every source listed, a pass done, and no source without a list for too long."""
+        return self.passed and self.sync.all_listed() and not self.sync.stale()
 
     # -- probes -----------------------------------------------------------------------------------
 
@@ -127,6 +166,18 @@ class Reconciler:
             for sock in srv.sockets:
                 return int(sock.getsockname()[1])
         return None
+
+    def readiness_problem(self) -> str | None:
+        """Why /readyz fails, or None when ready."""
+        if self.stale_reason is not None:
+            return f"objects not reloaded, serving the last good state: {self.stale_reason}"
+        waiting = [s for s in SOURCES if not self.sync.state[s].listed_once]
+        if waiting:
+            return "not synced yet: " + ", ".join(waiting)
+        stale = self.sync.stale()
+        if stale:
+            return "re-list failing for longer than the deadline: " + ", ".join(stale)
+        return None if self.passed else "no reconcile pass yet"
 
     def healthy(self) -> bool:
         """Every loop task is still running."""
@@ -139,11 +190,16 @@ class Reconciler:
         api = await self._connect()
         worker = self._build(api)
         streams = self._streams(api, worker)
-        coroutines = [streams.run(source) for source in SOURCES] + [worker.run()]
+        coroutines = [streams.run(source) for source in SOURCES] + [worker.run(), self._resync()]
         if self.elector is not None:
             coroutines.append(self.elector.run())
         if self.serve_http:
-            app = create_app(self.metrics.registry, healthy=self.healthy, ready=lambda: self.ready)
+            app = create_app(
+                self.metrics.registry,
+                healthy=self.healthy,
+                ready=self.readiness_problem,
+                note=lambda: self.stale_reason,
+            )
             self.http = server(app, host=self.settings.bind_address, port=self.settings.port)
             coroutines.append(self._serve(self.http))
         self._tasks = [asyncio.create_task(c) for c in coroutines]
@@ -151,6 +207,19 @@ class Reconciler:
             await self._wait()
         finally:
             await self._shutdown()
+
+    async def _resync(self) -> None:
+        """Every `--resync-seconds`, look at every class and copy again, changed or not.
+
+        Marks only ever come from events; a periodic full pass repairs anything a missed
+        mark or a bug left behind (controller-runtime's SyncPeriod). Unchanged objects cost
+        a comparison, no write.
+        """
+        while True:
+            await asyncio.sleep(self.settings.resync_seconds)
+            self.state.mark_all()
+            if self.worker is not None:
+                self.worker.wake()
 
     async def _serve(self, http: Server) -> None:
         """uvicorn exits the process when it cannot listen; make that an ordinary error."""
@@ -213,7 +282,6 @@ class Reconciler:
         streams = self._streams(api, worker)
         for source in SOURCES:
             await streams.relist(source)
-            self.synced.add(source)
 
     async def reconcile_pending(self, passes: int = 5) -> None:
         """Reconcile until nothing is dirty (a write's own echo needs a second, empty-handed pass)."""

@@ -17,6 +17,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
 from reconciler.loop import Reconciler
 from reconciler.offline import file_reconciler, run_once
@@ -58,7 +59,15 @@ async def serve(settings: ReconcilerSettings) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    settings = parse_settings(ReconcilerSettings, argv, "gpuclass-reconciler")
+    try:
+        settings = parse_settings(ReconcilerSettings, argv, "gpuclass-reconciler")
+    except ValidationError as exc:
+        causes = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
+        print(f"gpuclass-reconciler: invalid settings: {causes}", file=sys.stderr)
+        return 2
     setup_logging(settings.log_level, settings.log_format)
     try:
         if settings.once:

@@ -82,6 +82,17 @@ class ReconcilerMetrics:
             registry=r,
         )
         self.leader = Gauge("gpuclass_leader", "1 while this replica holds the Lease", registry=r)
+        self.synced = Gauge(
+            "gpuclass_source_synced",
+            "1 while the watched resource's view is complete (listed, not re-listing)",
+            ["resource"],
+            registry=r,
+        )
+        self.ready = Gauge(
+            "gpuclass_ready",
+            "1 while /readyz answers 200: every resource listed, none failing to re-list too long",
+            registry=r,
+        )
         self.last_sync = Gauge(
             "gpuclass_last_sync_timestamp_seconds",
             "Unix time of the last reconcile pass with every watch in sync",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 from reconciler.leader import AlwaysLeader
@@ -24,8 +25,8 @@ from reconciler.loop import Reconciler
 from reconciler.memory import MemoryKube
 from reconciler.recording import RecordingKube
 from reconciler.settings import ReconcilerSettings
-from shared.runtime.filesource import FileSource
-from shared.runtime.loader import LoadError, iter_named_objects
+from shared.runtime.filesource import Stamp, stamp_of
+from shared.runtime.loader import LoadError, files_under, iter_objects
 
 log = logging.getLogger("gpuclass.reconciler.offline")
 
@@ -41,7 +42,19 @@ def load_objects(settings: ReconcilerSettings) -> list[dict[str, Any]]:
     generated name, so that it is still counted.
     """
     objects: list[dict[str, Any]] = []
-    for index, (_, raw) in enumerate(iter_named_objects(settings.objects)):
+    for path in files_under(settings.objects):
+        try:
+            objects += _file_objects(settings, path, start=len(objects))
+        except LoadError:
+            raise
+        except Exception as exc:  # whatever a file holds, the error names it and nothing crashes
+            raise LoadError(f"{path}: cannot be read: {type(exc).__name__}: {exc}") from exc
+    return objects
+
+
+def _file_objects(settings: ReconcilerSettings, path: Path, *, start: int) -> list[dict[str, Any]]:
+    objects: list[dict[str, Any]] = []
+    for index, raw in enumerate(iter_objects(path), start=start):
         obj = dict(raw)
         meta = dict(obj.get("metadata") or {}) if isinstance(obj.get("metadata"), dict) else {}
         kind = obj.get("kind")
@@ -108,22 +121,41 @@ async def run_once(settings: ReconcilerSettings) -> dict[str, Any]:
 def file_reconciler(
     settings: ReconcilerSettings,
 ) -> tuple[Reconciler, Callable[[], Coroutine[Any, Any, None]]]:
-    """A reconciler over the files, and the coroutine that re-reads them when they change."""
-    files = FileSource(settings.objects)
-    files.refresh()
+    """A reconciler over the files, and the coroutine that re-reads them when they change.
+
+    The coroutine never ends on bad files: whatever a reload raises (a node with
+    `taints: 5`, an object nested 900 deep, a file removed mid-read) is logged once
+    per distinct error with the file name, the last good objects stay served,
+    `/readyz` says the state is stale, and the next good reload recovers. While
+    reloads fail the poll backs off (up to 30 s); a success resets it.
+    """
     cluster = memory_cluster(settings)
     reconciler = Reconciler(settings, api=cluster, leadership=AlwaysLeader())
+    last: Stamp | None = stamp_of(settings.objects)
 
     async def reload() -> None:
+        nonlocal last
+        failures = 0
         while True:
-            await asyncio.sleep(settings.objects_poll_seconds)
-            if not files.refresh():
-                continue
+            await asyncio.sleep(min(settings.objects_poll_seconds * 2**failures, 30.0))
             try:
+                stamp = stamp_of(settings.objects)
+                if stamp == last:
+                    continue
+                last = stamp
                 cluster.load(load_objects(settings))
-            except (LoadError, OSError) as exc:
-                log.warning("objects not reloaded", extra={"fields": {"error": str(exc)}})
+            except Exception as exc:  # the loop outlives any file
+                failures = min(failures + 1, 16)
+                message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                if message != reconciler.stale_reason:
+                    log.warning(
+                        "objects not reloaded; keeping the last good state",
+                        extra={"fields": {"error": message}},
+                    )
+                reconciler.stale_reason = message
                 continue
+            failures = 0
+            reconciler.stale_reason = None
             log.info(
                 "objects reloaded", extra={"fields": {"paths": [str(p) for p in settings.objects]}}
             )

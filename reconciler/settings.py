@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from shared.runtime.settings import CommonSettings
 
@@ -50,9 +51,45 @@ class ReconcilerSettings(CommonSettings):
         290, gt=0, description="server-side timeout of one watch request"
     )
     list_page_size: int = Field(500, gt=0, description="objects per list page (limit/continue)")
+    relist_deadline_seconds: float = Field(
+        120.0,
+        gt=0,
+        description="/readyz fails once a watched resource has gone this long without a complete list",
+    )
     objects_poll_seconds: float = Field(
         1.0, gt=0, description="how often --objects files are checked for changes"
     )
+
+    kube_api_qps: float = Field(
+        20.0, ge=0, description="client-side limit on API requests per second (0: none)"
+    )
+    kube_api_burst: int = Field(30, gt=0, description="API requests allowed at once above the QPS")
+    resync_seconds: float = Field(
+        600.0, gt=0, description="every class is looked at again this often, changed or not"
+    )
+
+    @model_validator(mode="after")
+    def _lease_timings(self) -> Self:
+        """client-go's rule (leaderelection.NewLeaderElector): a leader must stop writing
+        before anyone may take over, and must get more than one renewal try in."""
+        if not self.leader_elect:
+            return self
+        lease, renew, retry = (
+            self.lease_duration_seconds,
+            self.renew_deadline_seconds,
+            self.retry_period_seconds,
+        )
+        if lease <= renew:
+            raise ValueError(
+                f"--lease-duration-seconds ({lease:g}) must be greater than "
+                f"--renew-deadline-seconds ({renew:g})"
+            )
+        if renew <= 1.2 * retry:
+            raise ValueError(
+                f"--renew-deadline-seconds ({renew:g}) must be greater than 1.2 x "
+                f"--retry-period-seconds ({retry:g}), i.e. more than {1.2 * retry:g}"
+            )
+        return self
 
     def lease_namespace(self) -> str:
         return self.leader_election_namespace or self.licence_namespace

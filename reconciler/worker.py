@@ -10,9 +10,17 @@ recompute per class), takes the whole dirty set and, per item:
 - finalizer: `shared.inuse.finalizer_change`, patched the same way;
 - licence copies: see :mod:`reconciler.copies`.
 
+Nothing is written before every source has completed its first list (the marks
+wait). A deletion — a finalizer removal, a licence-copy delete — also needs the
+sources it depends on synced now and at least as recent as the object it
+releases (:meth:`reconciler.sync.SyncView.behind`); otherwise it waits, and a
+source whose watch has not brought it that far is re-listed (at most every
+`relist_interval` seconds).
+
 Every write first asks the Lease (`is_leader`), so a replica that lost it stops at
 once, and the per-object backoff, so a refused write is not retried in a storm.
-Objects returned by writes go back into the state, as the watch would bring them.
+The watch writes the view; an object a write returns is taken only when it is newer
+than what the view holds (`ClusterState.absorb`), so a late response never rolls it back.
 """
 
 from __future__ import annotations
@@ -29,13 +37,16 @@ from reconciler.events import EventRecorder
 from reconciler.leader import Leadership
 from reconciler.metrics import ReconcilerMetrics
 from reconciler.ports import ApiError, KubeAPI
-from shared.clusterstate import ClassEntry, ClusterState, StatusContext
+from reconciler.sync import SyncView
+from shared.clusterstate import ClassEntry, ClusterState, Source, StatusContext
 from shared.inuse import finalizer_change
 from shared.statusdiff import status_patch, transitions
 
 log = logging.getLogger("gpuclass.reconciler.worker")
 
 CONFLICT_RETRIES = 3
+FINALIZER_DEPENDS_ON: tuple[Source, ...] = ("vmis",)
+COPY_DELETE_DEPENDS_ON: tuple[Source, ...] = ("vmis", "namespaces")
 
 
 class Worker:
@@ -52,6 +63,10 @@ class Worker:
         coalesce_seconds: float = 0.2,
         backoff: KeyedBackoff | None = None,
         on_pass: Callable[[], None] = lambda: None,
+        sync: SyncView | None = None,
+        request_relist: Callable[[Source], None] = lambda source: None,
+        relist_interval: float = 10.0,
+        dry_run: bool = False,
     ) -> None:
         self.api, self.state, self.leadership, self.metrics = api, state, leadership, metrics
         self.events, self.now, self.coalesce_seconds, self.on_pass = (
@@ -61,17 +76,25 @@ class Worker:
             on_pass,
         )
         self.backoff = backoff or KeyedBackoff()
+        self.sync, self.request_relist, self.relist_interval = sync, request_relist, relist_interval
+        self.dry_run = dry_run
+        """Writes go to a recorder that sends nothing: never log or count them as written."""
         self.copies = CopyWriter(
             api,
             state,
             events,
             vgpu_entitled=vgpu_entitled,
             may_write=self._may_write,
+            may_delete=self._may_delete,
+            delete_depends_on=COPY_DELETE_DEPENDS_ON,
             failed=self._failed,
             metrics=metrics,
+            dry_run=dry_run,
         )
         self._wake = asyncio.Event()
         self._timers: dict[Hashable, asyncio.TimerHandle] = {}
+        self._waiting: list[Callable[[], None]] = []
+        self._relist_asked: dict[Source, float] = {}
 
     def wake(self) -> None:
         self.metrics.queue_depth.set(len(self.state.dirty))
@@ -93,8 +116,21 @@ class Worker:
                 self.state.mark_all()
                 self.wake()
 
+    def sync_changed(self) -> None:
+        """A source listed or moved on: deletions that waited for it are looked at again."""
+        if self._waiting:
+            waiting, self._waiting = self._waiting, []
+            for retry in waiting:
+                retry()
+            self.wake()
+
+    def view_complete(self) -> bool:
+        return self.sync is None or self.sync.all_listed()
+
     async def reconcile_once(self) -> None:
-        """One pass over everything dirty now."""
+        """One pass over everything dirty now (none before every source's first list)."""
+        if not self.view_complete():
+            return  # the marks stay; the last first list wakes the worker
         dirty = self.state.take_dirty()
         self.metrics.queue_depth.set(0)
         started = time.perf_counter()
@@ -120,6 +156,30 @@ class Worker:
             self._retry_later(key, wait, retry)
             return False
         return True
+
+    def _may_delete(
+        self, sources: tuple[Source, ...], version: str, retry: Callable[[], None]
+    ) -> bool:
+        """The view of `sources` is synced and has reached `version`; else wait for it."""
+        behind = () if self.sync is None else self.sync.behind(sources, version)
+        if not behind:
+            return True
+        self._waiting.append(retry)
+        now = time.monotonic()
+        for source in behind:
+            if not self.sync or not self.sync.synced(source):
+                continue  # a list is running: its end wakes us
+            asked = self._relist_asked.get(source)
+            if asked is None or now - asked >= self.relist_interval:
+                self._relist_asked[source] = now
+                log.info(
+                    "deletion waits for a newer view; re-listing",
+                    extra={"fields": {"resource": source, "version": version}},
+                )
+                self.request_relist(source)
+            else:
+                self._retry_later(("relist", source), self.relist_interval - (now - asked), retry)
+        return False
 
     def _failed(self, key: Hashable, retry: Callable[[], None], exc: ApiError) -> int:
         count, delay = self.backoff.failure(key)
@@ -175,7 +235,7 @@ class Worker:
                 self._failed(key, lambda: self.state.dirty.statuses.add(name), exc)
             return
         self.backoff.success(key)
-        self._result("written")
+        self._result("dry-run" if self.dry_run else "written")
 
     async def _write_status(
         self, name: str, entry: ClassEntry, status: dict[str, Any], context: StatusContext, now: str
@@ -190,18 +250,19 @@ class Worker:
             except ApiError as exc:
                 if exc.status != 409 or attempt == CONFLICT_RETRIES - 1:
                     raise
-                self.state.upsert("gpuclasses", await self.api.get_class(name))
+                self.state.absorb("gpuclasses", await self.api.get_class(name))
                 fresh = self.state.classes.get(name)
                 if fresh is None:
                     return
                 entry, status = fresh, self.state.compute_status(name, context, now=now)
                 continue
-            self.metrics.status_writes.inc()
-            log.info(
-                "status written", extra={"fields": {"class": name, "free": status.get("free")}}
-            )
+            if not self.dry_run:
+                self.metrics.status_writes.inc()
+                log.info(
+                    "status written", extra={"fields": {"class": name, "free": status.get("free")}}
+                )
             if written is not None:
-                self.state.upsert("gpuclasses", written)
+                self.state.absorb("gpuclasses", written)
             for change in transitions(entry.raw_status, status):
                 await self.events.emit(
                     name,
@@ -223,6 +284,10 @@ class Worker:
         key = ("finalizer", name)
         if not self._may_write(key, lambda: self.state.dirty.finalizers.add(name)):
             return
+        if change.action == "remove" and not self._may_delete(
+            FINALIZER_DEPENDS_ON, entry.hold_version, lambda: self.state.dirty.finalizers.add(name)
+        ):
+            return
         try:
             written = await self.api.patch_class_finalizers(
                 name, list(change.finalizers), entry.resource_version
@@ -230,15 +295,16 @@ class Worker:
         except ApiError as exc:
             self.metrics.object_writes.labels("finalizer", change.action, "error").inc()
             if exc.status == 409:  # stale: read it again and decide again
-                self.state.upsert("gpuclasses", await self.api.get_class(name))
+                self.state.absorb("gpuclasses", await self.api.get_class(name))
             if exc.status != 404:
                 self._failed(key, lambda: self.state.dirty.finalizers.add(name), exc)
             return
         self.backoff.success(key)
-        self.metrics.object_writes.labels("finalizer", change.action, "ok").inc()
-        log.info(
-            "in-use finalizer " + ("added" if change.action == "add" else "removed"),
-            extra={"fields": {"class": name}},
-        )
+        if not self.dry_run:
+            self.metrics.object_writes.labels("finalizer", change.action, "ok").inc()
+            log.info(
+                "in-use finalizer " + ("added" if change.action == "add" else "removed"),
+                extra={"fields": {"class": name}},
+            )
         if written is not None:
-            self.state.upsert("gpuclasses", written)
+            self.state.absorb("gpuclasses", written)

@@ -75,13 +75,35 @@ def resource_version(obj: Mapping[str, Any]) -> str:
     return value if isinstance(value, str) else ""
 
 
+def version_reached(view: str, required: str) -> bool:
+    """True when a view at resourceVersion `view` has seen every change up to `required`.
+
+    kube-apiserver writes etcd's revision, one counter for all resources, as a
+    decimal integer; such versions compare numerically. Anything else cannot be
+    compared and counts as reached (docs/decisions.md, "Reconciler view").
+    """
+    if not required:
+        return True
+    if not view:
+        return False
+    if view.isdecimal() and required.isdecimal():
+        return int(view) >= int(required)
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class ClassEntry:
-    """A class as stored: its record, its raw status (compared whole) and its resourceVersion."""
+    """A class as stored: its record, its raw status (compared whole) and its resourceVersion.
+
+    `hold_version` is the resourceVersion at which its finalizers or deletion mark
+    last changed: releasing the finalizer needs a VMI view at least that recent
+    (status writes move `resource_version` but cannot let a VMI appear).
+    """
 
     record: ClassRecord
     raw_status: Mapping[str, Any] | None
     resource_version: str
+    hold_version: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +177,36 @@ class ClusterState:
         if key is not None:
             self._handlers[source](key, None)
 
+    def absorb(self, source: Source, obj: Mapping[str, Any]) -> bool:
+        """A write's response: taken only when newer than what the view holds for that object.
+
+        The watch is the view's writer; a response may only move it forward, never back
+        (a late response to an earlier write must not undo a newer event).
+        """
+        key = object_key(obj)
+        if key is None:
+            return False
+        held = self.held_version(source, key)
+        if held and version_reached(held, resource_version(obj)):
+            return False
+        self.upsert(source, obj)
+        return True
+
+    def held_version(self, source: Source, key: Key) -> str:
+        """resourceVersion the view holds for an object we write ("" when none)."""
+        if source == "gpuclasses":
+            entry = self.classes.get(key[1])
+            return entry.resource_version if entry else ""
+        if source == "managed-secrets":
+            managed = self.managed_secrets.get(key)
+            return managed.resource_version if managed else ""
+        return ""
+
+    def forget_deleted(self, source: Source, key: Key, version: str) -> None:
+        """Our delete succeeded: drop the object, unless the view already holds a newer one."""
+        if self.held_version(source, key) == version:
+            self._handlers[source](key, None)
+
     def sweep(self, source: Source, seen: set[Key]) -> None:
         """After a re-list: forget what the list no longer holds."""
         for key in [k for k in self.keys(source) if k not in seen]:
@@ -200,8 +252,16 @@ class ClusterState:
         self.records.pop(name, None)
         if record is not None and obj is not None:
             status = obj.get("status")
+            version = resource_version(obj)
+            same_hold = old is not None and (old.record.finalizers, old.record.deleting) == (
+                record.finalizers,
+                record.deleting,
+            )
             self.classes[name] = ClassEntry(
-                record, status if isinstance(status, dict) else None, resource_version(obj)
+                record,
+                status if isinstance(status, dict) else None,
+                version,
+                old.hold_version if same_hold and old is not None else version,
             )
             self.records[name] = record
         self._class_changed(name, old.record if old else None, record)
@@ -357,11 +417,9 @@ class ClusterState:
         return compute_figures(record, self.usage.index, conflict_lost=winner not in (None, name))
 
     def in_use(self, name: str) -> bool:
-        record = self.records.get(name)
-        resource = record.resource_name if record else None
-        return any(
-            uses_class(self.vmis[key], name, resource) for key in self._vmis_by_class.get(name, ())
-        )
+        if name not in self.records:
+            return False
+        return any(uses_class(self.vmis[key], name) for key in self._vmis_by_class.get(name, ()))
 
     def copy_actions(self, *, vgpu_entitled: bool) -> list[CopyAction]:
         plan = desired_copies(

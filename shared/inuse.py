@@ -1,10 +1,12 @@
 """The in-use finalizer (docs/contract.md section 6): hold a class while a VMI uses it, never otherwise.
 
 A VMI *uses* a class when it passed admission with it: its selection annotation
-names the class and its GPU entries carry the class's resourceName (what the
-webhook wrote). Either alone is not enough: an annotation on a VMI created while
-the class was missing asks for nothing, and a raw `gpus` entry naming the same
-resource is not a class selection.
+names the class and its GPU entries have exactly the shape the webhook writes
+(:func:`shared.vmiuse.admitted_classes`). Either alone is not enough: an
+annotation on a VMI that never went through the webhook asks for nothing, and a
+raw `gpus` entry naming the same resource is not a class selection. The class's
+*current* resourceName plays no part, so a renamed class keeps its finalizer
+while VMs admitted under the old name run (docs/decisions.md).
 
 The decision is a value: which finalizer list to write, or nothing. The
 reconciler patches `metadata.finalizers` with it, guarded by resourceVersion.
@@ -21,12 +23,8 @@ from shared.snapshot import ClassRecord
 from shared.vmiuse import VMIUse
 
 
-def uses_class(vmi: VMIUse, class_name: str, resource_name: str | None) -> bool:
-    return (
-        resource_name is not None
-        and class_name in vmi.classes
-        and resource_name in vmi.device_names
-    )
+def uses_class(vmi: VMIUse, class_name: str) -> bool:
+    return class_name in vmi.admitted
 
 
 def classes_in_use(vmis: Iterable[VMIUse], classes: Mapping[str, ClassRecord]) -> frozenset[str]:
@@ -35,7 +33,7 @@ def classes_in_use(vmis: Iterable[VMIUse], classes: Mapping[str, ClassRecord]) -
     for vmi in vmis:
         for name in vmi.classes:
             record = classes.get(name)
-            if record is not None and uses_class(vmi, name, record.resource_name):
+            if record is not None and uses_class(vmi, name):
                 used.add(name)
     return frozenset(used)
 

@@ -30,6 +30,9 @@ LICENSE_SERIAL: Final = "GPULICENSE"
 DEFAULT_KUBEVIRT_NAMESPACE: Final = "cozy-kubevirt"
 DEFAULT_KUBEVIRT_CONTROLLER_USER: Final = "system:serviceaccount:cozy-kubevirt:kubevirt-controller"
 
+WEBHOOK_EXCLUDED_NAMESPACE: Final = "kube-system"
+"""The chart's VMI webhook skips this namespace: nothing there passed admission."""
+
 ROOT_TENANT: Final = "tenant-root"
 TENANT_PREFIX: Final = "tenant-"
 

@@ -171,11 +171,11 @@ def compact_node(obj: Mapping[str, Any]) -> NodeRecord | None:
     status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
     ready = any(
         isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (status.get("conditions") or [])  # type: ignore[union-attr]
+        for c in _items(status.get("conditions"))  # type: ignore[union-attr]
     )
     taints = tuple(
         Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
-        for t in (spec.get("taints") or [])  # type: ignore[union-attr]
+        for t in _items(spec.get("taints"))  # type: ignore[union-attr]
         if isinstance(t, dict)
     )
     return NodeRecord(
@@ -188,17 +188,43 @@ def compact_node(obj: Mapping[str, Any]) -> NodeRecord | None:
 
 
 def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
-    """Effective Pod request per extended resource: max(sum of containers, largest init container)."""
+    """Effective Pod request per extended resource, exactly as the kube-scheduler counts it.
+
+    The rule of k8s.io/component-helpers `resource.PodRequests` (docs/decisions.md, "Status"):
+    sidecars (init containers with `restartPolicy: Always`) keep running beside the regular
+    containers, so they add to their sum; an ordinary init container runs alone beside the
+    sidecars started before it. The Pod holds the larger of the two, plus `spec.overhead`:
+
+        max(sum(containers) + sum(sidecars), max_i(init_i + sum(sidecars before i))) + overhead
+    """
     total: dict[str, int] = {}
-    for container in spec.get("containers") or ():
+    for container in _items(spec.get("containers")):
         if isinstance(container, dict):
-            for key, units in _container_requests(container).items():
-                total[key] = total.get(key, 0) + units
-    for container in spec.get("initContainers") or ():
-        if isinstance(container, dict):
-            for key, units in _container_requests(container).items():
-                total[key] = max(total.get(key, 0), units)
+            _add(total, _container_requests(container))
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for container in _items(spec.get("initContainers")):
+        if not isinstance(container, dict):
+            continue
+        own = _container_requests(container)
+        if container.get("restartPolicy") == "Always":
+            _add(total, own)
+            _add(sidecars, own)
+            running = dict(sidecars)
+        else:
+            running = dict(own)
+            _add(running, sidecars)
+        for key, units in running.items():
+            init_peak[key] = max(init_peak.get(key, 0), units)
+    for key, units in init_peak.items():
+        total[key] = max(total.get(key, 0), units)
+    _add(total, _extended(spec.get("overhead")))
     return {k: v for k, v in total.items() if v > 0}
+
+
+def _add(total: dict[str, int], more: Mapping[str, int]) -> None:
+    for key, units in more.items():
+        total[key] = total.get(key, 0) + units
 
 
 def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
@@ -219,7 +245,9 @@ def compact_pod(obj: Mapping[str, Any]) -> PodRecord | None:
         return None
     node = spec.get("nodeName")
     phase = status.get("phase") if isinstance(status, dict) else None
-    if not isinstance(node, str) or not node or phase not in ACTIVE_POD_PHASES:
+    if not isinstance(node, str) or not node or not isinstance(phase, str):
+        return None
+    if phase not in ACTIVE_POD_PHASES:
         return None
     requests = pod_requests(spec)
     return PodRecord(node, requests) if requests else None

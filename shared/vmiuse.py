@@ -35,6 +35,8 @@ class VMIUse:
     """deviceName of every `spec.domain.devices.gpus` entry."""
     licence_secret: str | None
     """secretName of the `gpulicense` volume when it names a licence copy, else None."""
+    admitted: frozenset[str] = frozenset()
+    """Classes this VMI passed admission with (:func:`admitted_classes`): what holds a class."""
 
 
 def _dict(value: object) -> Mapping[str, Any]:
@@ -51,6 +53,43 @@ def selected_classes(annotation: object) -> tuple[str, ...]:
         return ()
     entries = parse_selection(annotation).entries
     return tuple(dict.fromkeys(entry.class_name for entry in entries))
+
+
+def admitted_classes(annotation: object, gpus: list[Any], namespace: str) -> frozenset[str]:
+    """The classes a VMI passed admission with, read from what only admission can produce.
+
+    The webhook sees every VMI CREATE outside `kube-system`; for a class selection it
+    accepts `spec.domain.devices.gpus` only empty or exactly as resolution writes it
+    (CONTRACT.md section 4, rules 2 and 6): entries `gpu1` … `gpuN`, grouped by class in
+    order of first appearance, `count` each, every entry of a class with that class's
+    resourceName at the time. The annotation cannot change on UPDATE and KubeVirt keeps
+    a VMI's devices. So a valid annotation together with GPU entries of exactly that
+    shape is an admission record a tenant cannot forge — and it does not depend on the
+    class's *current* resourceName, so renaming a class releases no VM (the
+    documentation: a rename does not move an existing VM). Any other shape (names
+    not `gpuN`, another count, mixed device names within one class) records nothing.
+    """
+    if not isinstance(annotation, str) or namespace == names.WEBHOOK_EXCLUDED_NAMESPACE:
+        return frozenset()
+    selection = parse_selection(annotation)
+    if selection.causes or not selection.entries:
+        return frozenset()
+    counts: dict[str, int] = {}
+    for entry in selection.entries:
+        counts[entry.class_name] = counts.get(entry.class_name, 0) + entry.count
+    if len(gpus) != sum(counts.values()):
+        return frozenset()
+    admitted: set[str] = set()
+    position = 0
+    for class_name, count in counts.items():
+        block = gpus[position : position + count]
+        devices = {_dict(g).get("deviceName") for g in block}
+        named = all(_dict(g).get("name") == f"gpu{position + i + 1}" for i, g in enumerate(block))
+        position += count
+        if not named or len(devices) != 1 or not all(isinstance(d, str) and d for d in devices):
+            return frozenset()  # not admission's output: the whole record is void
+        admitted.add(class_name)
+    return frozenset(admitted)
 
 
 def licence_volume_secret(spec: Mapping[str, Any]) -> str | None:
@@ -78,10 +117,12 @@ def compact_vmi_use(obj: Mapping[str, Any]) -> VMIUse | None:
         for g in gpus
         if isinstance(g, dict) and isinstance(g.get("deviceName"), str)
     )
+    annotation = _dict(meta.get("annotations")).get(names.SELECTION_ANNOTATION)
     return VMIUse(
         namespace=namespace,
         name=name,
-        classes=selected_classes(_dict(meta.get("annotations")).get(names.SELECTION_ANNOTATION)),
+        classes=selected_classes(annotation),
         device_names=devices,
         licence_secret=licence_volume_secret(spec),
+        admitted=admitted_classes(annotation, gpus, namespace),
     )

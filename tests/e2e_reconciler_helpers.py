@@ -557,3 +557,19 @@ def delete_all(api: Api, objects: Iterable[RawObject]) -> None:
     for obj in objects:
         with contextlib.suppress(ApiError):
             api.delete(obj)
+
+
+def delete_created(api: Api, created: Iterable[RawObject]) -> None:
+    """Delete what a test module created, newest first; classes lose their finalizers first
+    (no reconciler may be left to release them)."""
+    for obj in reversed(list(created)):
+        meta = obj["metadata"]
+        if obj["kind"] == "GPUClass":
+            api.request(
+                "PATCH",
+                f"{GPUCLASSES}/{meta['name']}",
+                body={"metadata": {"finalizers": None}},
+                content_type=MERGE,
+            )
+        with contextlib.suppress(ApiError, LookupError):
+            force_delete(api, api.object_path(obj))

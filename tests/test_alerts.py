@@ -49,6 +49,8 @@ EXPORTED_METRICS = {
     "gpuclass_object_writes_total",
     "gpuclass_leader",
     "gpuclass_last_sync_timestamp_seconds",
+    "gpuclass_source_synced",
+    "gpuclass_ready",
 }
 HISTOGRAMS = {"gpuclass_webhook_request_duration_seconds", "gpuclass_reconcile_duration_seconds"}
 SCRAPE_METRICS = {"up"}

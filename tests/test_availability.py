@@ -50,9 +50,11 @@ def pod(
     *,
     limits: int | None = None,
     containers: list[int] | None = None,
-    init: list[int] | None = None,
+    init: list[int | tuple[str, int]] | None = None,
+    overhead: int | None = None,
     phase: str | None = "Running",
     resource: str = R,
+    terminating: bool = False,
 ) -> dict[str, Any]:
     def container(units: int | None, limit: int | None = None) -> dict[str, Any]:
         resources: dict[str, Any] = {}
@@ -68,8 +70,13 @@ def pod(
         else [container(requests, limits)]
     )
     spec: dict[str, Any] = {"containers": main}
-    if init is not None:
-        spec["initContainers"] = [container(u) for u in init]
+    if init is not None:  # ("sidecar", n): an init container with restartPolicy Always
+        spec["initContainers"] = [
+            {**container(u[1]), "restartPolicy": "Always"} if isinstance(u, tuple) else container(u)
+            for u in init
+        ]
+    if overhead is not None:
+        spec["overhead"] = {resource: str(overhead), "cpu": "100m"}
     if node_name is not None:
         spec["nodeName"] = node_name
     obj: dict[str, Any] = {
@@ -79,6 +86,8 @@ def pod(
     }
     if phase is not None:
         obj["status"] = {"phase": phase}
+    if terminating:
+        obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     return obj
 
 
@@ -234,6 +243,53 @@ TOLERANT = gpuclass(tolerations=[TOLERATE])
         ),
         pytest.param(
             [CLASS, node("a", 4), pod("a", containers=[], init=[2])], (2, 2, 4), id="init-only"
+        ),
+        # Sidecars and overhead, by the kube-scheduler's rule (k8s.io/component-helpers
+        # resource.PodRequests): max(sum(containers) + sum(sidecars),
+        # max_i(init_i + sum(sidecars declared before i))) + overhead.
+        pytest.param(
+            [CLASS, node("a", 8), pod("a", containers=[1], init=[("sidecar", 2)])],
+            (5, 5, 8),
+            id="sidecar-adds-to-containers",
+        ),
+        pytest.param(
+            [CLASS, node("a", 8), pod("a", containers=[1], init=[("sidecar", 1), 3])],
+            (4, 4, 8),
+            id="init-runs-beside-earlier-sidecars",
+        ),
+        pytest.param(
+            [CLASS, node("a", 8), pod("a", containers=[1], init=[3, ("sidecar", 1)])],
+            (5, 5, 8),
+            id="init-before-a-sidecar-runs-alone",
+        ),
+        pytest.param(
+            [CLASS, node("a", 8), pod("a", containers=[2], init=[("sidecar", 1), ("sidecar", 1)])],
+            (4, 4, 8),
+            id="sidecars-add-up",
+        ),
+        pytest.param(
+            [
+                CLASS,
+                node("a", 8),
+                pod("a", containers=[0], init=[("sidecar", 2), 1, ("sidecar", 3)]),
+            ],
+            (3, 3, 8),
+            id="sidecars-only-beside-empty-containers",
+        ),
+        pytest.param(
+            [CLASS, node("a", 8), pod("a", containers=[1], overhead=1)],
+            (6, 6, 8),
+            id="overhead-added",
+        ),
+        pytest.param(
+            [CLASS, node("a", 8), pod("a", containers=[1], init=[3], overhead=1)],
+            (4, 4, 8),
+            id="overhead-added-to-the-init-peak",
+        ),
+        pytest.param(
+            [CLASS, node("a", 4), pod("a", 1, terminating=True)],
+            (3, 3, 4),
+            id="terminating-still-counts",
         ),
         pytest.param([CLASS, node("a", 4), pod("a", limits=3)], (1, 1, 4), id="limits-only"),
         pytest.param(

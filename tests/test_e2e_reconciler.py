@@ -54,6 +54,7 @@ from tests.e2e_reconciler_helpers import (
     cordon,
     create_node,
     delete_all,
+    delete_created,
     events_about,
     figures,
     force_delete,
@@ -181,17 +182,7 @@ class World:
 
     def cleanup(self) -> None:
         admin = self.admin
-        for obj in reversed(self.created):
-            meta = obj["metadata"]
-            if obj["kind"] == "GPUClass":
-                admin.request(
-                    "PATCH",
-                    f"{GPUCLASSES}/{meta['name']}",
-                    body={"metadata": {"finalizers": None}},
-                    content_type=MERGE,
-                )
-            with contextlib.suppress(ApiError, LookupError):
-                force_delete(admin, admin.object_path(obj))
+        delete_created(admin, self.created)
         # the licence copies the reconciler made in this module's namespaces
         copies = admin.call("GET", "/api/v1/secrets", params={"labelSelector": MANAGED_SELECTOR})
         for copy in copies["items"]:

@@ -7,7 +7,7 @@ import pytest
 from shared import names
 from shared.inuse import FinalizerChange, classes_in_use, finalizer_change
 from shared.snapshot import ClassRecord, compact_class
-from shared.vmiuse import VMIUse
+from shared.vmiuse import VMIUse, compact_vmi_use
 
 FIN = names.IN_USE_FINALIZER
 
@@ -33,22 +33,76 @@ def record(
     return built
 
 
-def vmi(classes: tuple[str, ...], devices: set[str]) -> VMIUse:
-    return VMIUse("tenant-a", "vm", classes, frozenset(devices), None)
+def vmi(
+    selection: str | None,
+    gpus: list[tuple[str, str]],
+    *,
+    namespace: str = "tenant-a",
+) -> VMIUse:
+    """A VMI as stored: the annotation (JSON text) and its GPU entries as (name, deviceName)."""
+    meta: dict[str, object] = {"name": "vm", "namespace": namespace}
+    if selection is not None:
+        meta["annotations"] = {names.SELECTION_ANNOTATION: selection}
+    entries = [{"name": n, "deviceName": d} for n, d in gpus]
+    built = compact_vmi_use({"metadata": meta, "spec": {"domain": {"devices": {"gpus": entries}}}})
+    assert built is not None
+    return built
+
+
+C, D = "example.com/c", "example.com/d"
+ONE_C = '[{"className": "c"}]'
 
 
 @pytest.mark.parametrize(
     ("vmis", "expected"),
     [
-        pytest.param([vmi(("c",), {"example.com/c"})], {"c"}, id="selected-and-resolved-uses"),
-        pytest.param([vmi(("c",), set())], set(), id="annotation-alone-does-not-use"),
-        pytest.param([vmi((), {"example.com/c"})], set(), id="raw-gpu-entry-alone-does-not-use"),
-        pytest.param([vmi(("c",), {"example.com/other"})], set(), id="other-resource-does-not-use"),
-        pytest.param([vmi(("gone",), {"example.com/gone"})], set(), id="unknown-class-ignored"),
+        pytest.param([vmi(ONE_C, [("gpu1", C)])], {"c"}, id="selected-and-resolved-uses"),
+        pytest.param([vmi(ONE_C, [])], set(), id="annotation-alone-does-not-use"),
+        pytest.param([vmi(None, [("gpu1", C)])], set(), id="raw-gpu-entry-alone-does-not-use"),
+        # the class was renamed after admission: its VMs still hold it
+        pytest.param([vmi(ONE_C, [("gpu1", "example.com/old")])], {"c"}, id="renamed-still-used"),
         pytest.param(
-            [vmi(("c", "d"), {"example.com/c", "example.com/d"})],
+            [vmi('[{"className": "gone"}]', [("gpu1", "example.com/gone")])],
+            set(),
+            id="unknown-class-ignored",
+        ),
+        pytest.param(
+            [
+                vmi(
+                    '[{"className": "c"}, {"className": "d", "count": 2}]',
+                    [("gpu1", C), ("gpu2", D), ("gpu3", D)],
+                )
+            ],
             {"c", "d"},
             id="two-classes-one-vmi",
+        ),
+        pytest.param(
+            [vmi('[{"className": "c"}, {"className": "c"}]', [("gpu1", C), ("gpu2", C)])],
+            {"c"},
+            id="repeated-entries-add-up",
+        ),
+        # shapes admission never writes: no record (a tenant cannot forge one)
+        pytest.param([vmi(ONE_C, [("mine", C)])], set(), id="entry-not-named-gpuN"),
+        pytest.param([vmi(ONE_C, [("gpu1", C), ("gpu2", C)])], set(), id="more-entries-than-count"),
+        pytest.param(
+            [vmi('[{"className": "c", "count": 2}]', [("gpu1", C)])],
+            set(),
+            id="fewer-entries-than-count",
+        ),
+        pytest.param(
+            [vmi('[{"className": "c", "count": 2}]', [("gpu1", C), ("gpu2", D)])],
+            set(),
+            id="one-class-two-device-names",
+        ),
+        pytest.param(
+            [vmi('[{"className": "c", "count": "1"}]', [("gpu1", C)])],
+            set(),
+            id="invalid-selection",
+        ),
+        pytest.param(
+            [vmi(ONE_C, [("gpu1", C)], namespace="kube-system")],
+            set(),
+            id="outside-admission-in-kube-system",
         ),
     ],
 )

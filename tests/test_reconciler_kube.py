@@ -21,6 +21,8 @@ from kubernetes_asyncio import client
 
 from reconciler.kube import MANAGED_SELECTOR, POD_FIELD_SELECTOR, KubeAdapter
 from reconciler.ports import ApiError
+from reconciler.ratelimit import TokenBucket
+from shared.runtime.kubeclient import user_agent
 
 Seen = list[dict[str, Any]]
 
@@ -76,7 +78,15 @@ def build_app(seen: Seen) -> web.Application:
 
     async def patch_status(request: web.Request) -> web.Response:
         body = await request.json()
-        seen.append({"path": request.path, "content_type": request.content_type, "body": body})
+        seen.append(
+            {
+                "path": request.path,
+                "content_type": request.content_type,
+                "body": body,
+                "query": dict(request.query),
+                "user_agent": request.headers.get("User-Agent"),
+            }
+        )
         if body["metadata"]["resourceVersion"] == "old":
             return status(409, "Conflict", "the object has been modified")
         return web.json_response(
@@ -115,6 +125,7 @@ async def adapter() -> AsyncIterator[tuple[KubeAdapter, Seen]]:
     await site.start()
     port = runner.addresses[0][1]
     api = client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}"))
+    api.user_agent = user_agent("gpuclass-reconciler")
     kube = KubeAdapter(
         api, licence_namespace="cozy-system", kubevirt_namespace="cozy-kubevirt", page_size=2
     )
@@ -176,6 +187,9 @@ def test_status_merge_patch_and_conflict() -> None:
         )
         assert written == {"metadata": {"name": "c", "resourceVersion": "9"}, "status": {"free": 1}}
         assert seen[0]["content_type"] == "application/merge-patch+json"
+        assert seen[0]["query"] == {"fieldManager": "gpuclass-reconciler"}
+        assert seen[0]["user_agent"] == user_agent("gpuclass-reconciler")
+        assert seen[0]["user_agent"].startswith("gpuclass-reconciler/")
         with pytest.raises(ApiError) as raised:
             await kube.patch_class_status(
                 "c", {"metadata": {"resourceVersion": "old"}, "status": {}}
@@ -216,5 +230,29 @@ def test_unreachable_server_is_status_0() -> None:
             assert raised.value.status == 0
         finally:
             await kube.close()
+
+    asyncio.run(scenario())
+
+
+def test_token_bucket_allows_the_burst_then_the_rate() -> None:
+    now = [0.0]
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    async def scenario() -> None:
+        bucket = TokenBucket(10, 3, clock=lambda: now[0], sleep=sleep)
+        for _ in range(3):
+            await bucket.acquire()
+        assert slept == []  # the burst goes out at once
+        for _ in range(5):
+            await bucket.acquire()
+        assert now[0] == pytest.approx(0.5)  # then 10 per second
+        unlimited = TokenBucket(0, 1, clock=lambda: now[0], sleep=sleep)
+        for _ in range(100):
+            await unlimited.acquire()
+        assert now[0] == pytest.approx(0.5)
 
     asyncio.run(scenario())

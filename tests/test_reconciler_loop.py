@@ -592,3 +592,120 @@ def test_unexpected_error_does_not_end_the_worker() -> None:
             assert r.reconciler.healthy()
 
     run(scenario)
+
+
+def test_renamed_class_keeps_its_finalizer_while_vms_admitted_under_the_old_name_run() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube) as r:
+            kube.apply(vmi("vm", "tenant-a", classes=["c"], devices=[R]))
+            await r.settle()
+            assert finalizers(kube, "c") == [names.IN_USE_FINALIZER]
+            renamed = kube.store[names.KIND][("", "c")]
+            renamed["spec"]["source"]["devicePlugin"]["resourceName"] = "example.com/gpu-v2"
+            kube.apply(renamed)
+            await r.settle()
+            assert finalizers(kube, "c") == [names.IN_USE_FINALIZER]  # the VM keeps its class
+            kube.remove("VirtualMachineInstance", "tenant-a", "vm")
+            await r.settle()
+            assert finalizers(kube, "c") == []
+
+    run(scenario)
+
+
+def test_a_late_write_response_never_rolls_the_view_back() -> None:
+    from shared.clusterstate import ClusterState
+
+    state = ClusterState()
+    state.upsert(
+        "gpuclasses", {**gpuclass("c", R), "metadata": {"name": "c", "resourceVersion": "7"}}
+    )
+    late = {
+        **gpuclass("c", R),
+        "metadata": {"name": "c", "resourceVersion": "5"},
+        "status": {"free": 1},
+    }
+    assert not state.absorb("gpuclasses", late)
+    assert state.classes["c"].resource_version == "7" and state.classes["c"].raw_status is None
+    newer = {**late, "metadata": {"name": "c", "resourceVersion": "9"}}
+    assert state.absorb("gpuclasses", newer)
+    assert state.classes["c"].resource_version == "9"
+
+
+def test_periodic_resync_repairs_what_no_event_marked() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube, resync_seconds=0.3) as r:
+            state = r.reconciler.state
+            stored = kube.store[names.KIND][("", "c")]
+            stored["status"] = {**stored["status"], "free": 999}  # behind the watch's back
+            state.upsert("gpuclasses", stored)
+            state.take_dirty()  # as if the mark had been lost
+            await asyncio.sleep(0.5)
+            await r.settle()
+            assert r.status("c")["free"] == 3
+
+    run(scenario)
+
+
+def test_lease_timings_are_checked_as_client_go_does() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="must be greater than --renew-deadline"):
+        settings(leader_elect=True, lease_duration_seconds=10, renew_deadline_seconds=10)
+    with pytest.raises(ValidationError, match=r"1.2 x --retry-period-seconds \(9\)"):
+        settings(leader_elect=True, renew_deadline_seconds=10, retry_period_seconds=9)
+    settings(leader_elect=True, renew_deadline_seconds=10, retry_period_seconds=8)
+    settings(leader_elect=False, lease_duration_seconds=1, renew_deadline_seconds=10)
+
+
+def test_dry_run_never_logs_or_counts_a_write(caplog: Any) -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube, dry_run=True) as r:
+            kube.apply(licensed_vmi())
+            kube.apply(vmi("vm-c", "tenant-a", classes=["c"], devices=[R]))
+            await r.settle()
+            assert kube.writes == []
+            assert r.sample("gpuclass_status_writes_total") == 0
+            assert r.sample("gpuclass_reconcile_total", result="written") is None
+            assert (r.sample("gpuclass_reconcile_total", result="dry-run") or 0) >= 2
+            for kind in ("finalizer", "licence-copy"):
+                assert (
+                    r.sample("gpuclass_object_writes_total", kind=kind, action="add", result="ok")
+                    is None
+                )
+                assert (
+                    r.sample(
+                        "gpuclass_object_writes_total", kind=kind, action="create", result="ok"
+                    )
+                    is None
+                )
+
+    with caplog.at_level("INFO"):
+        run(scenario)
+    messages = [rec.getMessage() for rec in caplog.records]
+    assert "dry run: not written" in messages
+    assert not [m for m in messages if m.endswith("written") and not m.startswith("dry run")]
+    assert not [m for m in messages if m.startswith(("licence copy", "in-use finalizer"))]
+
+
+class NeverLeader:
+    def is_leader(self) -> bool:
+        return False
+
+
+def test_a_follower_never_advances_the_last_sync_timestamp() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube, leadership=NeverLeader()) as r:
+            kube.apply(pod("q", "n1", {R: 2}))
+            await r.settle()
+            assert r.reconciler.ready and kube.writes == []
+            assert r.sample("gpuclass_last_sync_timestamp_seconds") == 0
+        kube2 = MemoryKube(world())
+        async with Running(kube2) as leader:
+            assert (leader.sample("gpuclass_last_sync_timestamp_seconds") or 0) > 0
+
+    run(scenario)

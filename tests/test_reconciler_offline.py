@@ -221,3 +221,114 @@ def test_serves_metrics_from_files_and_follows_changes(tmp_path: Path) -> None:
             reloading.cancel()
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+BAD_FILES = {
+    "node-with-taints-5.yaml": (
+        "apiVersion: v1\nkind: Node\nmetadata: {name: bad}\nspec: {taints: 5}\n"
+        "status: {allocatable: {example.com/gpu: '1'}, conditions: 7}\n"
+    ),
+    "pod-with-containers-5.yaml": (
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: bad, namespace: x}\n"
+        "spec: {nodeName: n, containers: 5, initContainers: true}\nstatus: {phase: [Running]}\n"
+    ),
+}
+DEEP_VMI = (
+    '{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",'
+    ' "metadata": {"name": "deep", "namespace": "tenant-a"}, "spec": {"volumes": '
+    + "[" * 900
+    + "]" * 900
+    + "}}"
+)
+
+
+@pytest.mark.parametrize("name", sorted(BAD_FILES))
+def test_malformed_fields_are_ignored_not_a_crash(
+    tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copytree(EXAMPLES, tmp_path / "examples")
+    (tmp_path / "examples" / name).write_text(BAD_FILES[name])
+    assert main(["--objects", str(tmp_path / "examples"), "--once"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    free = {i["name"]: i["status"]["free"] for i in report["items"]}
+    assert free["example-whole-gpu"] == 2  # the bad object adds nothing
+
+
+def test_once_on_a_900_deep_vmi_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "deep.json").write_text(DEEP_VMI)
+    assert main(["--objects", str(tmp_path / "deep.json"), "--once"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "deep.json" in err and "Traceback" not in err
+
+
+def test_reload_survives_bad_files_keeps_the_last_good_state_and_recovers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    shutil.copytree(EXAMPLES, tmp_path / "examples")
+    pods = tmp_path / "examples" / "cluster" / "pods.yaml"
+    extra = tmp_path / "extra.yaml"  # named on the command line, removed while running
+    extra.write_text("")
+    settings = ReconcilerSettings(
+        objects=[tmp_path / "examples", extra],
+        port=0,
+        bind_address="127.0.0.1",
+        objects_poll_seconds=0.02,
+        coalesce_seconds=0.0,
+    )
+
+    async def wait(condition: Any) -> None:
+        for _ in range(500):
+            if condition():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("condition not reached")
+
+    async def scenario() -> None:
+        reconciler, reload = file_reconciler(settings)
+        running = asyncio.create_task(reconciler.run())
+        reloading = asyncio.create_task(reload())
+        free = reconciler.metrics.free.labels("example-whole-gpu")
+        try:
+            await wait(lambda: reconciler.ready and reconciler.bound_port() is not None)
+            base = f"http://127.0.0.1:{reconciler.bound_port()}"
+            async with httpx.AsyncClient(base_url=base) as http:
+                for bad in (DEEP_VMI, "{not json", None):
+                    caplog.clear()
+                    target = tmp_path / "examples" / "deep.json"
+                    if bad is None:
+                        extra.unlink()
+                    else:
+                        target.write_text(bad)
+                    await wait(lambda: reconciler.stale_reason is not None)
+                    await asyncio.sleep(0.3)  # several polls: still one log line
+                    assert not reloading.done()
+                    warnings = [r for r in caplog.records if "not reloaded" in r.getMessage()]
+                    assert len(warnings) == 1
+                    readyz = await http.get("/readyz")
+                    assert readyz.status_code == 503 and "last good state" in readyz.text
+                    healthz = await http.get("/healthz")
+                    assert healthz.status_code == 200 and "stale" in healthz.text
+                    assert free._value.get() == 2  # the last good figures
+                    if bad is None:
+                        extra.write_text("")
+                    else:
+                        target.unlink()
+                    await wait(lambda: reconciler.stale_reason is None)
+                pods.write_text("")
+                await wait(lambda: free._value.get() == 4)  # recovered, and following changes
+                assert (await http.get("/readyz")).status_code == 200
+        finally:
+            reconciler.stop()
+            await asyncio.wait_for(running, 10)
+            reloading.cancel()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_bad_lease_timings_exit_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--renew-deadline-seconds", "20", "--once"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "--lease-duration-seconds (15) must be greater than --renew-deadline-seconds (20)" in err

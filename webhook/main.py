@@ -41,7 +41,7 @@ async def _cluster_state(settings: WebhookSettings, metrics: WebhookMetrics) -> 
     from shared.runtime.kubeclient import api_client
     from webhook.kube import webhook_sources
 
-    api = await api_client(settings.kubeconfig)
+    api = await api_client(settings.kubeconfig, binary="gpuclass-webhook")
     return ClusterState(
         webhook_sources(api, kubevirt_namespace=settings.kubevirt_namespace),
         settings.policy(),

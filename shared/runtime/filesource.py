@@ -17,19 +17,27 @@ from shared.snapshot import Snapshot
 log = logging.getLogger(__name__)
 
 
+Stamp = tuple[tuple[str, int, int], ...]
+
+
+def stamp_of(paths: Sequence[str | Path]) -> Stamp:
+    """Path, modification time and size of every file: equal stamps mean nothing changed."""
+    stamp = []
+    for path in files_under(paths):
+        st = path.stat()
+        stamp.append((str(path), st.st_mtime_ns, st.st_size))
+    return tuple(stamp)
+
+
 class FileSource:
     def __init__(self, paths: Sequence[str | Path]) -> None:
         self.paths = [Path(p) for p in paths]
-        self._stamp: tuple[tuple[str, int, int], ...] | None = None
+        self._stamp: Stamp | None = None
         self.snapshot: Snapshot = Snapshot()
         self.error: str | None = None
 
-    def _current_stamp(self) -> tuple[tuple[str, int, int], ...]:
-        stamp = []
-        for path in files_under(self.paths):
-            st = path.stat()
-            stamp.append((str(path), st.st_mtime_ns, st.st_size))
-        return tuple(stamp)
+    def _current_stamp(self) -> Stamp:
+        return stamp_of(self.paths)
 
     def refresh(self) -> bool:
         """Reload if anything changed; True when a new snapshot was loaded."""

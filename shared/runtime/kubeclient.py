@@ -6,13 +6,24 @@ import kubernetes_asyncio.
 
 from __future__ import annotations
 
+from importlib import metadata
 from pathlib import Path
 
 from kubernetes_asyncio import client, config
 
 
-async def api_client(kubeconfig: Path | None) -> client.ApiClient:
-    """An ApiClient from `kubeconfig`, else from the in-cluster service account."""
+def user_agent(binary: str) -> str:
+    """`gpuclass-reconciler/<version>`: what the API server's audit log and metrics show."""
+    try:
+        version = metadata.version("gpuclass")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    return f"{binary}/{version}"
+
+
+async def api_client(kubeconfig: Path | None, *, binary: str) -> client.ApiClient:
+    """An ApiClient from `kubeconfig`, else from the in-cluster service account, whose every
+    request names `binary` and the installed version in its User-Agent."""
     configuration = client.Configuration()
     if kubeconfig is not None:
         await config.load_kube_config(
@@ -20,4 +31,6 @@ async def api_client(kubeconfig: Path | None) -> client.ApiClient:
         )
     else:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    return client.ApiClient(configuration)
+    api = client.ApiClient(configuration)
+    api.user_agent = user_agent(binary)
+    return api

@@ -24,6 +24,8 @@ _YamlLoader = type("KubeYamlLoader", (_YamlLoader,), {})
 _YamlLoader.add_constructor("tag:yaml.org,2002:timestamp", _YamlLoader.construct_yaml_str)
 
 SUFFIXES = (".json", ".yaml", ".yml")
+MAX_DEPTH = 100
+"""Deepest nesting accepted in one object; real manifests stay far below (a CRD schema ~40)."""
 
 
 class LoadError(Exception):
@@ -60,9 +62,25 @@ def _documents(path: Path) -> Iterator[object]:
         raise LoadError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from exc
 
 
+def nesting_depth(value: object, limit: int = MAX_DEPTH) -> int:
+    """How deep `value` nests (stops counting past `limit`); iterative, so any depth is safe."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list) and depth <= limit:
+            deepest = max(deepest, depth)
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children)
+        elif isinstance(node, dict | list):
+            return depth
+    return deepest
+
+
 def iter_objects(path: Path) -> Iterator[Mapping[str, Any]]:
     """Every object in one file, `kind: List` unpacked; empty documents skipped."""
     for document in _documents(path):
+        if nesting_depth(document) > MAX_DEPTH:
+            raise LoadError(f"{path}: an object nests deeper than {MAX_DEPTH} levels")
         if document is None:
             continue
         if not isinstance(document, dict):

@@ -282,14 +282,31 @@ class ControlPlane:
             raise
         return self
 
-    def restart_apiserver(self) -> None:
-        """Stop kube-apiserver and start it again on the same port, etcd and certificates."""
+    def restart_apiserver(self, while_down: Callable[[], None] = lambda: None) -> None:
+        """Stop kube-apiserver and start it again on the same port, etcd and certificates;
+        `while_down` runs in between (e.g. `compact_etcd`)."""
         if self._admin_api is not None:  # its pooled connections die with the server
             self._admin_api.close()
             self._admin_api = None
         self._apiserver.stop()
+        while_down()
         self._apiserver.start()
         self._wait_ready()
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision (what kube-apiserver does every
+        5 minutes): any watch or list from an older resourceVersion then gets 410 Gone.
+        Returns the revision. etcd's JSON gateway on its client port (plain HTTP, 127.0.0.1)."""
+        base = f"http://127.0.0.1:{self.etcd_port}/v3"
+        probe = {"key": base64.b64encode(b"/").decode(), "limit": 1}
+        revision = int(
+            httpx.post(f"{base}/kv/range", json=probe, timeout=5).json()["header"]["revision"]
+        )
+        done = httpx.post(
+            f"{base}/kv/compaction", json={"revision": revision, "physical": True}, timeout=30
+        )
+        done.raise_for_status()
+        return revision
 
     def stop(self) -> None:
         """End both process groups and remove the working folder. Safe to call twice."""
