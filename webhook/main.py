@@ -139,6 +139,7 @@ def _connection_limits(settings: WebhookSettings, metrics: WebhookMetrics) -> Co
     return ConnectionLimits(
         max_connections=settings.max_connections,
         max_in_flight=settings.max_in_flight,
+        max_header_bytes=settings.max_header_bytes,
         header_timeout=settings.header_timeout_seconds,
         handshake_timeout=settings.tls_handshake_timeout_seconds,
         on_close=lambda reason: metrics.connections_cut.labels(reason).inc(),

@@ -31,6 +31,7 @@ CUT_REASONS = (
     "slow_body_evicted",
     "in_flight_limit",
     "malformed",
+    "headers_too_large",
 )
 
 

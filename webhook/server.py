@@ -52,6 +52,7 @@ def shrink_tls_buffers() -> None:
 class ConnectionLimits:
     max_connections: int
     max_in_flight: int
+    max_header_bytes: int
     header_timeout: float
     handshake_timeout: float
     on_close: Callable[[str], None] = lambda reason: None  # metrics: why a connection was cut
@@ -110,6 +111,9 @@ class GuardedProtocol(H11Protocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self.conn.their_state is h11.IDLE and self._headers_too_large(data):
+            self._refuse(431, "request headers too large", "headers_too_large")
+            return
         super().data_received(data)
         state = self.conn.their_state
         if state is h11.IDLE and self.phase == _IDLE:
@@ -126,21 +130,32 @@ class GuardedProtocol(H11Protocol):
         self._enter(_IDLE)  # uvicorn arms its keep-alive timer for the idle time
         super().on_response_complete()
 
+    def _headers_too_large(self, data: bytes) -> bool:
+        """h11 caps only an *incomplete* header block; one read can bring a complete larger one."""
+        cap = self.limits.max_header_bytes
+        buffered = self.conn.trailing_data[0]
+        if len(buffered) + len(data) <= cap:
+            return False
+        return b"\r\n\r\n" not in (bytes(buffered) + data)[: cap + 4]
+
     def send_400_response(self, msg: str) -> None:
-        """A malformed request: the contract's JSON error, and the connection closes."""
+        """A malformed request (uvicorn's hook): the contract's JSON error; the connection closes."""
+        self._refuse(400, "malformed HTTP request", "malformed")
+
+    def _refuse(self, status: int, message: str, reason: str) -> None:
         self._disarm()
-        self.limits.on_close("malformed")
-        body = orjson.dumps({"status": 400, "error": "malformed HTTP request"}) + b"\n"
+        self.limits.on_close(reason)
+        body = orjson.dumps({"status": status, "error": message}) + b"\n"
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
             (b"connection", b"close"),
         ]
         try:
-            self.transport.write(self.conn.send(h11.Response(status_code=400, headers=headers)))
+            self.transport.write(self.conn.send(h11.Response(status_code=status, headers=headers)))
             self.transport.write(self.conn.send(h11.Data(data=body)))
             self.transport.write(self.conn.send(h11.EndOfMessage()))
-        except h11.LocalProtocolError:  # a response had already started on this connection
+        except h11.LocalProtocolError:  # h11 cannot answer in this state: just close
             pass
         self.transport.close()
 
