@@ -33,7 +33,7 @@ class WebhookSettings(CommonSettings):
     )
     max_body_bytes: int = Field(7 * 1024 * 1024, gt=0, description="larger request bodies get 413")
     max_body_buffer_bytes: int = Field(
-        48 * 1024 * 1024,
+        32 * 1024 * 1024,
         gt=0,
         description="request bodies held in memory by all clients together; past it 503",
     )
