@@ -214,3 +214,31 @@ def test_over_the_connection_cap_the_longest_idle_connection_gives_way(
     finally:
         for sock in idle:
             sock.close()
+
+
+def test_a_huge_uid_makes_a_short_decision_line(server: WebhookProcess) -> None:
+    uid = "u" * 900_000
+    with client(server) as http:
+        response = http.post(
+            server.url + paths.MUTATE_VMIS,
+            content=review_body(paths.MUTATE_VMIS, uid=uid),
+            headers={"content-type": "application/json"},
+        )
+    assert response.json()["response"]["uid"] == uid, "the response still copies it whole"
+    time.sleep(0.3)
+    lines = [line for line in server.lines if '"msg":"admission"' in line and '"uid":"uuu' in line]
+    assert len(lines) == 1, "one line per decision"
+    assert len(lines[0]) < 2000
+
+
+def test_a_client_leaving_mid_body_is_logged_at_debug_only(server: WebhookProcess) -> None:
+    before = len(server.lines)
+    with tls_socket(server) as sock:
+        sock.sendall(
+            f"POST {paths.MUTATE_VMIS} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            "content-length: 5000\r\n\r\n{".encode()
+        )
+        time.sleep(0.2)
+    time.sleep(0.5)
+    new = [json.loads(line) for line in server.lines[before:] if line.startswith("{")]
+    assert not [e for e in new if e.get("level") in ("warning", "error") or "exc" in e], new
