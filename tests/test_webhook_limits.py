@@ -242,3 +242,13 @@ def test_a_client_leaving_mid_body_is_logged_at_debug_only(server: WebhookProces
     time.sleep(0.5)
     new = [json.loads(line) for line in server.lines[before:] if line.startswith("{")]
     assert not [e for e in new if e.get("level") in ("warning", "error") or "exc" in e], new
+
+
+def test_every_setting_is_documented_with_its_flag() -> None:
+    from webhook.settings import WebhookSettings
+
+    documented = (ROOT / "docs" / "webhook.md").read_text()
+    flags = ["--" + name.replace("_", "-") for name in WebhookSettings.model_fields]
+    assert [f for f in flags if f"`{f}" not in documented] == []
+    for limit in ("max_connections", "max_in_flight", "header_timeout_seconds"):
+        assert f"`GPUCLASS_{limit.upper()}`" in documented

@@ -16,7 +16,6 @@ from typing import Any
 
 import orjson
 
-
 MAX_FIELD_CHARS = 512
 MAX_MESSAGE_CHARS = 2048
 
