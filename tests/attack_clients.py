@@ -19,14 +19,37 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import ssl
 import sys
+import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 HOST = "127.0.0.1"  # never anything else
 KINDS = ("idle", "no-handshake", "slow-header", "slow-body", "held-body")
 HELD_BODY_BYTES = 7 * 1024 * 1024
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process, from /proc (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+class PeakRss(threading.Thread):
+    """Samples a process's RSS every 0.1 s until `stopped` is set; `peak` is the largest."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.peak, self.stopped = pid, 0.0, threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(0.1):
+            self.peak = max(self.peak, rss_mb(self.pid))
 
 
 def _context() -> ssl.SSLContext:
@@ -48,24 +71,29 @@ async def _harm(kind: str, port: int, trickle: float, stats: Counter[str]) -> No
     tls = None if kind == "no-handshake" else _context()
     reader, writer = await asyncio.open_connection(HOST, port, ssl=tls)
     stats[f"{kind}:opened"] += 1
+    first, trickled = {
+        "slow-header": (b"POST /mutate/pods HTTP/1.1\r\nx-slow: ", b"a"),
+        "slow-body": (_head(100_000), b" "),
+        "held-body": (_head(HELD_BODY_BYTES), b""),
+    }.get(kind, (b"", b""))
+    closed = asyncio.ensure_future(reader.read())  # whatever the server says, until it closes
     try:
-        if kind == "slow-header":
-            writer.write(b"POST /mutate/pods HTTP/1.1\r\nx-slow: ")
-            while True:
+        writer.write(first)
+        if kind == "held-body":  # all but the last byte, in chunks, as fast as the server reads
+            chunk = b" " * 65536
+            for _ in range(HELD_BODY_BYTES // len(chunk) - 1):
+                if closed.done():
+                    break
+                writer.write(chunk)
                 await writer.drain()
-                await asyncio.sleep(trickle)
-                writer.write(b"a")
-        elif kind == "slow-body":
-            writer.write(_head(100_000))
-            while True:
-                await writer.drain()
-                await asyncio.sleep(trickle)
-                writer.write(b" ")
-        elif kind == "held-body":
-            writer.write(_head(HELD_BODY_BYTES) + b" " * (HELD_BODY_BYTES - 1))
+            writer.write(chunk[:-1])
+        while not closed.done():
             await writer.drain()
-        await reader.read()  # idle, no-handshake and held-body wait here to be cut
+            await asyncio.wait([closed], timeout=trickle)
+            if trickled and not closed.done():
+                writer.write(trickled)
     finally:
+        closed.cancel()
         writer.close()
 
 
@@ -110,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     counts = {k: int(n) for k, n in (item.split("=", 1) for item in args.counts)}
     if set(counts) - set(KINDS):
         parser.error(f"unknown kind in {sorted(counts)}")
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # writes to cut connections, by design
     stats = asyncio.run(
         attack(args.port, counts, seconds=args.seconds, pause=args.pause, trickle=args.trickle)
     )

@@ -16,7 +16,6 @@ import json
 import ssl
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from shared.admission import encode_response
 from shared.catalog import Policy
 from shared.cli import offline_catalog
 from shared.review import review
+from tests.attack_clients import PeakRss
 from tests.conftest import OBJECTS
 from tests.webhook_process import ROOT, WebhookProcess
 from webhook import paths
@@ -36,23 +36,6 @@ MARGIN_MB = 64
 ATTACK_SECONDS = 15
 HOSTILE = {"idle": 80, "no-handshake": 40, "slow-header": 80, "slow-body": 60, "held-body": 40}
 BODY = (ROOT / "examples" / "reviews" / "vmi-whole-gpu.json").read_bytes()
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
-
-
-class PeakRss(threading.Thread):
-    def __init__(self, pid: int) -> None:
-        super().__init__(daemon=True)
-        self.pid, self.peak, self.stopped = pid, 0.0, threading.Event()
-
-    def run(self) -> None:
-        while not self.stopped.wait(0.1):
-            self.peak = max(self.peak, rss_mb(self.pid))
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RSS from /proc")
