@@ -97,6 +97,7 @@ async def serve(settings: WebhookSettings) -> int:
         log_config=None,
         access_log=False,
         server_header=False,
+        proxy_headers=False,  # no proxy in front: the client address is the peer's
         timeout_keep_alive=settings.keep_alive_seconds,
         timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
         h11_max_incomplete_event_size=settings.max_header_bytes,

@@ -57,6 +57,7 @@ class ConnectionLimits:
     header_timeout: float
     handshake_timeout: float
     on_close: Callable[[str], None] = lambda reason: None  # metrics: why a connection was cut
+    busy: int = 0  # connections whose request is being read or answered (kept by the protocol)
 
 
 class _QuietLogger(logging.Logger):
@@ -71,6 +72,7 @@ _HTTP_LOG.parent = log
 
 
 _IDLE, _HEADERS, _BODY, _ANSWERING = "idle", "headers", "body", "answering"
+_BUSY = (_BODY, _ANSWERING)
 
 
 class GuardedProtocol(H11Protocol):
@@ -109,6 +111,7 @@ class GuardedProtocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._enter(_IDLE)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -171,8 +174,7 @@ class GuardedProtocol(H11Protocol):
     # -- limits ----------------------------------------------------------------------------
 
     def _limit_in_flight(self) -> None:
-        busy = sum(1 for c in self.connections if getattr(c, "phase", None) in (_BODY, _ANSWERING))
-        if busy <= self.limits.max_in_flight:
+        if self.limits.busy <= self.limits.max_in_flight:
             return
         victim = self._oldest(self.connections, (_BODY,), exclude=self)
         (victim or self).cut("slow_body_evicted" if victim else "in_flight_limit")
@@ -189,6 +191,7 @@ class GuardedProtocol(H11Protocol):
         return min(candidates, key=lambda c: c.phase_since, default=None)
 
     def _enter(self, phase: str) -> None:
+        self.limits.busy += (phase in _BUSY) - (self.phase in _BUSY)
         self.phase, self.phase_since = phase, time.monotonic()
 
     def _arm(self, seconds: float, reason: str) -> None:
