@@ -36,6 +36,7 @@ LIMITS = [
     "--max-connections=20",
     "--max-body-bytes=1048576",
     "--max-header-bytes=4096",
+    "--max-in-flight=4",
 ]
 
 
@@ -252,3 +253,32 @@ def test_every_setting_is_documented_with_its_flag() -> None:
     assert [f for f in flags if f"`{f}" not in documented] == []
     for limit in ("max_connections", "max_in_flight", "header_timeout_seconds"):
         assert f"`GPUCLASS_{limit.upper()}`" in documented
+
+
+def test_over_the_in_flight_cap_the_slowest_body_gives_way(server: WebhookProcess) -> None:
+    head = (
+        f"POST {paths.MUTATE_VMIS} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        "content-length: 1000\r\n\r\n{"
+    ).encode()
+    slow = [tls_socket(server) for _ in range(6)]  # the cap is 4
+    try:
+        for sock in slow:
+            sock.sendall(head)
+            time.sleep(0.05)
+        with client(server) as http:
+            response = http.post(
+                server.url + paths.MUTATE_VMIS,
+                content=review_body(paths.MUTATE_VMIS),
+                headers={"content-type": "application/json"},
+            )
+            assert response.status_code == 200 and response.json()["response"]["allowed"]
+            metrics = http.get(server.url + paths.METRICS).text
+        line = next(
+            x
+            for x in metrics.splitlines()
+            if x.startswith('gpuclass_webhook_connections_cut_total{reason="slow_body_evicted"}')
+        )
+        assert float(line.split()[-1]) >= 3
+    finally:
+        for sock in slow:
+            sock.close()
