@@ -67,6 +67,7 @@ bench: $(STAMP) ## print the benchmark figures (needs wrk for the webhook one)
 	$(BIN)/python benchmarks/bench_status.py
 	$(BIN)/python benchmarks/bench_reconciler.py
 	$(BIN)/python benchmarks/bench_webhook.py
+	$(BIN)/python benchmarks/bench_attack.py
 	$(BIN)/python benchmarks/bench_admission_overhead.py
 	$(BIN)/python benchmarks/bench_e2e_reconciler.py
 

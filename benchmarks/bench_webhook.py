@@ -4,6 +4,9 @@ Starts `gpuclass-webhook --objects examples` and `benchmarks/bare_app.py` on the
 same uvicorn, TLS and one worker each, pinned to CPU 0, and drives each with wrk
 (pinned to CPU 1) over 16 keep-alive connections, alternating runs. Prints the
 throughput of the 4-GPU VMI mutation as a ratio to the baseline and wrk's p50/p99.
+It also prints each server's CPU time per request (from /proc): on a machine shared with
+other work, wall-clock throughput swings with the neighbours' load, while CPU per request
+barely moves, so the CPU ratio is the steadier reading of the same question.
 Goals: ratio >= 0.5, p99 <= 5 ms at 16 connections. Needs `wrk` (Debian package).
 """
 
@@ -66,7 +69,16 @@ def start(command: list[str]) -> subprocess.Popen[bytes]:
     )
 
 
-def wrk(url: str, script: Path) -> tuple[float, float, float]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (0 where /proc is missing)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wrk(url: str, script: Path) -> tuple[float, float, float, int]:
     taskset = ["taskset", "-c", "1"] if shutil.which("taskset") else []
     out = subprocess.run(
         [
@@ -93,7 +105,8 @@ def wrk(url: str, script: Path) -> tuple[float, float, float]:
         value, unit = re.search(rf"{p}%\s+([\d.]+)(us|ms|s)", out).groups()  # type: ignore[union-attr]
         return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
-    return rps, pct("50"), pct("99")
+    served = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    return rps, pct("50"), pct("99"), served
 
 
 def main() -> int:
@@ -145,15 +158,21 @@ def main() -> int:
         ]
     )
     wait_ready(bare_port, work / "tls" / "ca.crt")
-    results: dict[str, list[tuple[float, float, float]]] = {"bare": [], "webhook": []}
+    results: dict[str, list[tuple[float, float, float, int]]] = {"bare": [], "webhook": []}
+    cpu_ms: dict[str, list[float]] = {"bare": [], "webhook": []}
+    urls = {
+        "bare": (f"https://127.0.0.1:{bare_port}/", bare),
+        "webhook": (f"https://127.0.0.1:{webhook_port}/mutate/virtualmachineinstances", webhook),
+    }
     try:
-        wrk(f"https://127.0.0.1:{webhook_port}/mutate/virtualmachineinstances", script)  # warm-up
-        wrk(f"https://127.0.0.1:{bare_port}/", script)
+        for url, _ in urls.values():
+            wrk(url, script)  # warm-up
         for _ in range(ROUNDS):
-            results["bare"].append(wrk(f"https://127.0.0.1:{bare_port}/", script))
-            results["webhook"].append(
-                wrk(f"https://127.0.0.1:{webhook_port}/mutate/virtualmachineinstances", script)
-            )
+            for name, (url, proc) in urls.items():
+                before = cpu_seconds(proc.pid)
+                result = wrk(url, script)
+                results[name].append(result)
+                cpu_ms[name].append((cpu_seconds(proc.pid) - before) * 1000 / max(result[3], 1))
     finally:
         for proc in (webhook, bare):
             proc.send_signal(signal.SIGTERM)
@@ -171,6 +190,12 @@ def main() -> int:
     print(
         f"throughput ratio: {hook[0] / bare_rps:.2f} (goal >= 0.5); p99 {hook[2]:.2f} ms (goal <= 5 ms)"
     )
+    bare_cpu, hook_cpu = (sorted(cpu_ms[n])[ROUNDS // 2] for n in ("bare", "webhook"))
+    if bare_cpu and hook_cpu:
+        print(
+            f"CPU per request: bare {bare_cpu:.3f} ms, webhook {hook_cpu:.3f} ms (medians); "
+            f"CPU ratio {bare_cpu / hook_cpu:.2f} (the throughput ratio on an idle machine)"
+        )
     return 0
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from shared import names
+from shared import k8s, names
 
 
 def tenant_chain(namespace: str) -> list[str] | None:
@@ -18,6 +18,8 @@ def tenant_chain(namespace: str) -> list[str] | None:
     if namespace == names.ROOT_TENANT:
         return []
     if not namespace.startswith(names.TENANT_PREFIX) or len(namespace) <= len(names.TENANT_PREFIX):
+        return None
+    if len(namespace) > k8s.MAX_DNS_LABEL:  # no such namespace; and the walk below is quadratic
         return None
     chain = []
     current = namespace

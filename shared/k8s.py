@@ -14,11 +14,23 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# Every pattern is used with `fullmatch` (Python's `$` also matches before a final "\n", which
+# the API server's patterns refuse), has no nested or adjacent overlapping quantifiers, and runs
+# only after a length cap, so a check costs time linear in a string no longer than the cap.
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS_SUBDOMAIN_PART = _DNS_LABEL
-_QUALIFIED_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_QUANTITY = re.compile(r"^([+-]?[0-9]*\.?[0-9]*)([a-zA-Z]*|[eE][-+]?[0-9]+)$")
+_QUALIFIED_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+# One way to split the number: digits with an optional fraction, or a bare fraction. The old
+# `[0-9]*\.?[0-9]*` could split a run of digits n ways, which made a failing match quadratic.
+_QUANTITY = re.compile(r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))([a-zA-Z]*|[eE][-+]?[0-9]+)")
+
+# Length caps, the CRD's maxLength for the same fields (charts/gpuclass/templates/crd-gpuclass.yaml).
+MAX_DNS_LABEL = 63
+MAX_DNS_SUBDOMAIN = 253
+MAX_QUALIFIED_NAME = 317  # a 253-character prefix, '/', a 63-character name
+MAX_LABEL_VALUE = 63
+MAX_QUANTITY = 64
 
 _BINARY_SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL_SUFFIX = {
@@ -37,28 +49,30 @@ _DECIMAL_SUFFIX = {
 
 def dns_label_error(value: str) -> str | None:
     """RFC 1123 label: what metadata.name of a GPUClass must be."""
-    if len(value) > 63:
-        return f"must be at most 63 characters (has {len(value)})"
-    if not _DNS_LABEL.match(value):
+    if len(value) > MAX_DNS_LABEL:
+        return f"must be at most {MAX_DNS_LABEL} characters (has {len(value)})"
+    if not _DNS_LABEL.fullmatch(value):
         return "must be a DNS label: lowercase letters, digits and '-', starting and ending with a letter or digit"
     return None
 
 
 def dns_subdomain_error(value: str) -> str | None:
     """RFC 1123 subdomain: what a Secret name must be."""
-    if len(value) > 253:
-        return f"must be at most 253 characters (has {len(value)})"
-    if not value or not all(_DNS_SUBDOMAIN_PART.match(p) for p in value.split(".")):
+    if len(value) > MAX_DNS_SUBDOMAIN:
+        return f"must be at most {MAX_DNS_SUBDOMAIN} characters (has {len(value)})"
+    if not value or not all(_DNS_SUBDOMAIN_PART.fullmatch(p) for p in value.split(".")):
         return "must be a DNS subdomain: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"
     return None
 
 
 def qualified_name_error(value: str) -> str | None:
     """A label key or extended-resource name: optional DNS-subdomain prefix, '/', name part."""
+    if len(value) > MAX_QUALIFIED_NAME:
+        return f"must be at most {MAX_QUALIFIED_NAME} characters (has {len(value)})"
     prefix, slash, name = value.rpartition("/")
     if slash and (not prefix or dns_subdomain_error(prefix)):
         return "prefix before '/' must be a DNS subdomain such as example.com"
-    if not name or len(name) > 63 or not _QUALIFIED_NAME_PART.match(name):
+    if not name or len(name) > 63 or not _QUALIFIED_NAME_PART.fullmatch(name):
         return "name part must be 1-63 characters of letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
     return None
 
@@ -79,9 +93,9 @@ def extended_resource_error(value: str) -> str | None:
 
 
 def label_value_error(value: str) -> str | None:
-    if len(value) > 63:
-        return f"must be at most 63 characters (has {len(value)})"
-    if not _LABEL_VALUE.match(value):
+    if len(value) > MAX_LABEL_VALUE:
+        return f"must be at most {MAX_LABEL_VALUE} characters (has {len(value)})"
+    if not _LABEL_VALUE.fullmatch(value):
         return "must be a label value: letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
     return None
 
@@ -89,10 +103,15 @@ def label_value_error(value: str) -> str | None:
 def parse_quantity(value: str) -> Decimal:
     """Parse a Kubernetes resource quantity (`16Gi`, `500m`, `1e3`) into a Decimal.
 
-    Raises ValueError with a message for the person who wrote it.
+    Raises ValueError with a message for the person who wrote it. Strings longer than
+    the CRD's cap are refused before any parsing, and never echoed in full.
     """
-    match = _QUANTITY.match(value.strip()) if value.strip() == value else None
-    if not match or match.group(1) in ("", "+", "-", ".", "+.", "-."):
+    if len(value) > MAX_QUANTITY:
+        raise ValueError(
+            f"{_clip(value)} is not a Kubernetes quantity: at most {MAX_QUANTITY} characters (has {len(value)})"
+        )
+    match = _QUANTITY.fullmatch(value)
+    if not match:
         raise ValueError(f"{value!r} is not a Kubernetes quantity (examples: 16Gi, 500m, 1e3)")
     number_text, suffix = match.groups()
     try:
@@ -111,6 +130,10 @@ def parse_quantity(value: str) -> Decimal:
     raise ValueError(
         f"{value!r} has an unknown suffix {suffix!r} (use Ki, Mi, Gi, k, M, G, m, ...)"
     )
+
+
+def _clip(value: str) -> str:
+    return repr(value) if len(value) <= 24 else repr(value[:20]) + "..."
 
 
 def quantity_units(value: object) -> int:

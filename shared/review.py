@@ -45,8 +45,16 @@ ADMITTERS: Final[dict[tuple[str, str], Callable[[Mapping[str, Any], Catalog], De
 }
 
 
+OPERATIONS: Final = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+
 def parse_envelope(body: object) -> tuple[str, dict[str, Any], str, tuple[str, str]]:
-    """(apiVersion, request, uid, (group, kind)) or MalformedReview naming what is wrong."""
+    """(apiVersion, request, uid, (group, kind)) or MalformedReview naming what is wrong.
+
+    Every envelope field a rule, a metric or a log line reads is type-checked here, so
+    that nothing downstream meets a list where it expects a string: a wrong type is a
+    client error (400), never an unexpected one (500).
+    """
     if not isinstance(body, dict):
         raise MalformedReview("body must be a JSON object: an AdmissionReview")
     api_version = body.get("apiVersion")
@@ -63,10 +71,52 @@ def parse_envelope(body: object) -> tuple[str, dict[str, Any], str, tuple[str, s
     if not isinstance(uid, str) or not uid:
         raise MalformedReview("request.uid: required, a string")
     kind = request.get("kind")
-    if not isinstance(kind, dict) or not isinstance(kind.get("kind"), str):
+    if (
+        not isinstance(kind, dict)
+        or not isinstance(kind.get("kind"), str)
+        or not _optional(kind, "group", str)
+        or not _optional(kind, "version", str)
+    ):
         raise MalformedReview("request.kind: required, an object with group, version and kind")
+    _check_request_fields(request)
     group = kind.get("group") or ""
     return api_version, request, uid, (str(group), kind["kind"])
+
+
+def _check_request_fields(request: Mapping[str, Any]) -> None:
+    operation = request.get("operation")
+    if not isinstance(operation, str) or operation not in OPERATIONS:
+        raise MalformedReview(
+            f"request.operation: required, one of {', '.join(OPERATIONS)} (got {_short(operation)})"
+        )
+    for name, expected, what in _FIELD_TYPES:
+        if not _optional(request, name, expected):
+            raise MalformedReview(f"request.{name}: must be {what} when present")
+    user = request.get("userInfo")
+    if isinstance(user, dict):
+        groups = user.get("groups")
+        if not _optional(user, "username", str) or not _optional(user, "uid", str):
+            raise MalformedReview("request.userInfo: username and uid must be strings")
+        if groups is not None and not (
+            isinstance(groups, list) and all(isinstance(g, str) for g in groups)
+        ):
+            raise MalformedReview("request.userInfo.groups: must be a list of strings")
+
+
+_FIELD_TYPES: Final = (
+    ("name", str, "a string"),
+    ("namespace", str, "a string"),
+    ("userInfo", dict, "an object"),
+    ("dryRun", bool, "true or false"),
+    ("object", dict, "an object"),
+    ("oldObject", dict, "an object"),
+)
+
+
+def _optional(mapping: Mapping[str, Any], key: str, expected: type) -> bool:
+    """True when `key` is absent, null, or of the expected type (bool is not an int here)."""
+    value = mapping.get(key)
+    return value is None or isinstance(value, expected)
 
 
 def _short(value: object) -> str:

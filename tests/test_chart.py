@@ -1194,3 +1194,36 @@ def test_notes_name_the_uninstall_order() -> None:
 def test_values_yaml_is_plain_yaml() -> None:
     # values.yaml must parse without Helm (docs tooling reads it)
     assert isinstance(yaml.safe_load((CHART / "values.yaml").read_text()), dict)
+
+
+def test_webhook_limits_and_shutdown_reach_the_binary_and_the_pod() -> None:
+    """The limits are the binary's flags; the grace period covers preStop, drain and in-flight."""
+    from shared.runtime.settings import parse_settings
+    from webhook.settings import WebhookSettings
+
+    values = {
+        "webhook": {
+            "limits": {"maxConnections": 300, "headerTimeoutSeconds": 3},
+            "shutdown": {"preStopSeconds": 7, "drainSeconds": 4, "graceSeconds": 12},
+        }
+    }
+    spec = pod_spec(deployment(render_objects(values), "webhook"))
+    [container] = spec["containers"]
+    hook = parse_settings(WebhookSettings, container["args"], "gpuclass-webhook")
+    assert (hook.max_connections, hook.header_timeout_seconds) == (300, 3)
+    assert (hook.drain_seconds, hook.shutdown_grace_seconds) == (4, 12)
+    assert container["lifecycle"]["preStop"] == {"sleep": {"seconds": 7}}
+    assert spec["terminationGracePeriodSeconds"] == 7 + 4 + 12 + 5
+    default = pod_spec(deployment(render_objects({}), "webhook"))
+    [plain] = default["containers"]
+    settings = parse_settings(WebhookSettings, plain["args"], "gpuclass-webhook")
+    assert settings.max_body_buffer_bytes == WebhookSettings().max_body_buffer_bytes
+    assert default["terminationGracePeriodSeconds"] >= (
+        plain["lifecycle"]["preStop"]["sleep"]["seconds"]
+        + settings.drain_seconds
+        + settings.shutdown_grace_seconds
+    )
+    no_hook = pod_spec(
+        deployment(render_objects({"webhook": {"shutdown": {"preStopSeconds": 0}}}), "webhook")
+    )
+    assert "lifecycle" not in no_hook["containers"][0]

@@ -207,6 +207,7 @@ def _not_review_cases(tmp_path: Path) -> dict[str, tuple[Path, str]]:
                     "request": {
                         "uid": "u",
                         "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+                        "operation": "CREATE",
                     },
                 }
             ).encode(),

@@ -296,3 +296,35 @@ def test_bad_objects_fail_start_with_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("kind: [unclosed")
     with pytest.raises(RuntimeError, match="not valid YAML"):
         WebhookProcess(["--objects", str(tmp_path / "bad.yaml")], tls_dir=tmp_path)
+
+
+def test_sigterm_fails_readiness_and_serves_the_drain_before_closing(tmp_path: Path) -> None:
+    """Rolling updates: every request sent in the drain after SIGTERM is answered."""
+    server = WebhookProcess([*OBJECT_ARGS, "--drain-seconds", "3"], tls_dir=tmp_path)
+    context = ssl.create_default_context(cafile=server.ca)
+    headers = {"content-type": "application/json"}
+    with httpx.Client(verify=context, timeout=5) as pooled:
+        assert pooled.post(server.url + paths.MUTATE_VMIS, content=VMI_BODY, headers=headers)
+        server.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 2.5  # inside the 3 s drain
+        answers, closing, ready = [], [], []
+        while time.monotonic() < deadline:
+            response = pooled.post(
+                server.url + paths.MUTATE_VMIS, content=VMI_BODY, headers=headers
+            )
+            answers.append(response.status_code)
+            closing.append(response.headers.get("connection"))
+            with httpx.Client(verify=context, timeout=5) as fresh:  # a new connection each time
+                answers.append(
+                    fresh.post(
+                        server.url + paths.MUTATE_VMIS, content=VMI_BODY, headers=headers
+                    ).status_code
+                )
+                ready.append(fresh.get(server.url + paths.READYZ).status_code)
+            time.sleep(0.05)
+    assert len(answers) >= 20 and set(answers) == {200}, answers
+    assert set(ready) == {503}, "readiness fails from the first moment of the drain"
+    assert set(closing) == {"close"}, "drain answers ask the client to reconnect elsewhere"
+    assert server.proc.wait(timeout=15) == 0
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(server.url + paths.HEALTHZ, verify=context, timeout=2)

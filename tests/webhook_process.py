@@ -25,6 +25,8 @@ class WebhookProcess:
         self.port = 0
         self._ready = threading.Event()
         command = [str(WEBHOOK), "--bind-address", "127.0.0.1", "--port", "0", *args]
+        if not any(a.startswith("--drain-seconds") for a in args):
+            command += ["--drain-seconds", "0"]  # tests stop at once unless they test the drain
         if "--tls-cert-file" not in args:
             command += ["--tls-dir", str(tls_dir)]
         self.proc = subprocess.Popen(

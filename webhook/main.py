@@ -13,7 +13,6 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 
 import uvicorn
 
@@ -22,19 +21,13 @@ from shared.runtime.logs import setup_logging
 from shared.runtime.settings import parse_settings
 from shared.runtime.tls import ReloadingContext, self_signed
 from webhook.app import AppContext, create_app
+from webhook.limits import BodyBudget, BodyLimits
 from webhook.metrics import WebhookMetrics
+from webhook.server import ConnectionLimits, WebhookServer, shrink_tls_buffers
 from webhook.settings import WebhookSettings
 from webhook.state import CatalogState, ClusterState, FileState
 
 log = logging.getLogger("gpuclass.webhook")
-
-
-class Server(uvicorn.Server):
-    """uvicorn's server, but a drained SIGTERM/SIGINT ends with exit code 0, not by re-raising the signal."""
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        super().handle_exit(sig, frame)
-        self._captured_signals.clear()
 
 
 async def _cluster_state(settings: WebhookSettings, metrics: WebhookMetrics) -> CatalogState:
@@ -93,7 +86,7 @@ async def serve(settings: WebhookSettings) -> int:
     ctx = AppContext(
         state,
         metrics,
-        settings.max_body_bytes,
+        _body_limits(settings),
         tls_ready=lambda: tls.expiry > 0,
         background=[reload_certificates],
     )
@@ -104,14 +97,22 @@ async def serve(settings: WebhookSettings) -> int:
         log_config=None,
         access_log=False,
         server_header=False,
+        proxy_headers=False,  # no proxy in front: the client address is the peer's
+        timeout_keep_alive=settings.keep_alive_seconds,
         timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
-        ssl_certfile=str(tls.cert),
-        ssl_keyfile=str(tls.key),
+        h11_max_incomplete_event_size=settings.max_header_bytes,
+        http="h11",
         lifespan="on",
     )
     config.load()
-    config.ssl = tls.context  # one context for the server's life: reload swaps its chain in place
-    server = Server(config)
+    shrink_tls_buffers()
+    server = WebhookServer(
+        config,
+        tls=tls.context,
+        limits=_connection_limits(settings, metrics),
+        drain_seconds=settings.drain_seconds,
+        on_drain=lambda: setattr(ctx, "draining", True),
+    )
 
     async def announce() -> None:
         while not server.started:
@@ -123,6 +124,27 @@ async def serve(settings: WebhookSettings) -> int:
     await server.serve()
     announcer.cancel()
     return 0
+
+
+def _body_limits(settings: WebhookSettings) -> BodyLimits:
+    budget = settings.max_body_buffer_bytes
+    # Small bodies (every real review) may use all of it; the last eighth is theirs alone.
+    return BodyLimits(
+        settings.max_body_bytes,
+        settings.body_timeout_seconds,
+        BodyBudget(budget, small_bytes=256 * 1024, reserve=budget // 8),
+    )
+
+
+def _connection_limits(settings: WebhookSettings, metrics: WebhookMetrics) -> ConnectionLimits:
+    return ConnectionLimits(
+        max_connections=settings.max_connections,
+        max_in_flight=settings.max_in_flight,
+        max_header_bytes=settings.max_header_bytes,
+        header_timeout=settings.header_timeout_seconds,
+        handshake_timeout=settings.tls_handshake_timeout_seconds,
+        on_close=lambda reason: metrics.connections_cut.labels(reason).inc(),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

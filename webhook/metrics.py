@@ -24,6 +24,17 @@ DURATION_BUCKETS = (
 )
 
 
+CUT_REASONS = (
+    "header_timeout",
+    "idle_evicted",
+    "connection_limit",
+    "slow_body_evicted",
+    "in_flight_limit",
+    "malformed",
+    "headers_too_large",
+)
+
+
 class WebhookMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -65,12 +76,20 @@ class WebhookMetrics:
             "notAfter of the serving certificate (Unix time).",
             registry=r,
         )
+        self.connections_cut = Counter(
+            "gpuclass_webhook_connections_cut",
+            "Connections closed by a server limit, by reason (docs/webhook.md, Limits).",
+            ["reason"],
+            registry=r,
+        )
         self.watch_restarts = Counter(
             "gpuclass_webhook_watch_restarts",
             "List/watch restarts of the catalog cache, by resource and reason.",
             ["resource", "reason"],
             registry=r,
         )
+        for reason in CUT_REASONS:
+            self.connections_cut.labels(reason)
         # Series exist from the start so that rate()/increase() and dashboards show 0, not nothing.
         for resource in ("gpuclasses", "namespaces", "kubevirts"):
             for reason in ("expired", "error"):

@@ -32,11 +32,44 @@ class WebhookSettings(CommonSettings):
         2.0, gt=0, description="how often to check certificate files for changes"
     )
     max_body_bytes: int = Field(7 * 1024 * 1024, gt=0, description="larger request bodies get 413")
+    max_body_buffer_bytes: int = Field(
+        32 * 1024 * 1024,
+        gt=0,
+        description="request bodies held in memory by all clients together; past it 503",
+    )
+    max_connections: int = Field(
+        1000, gt=0, description="open connections; at the cap the longest-idle one is closed"
+    )
+    max_in_flight: int = Field(
+        256,
+        gt=0,
+        description="requests being read or answered; at the cap the slowest body is dropped",
+    )
+    max_header_bytes: int = Field(
+        16 * 1024, ge=1024, description="request line and headers; larger: 400 and close"
+    )
+    header_timeout_seconds: float = Field(
+        5.0, gt=0, description="time to send the request headers (from connect, or the first byte)"
+    )
+    body_timeout_seconds: float = Field(
+        10.0, gt=0, description="time to send the whole request body; then 408 and close"
+    )
+    keep_alive_seconds: int = Field(
+        20, ge=1, description="an idle keep-alive connection is closed after this"
+    )
+    tls_handshake_timeout_seconds: float = Field(
+        5.0, gt=0, description="time to complete the TLS handshake"
+    )
+    drain_seconds: float = Field(
+        5.0,
+        ge=0,
+        description="on SIGTERM: readiness fails and requests are still served this long",
+    )
     objects_poll_seconds: float = Field(
         1.0, gt=0, description="how often --objects files are checked for changes"
     )
     shutdown_grace_seconds: float = Field(
-        20.0, ge=0, description="time to drain in-flight requests on SIGTERM"
+        15.0, ge=0, description="after the drain: time for in-flight requests to finish"
     )
 
     @field_validator("tls_hosts", mode="before")

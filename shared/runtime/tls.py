@@ -1,10 +1,16 @@
 """TLS for the webhook: a self-signed certificate when none is given, and hot reload.
 
 `self_signed` makes a throwaway CA and a serving certificate for the given host
-names with `cryptography`. `ReloadingContext` keeps one `ssl.SSLContext` for the
-server's life and loads a new chain into it when the files change (cert-manager
-rotates them): new handshakes get the new certificate, open connections finish
-on the old one, nothing restarts.
+names with `cryptography`. `ReloadingContext` follows the certificate files
+(cert-manager and kubelet rotate them) the way cert-manager's dynamic certificate
+source does: it builds a complete new `ssl.SSLContext` from a pair read at one
+moment, checks that key and certificate belong together, and only then makes it
+the one new handshakes get (an SNI callback on the listener's context points each
+handshake at the current one; it runs with and without SNI). A half-written or
+mismatched pair never touches the serving context: the previous certificate keeps
+being served and the log says so, once per pair seen. Building a fresh context also
+makes key-type changes (EC to RSA) complete. `expiry` is the notAfter of the
+certificate actually served.
 """
 
 from __future__ import annotations
@@ -96,42 +102,77 @@ def self_signed(directory: Path, hosts: list[str], *, days: int = 365) -> CertFi
 
 def certificate_expiry(cert_file: Path) -> float:
     """notAfter of the first certificate in the file, as a Unix timestamp."""
-    cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
-    return cert.not_valid_after_utc.timestamp()
+    return _leaf_expiry(cert_file.read_bytes())
+
+
+def _leaf_expiry(pem: bytes) -> float:
+    return x509.load_pem_x509_certificate(pem).not_valid_after_utc.timestamp()
+
+
+def server_context() -> ssl.SSLContext:
+    """A server context with our protocol floor and TLS 1.2 ciphers, and no certificate yet."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_ciphers(MODERN_TLS12_CIPHERS)
+    return context
+
+
+class PairUnusable(ValueError):
+    """The certificate files do not (yet) hold a matching, loadable pair."""
 
 
 class ReloadingContext:
-    """One server SSLContext whose certificate chain follows the files."""
+    """The listener's SSLContext, whose handshakes are handed to the latest good pair."""
 
     def __init__(self, cert: Path, key: Path) -> None:
         self.cert, self.key = cert, key
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
-        self.context.set_ciphers(MODERN_TLS12_CIPHERS)
-        self._stamp: tuple[int, int] | None = None
-        self.expiry = 0.0
-        self.reload()
+        pair = self._read()
+        self.current, self.expiry = self._build(pair)
+        self._served, self._refused = pair, pair
+        self.context = self.current  # the listener's: built from the first pair, never changed
+        self.context.sni_callback = self._select
 
-    def _current(self) -> tuple[int, int]:
-        return (self.cert.stat().st_mtime_ns, self.key.stat().st_mtime_ns)
+    def _select(self, sock: ssl.SSLObject, _server_name: str | None, _ctx: ssl.SSLContext) -> None:
+        current = self.current  # one reference read: a reload swapping it is atomic here
+        if sock.context is not current:
+            sock.context = current
+
+    def _read(self) -> tuple[bytes, bytes]:
+        return self.cert.read_bytes(), self.key.read_bytes()
+
+    def _build(self, pair: tuple[bytes, bytes]) -> tuple[ssl.SSLContext, float]:
+        """A new context holding exactly these bytes, or PairUnusable saying why."""
+        try:
+            expiry = _leaf_expiry(pair[0])
+        except ValueError as exc:
+            raise PairUnusable(f"certificate unreadable: {exc}") from None
+        context = server_context()
+        try:
+            # load_cert_chain reads paths: load, then check the files still hold the bytes read.
+            context.load_cert_chain(self.cert, self.key)  # raises if the key does not match
+        except (ssl.SSLError, ValueError) as exc:
+            raise PairUnusable(f"certificate and key do not load as a pair: {exc}") from None
+        if self._read() != pair:
+            raise PairUnusable("certificate files changed while loading")
+        return context, expiry
 
     def reload(self) -> bool:
-        """Load the chain if the files changed; keep the old one if the new pair is unusable."""
-        stamp = self._current()
-        if stamp == self._stamp:
+        """Serve the files' pair if it changed and is good; keep the previous one if not."""
+        pair = self._read()
+        if pair == self._served:
             return False
         try:
-            self.context.load_cert_chain(self.cert, self.key)
-            self.expiry = certificate_expiry(self.cert)
-        except (ssl.SSLError, ValueError, OSError) as exc:
-            if self._stamp is None:
-                raise
-            log.warning(
-                "new certificate not loaded; serving the previous one",
-                extra={"fields": {"error": str(exc)}},
-            )
+            context, expiry = self._build(pair)
+        except PairUnusable as exc:
+            if pair != self._refused:
+                self._refused = pair
+                log.warning(
+                    "new certificate not loaded; still serving the previous one",
+                    extra={"fields": {"error": str(exc), "serving_not_after": self.expiry}},
+                )
             return False
-        self._stamp = stamp
+        context.sni_callback = None
+        self.current, self.expiry, self._served = context, expiry, pair
         log.info(
             "certificate loaded",
             extra={"fields": {"cert": str(self.cert), "not_after": self.expiry}},

@@ -1,0 +1,41 @@
+"""Log lines stay bounded whatever a request carries (shared/runtime/logs.py)."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+
+from shared.runtime.logs import MAX_FIELD_CHARS, MAX_MESSAGE_CHARS, setup_logging
+
+
+@pytest.fixture
+def stream(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
+    out = io.StringIO()
+    monkeypatch.setattr("sys.stderr", out)
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    setup_logging("info", "json")
+    yield out
+    root.handlers[:], root.level = handlers, level
+
+
+def test_long_fields_and_messages_are_cut(stream: io.StringIO) -> None:
+    uid = "u" * 5_000_000
+    logging.getLogger("test").info(
+        "got %s", "m" * 100_000, extra={"fields": {"uid": uid, "causes": ["c" * 10_000], "n": 3}}
+    )
+    [line] = stream.getvalue().splitlines()
+    entry = json.loads(line)
+    assert len(line) < MAX_MESSAGE_CHARS + 2 * MAX_FIELD_CHARS + 500
+    assert entry["uid"].startswith("u" * MAX_FIELD_CHARS) and entry["uid"].endswith("more)")
+    assert len(entry["causes"][0]) < MAX_FIELD_CHARS + 20
+    assert entry["n"] == 3 and entry["msg"].startswith("got mmm")
+
+
+def test_short_values_are_untouched(stream: io.StringIO) -> None:
+    logging.getLogger("test").info("admission", extra={"fields": {"uid": "abc", "causes": []}})
+    entry = json.loads(stream.getvalue())
+    assert (entry["msg"], entry["uid"], entry["causes"]) == ("admission", "abc", [])

@@ -1,0 +1,82 @@
+"""Request-body limits of the admission routes: size, time, and memory held by all clients together.
+
+The server layer (`webhook.server`) bounds connections and header reading; this module
+bounds what a request may hold once its headers are in. One body may not exceed
+`max_body_bytes` (413) nor take longer than `body_timeout` to arrive (408), and all bodies
+being read at once share `BodyBudget`: a chunk that would overdraw it is refused (503), so
+thirty clients each holding 7 MiB cannot take the process past its memory limit.
+Small bodies — every real AdmissionReview — may use the whole budget, large ones only
+part of it, so held large bodies cannot starve the API server's ordinary requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from starlette.requests import Request
+
+
+class BodyRefused(Exception):
+    """The body was not read to the end; `status` and `reason` say why. The connection closes."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass
+class BodyBudget:
+    """Bytes of request bodies held in memory by all requests together.
+
+    Bodies up to `small_bytes` draw on the whole `limit`; a body beyond that only on
+    `limit - reserve`, leaving `reserve` for the small ones.
+    """
+
+    limit: int
+    small_bytes: int
+    reserve: int
+    used: int = 0
+
+    def take(self, size: int, *, body_so_far: int) -> bool:
+        ceiling = self.limit if body_so_far <= self.small_bytes else self.limit - self.reserve
+        if self.used + size > ceiling:
+            return False
+        self.used += size
+        return True
+
+    def give(self, size: int) -> None:
+        self.used -= size
+
+
+@dataclass(frozen=True)
+class BodyLimits:
+    max_bytes: int
+    timeout: float
+    budget: BodyBudget
+
+
+async def read_body(request: Request, limits: BodyLimits) -> bytes:
+    """The whole body, or BodyRefused; starlette's ClientDisconnect passes through."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limits.max_bytes:
+        raise BodyRefused(413, f"request body larger than {limits.max_bytes} bytes")
+    chunks: list[bytes] = []
+    held = 0
+    try:
+        async with asyncio.timeout(limits.timeout):
+            async for chunk in request.stream():
+                if held + len(chunk) > limits.max_bytes:
+                    raise BodyRefused(413, f"request body larger than {limits.max_bytes} bytes")
+                if not limits.budget.take(len(chunk), body_so_far=held + len(chunk)):
+                    raise BodyRefused(503, "server busy: too many request bodies in flight")
+                held += len(chunk)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise BodyRefused(
+            408, f"request body not received within {limits.timeout:g} seconds"
+        ) from None
+    finally:
+        limits.budget.give(held)
+    return b"".join(chunks)
