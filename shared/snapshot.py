@@ -16,7 +16,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from shared import names
 from shared.k8s import Taint, quantity_units
 from shared.models import GPUClassSpec, GPUClassStatus
 from shared.vmiuse import VMIUse, compact_vmi_use
@@ -248,33 +247,6 @@ def compact_secret(obj: Mapping[str, Any]) -> SecretRecord | None:
     for key, text in _str_map(obj.get("stringData")).items():
         data[key] = Redacted(base64.b64encode(text.encode()).decode())
     return SecretRecord(namespace, name, _str_map(meta.get("labels")), data)
-
-
-def licence_refs(volumes: object) -> tuple[str, ...]:
-    """Names of `gpuclass-license-*` Secrets any volume references (secretName or a *SecretRef)."""
-    found: list[str] = []
-
-    def walk(node: object, secretish: bool) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if isinstance(value, str):
-                    if (key == "secretName" or (secretish and key == "name")) and value.startswith(
-                        names.LICENSE_COPY_PREFIX
-                    ):
-                        found.append(value)
-                elif isinstance(key, str):
-                    walk(
-                        value,
-                        key == "secret" or key.endswith("SecretRef") or key.endswith("secretRef"),
-                    )
-        elif isinstance(node, list):
-            for item in node:
-                walk(item, False)
-
-    if isinstance(volumes, list):
-        for volume in volumes:
-            walk(volume, False)
-    return tuple(dict.fromkeys(found))
 
 
 class SnapshotBuilder:

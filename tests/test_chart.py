@@ -315,9 +315,7 @@ def test_vmi_webhook_sees_every_create_and_update_outside_kube_system_and_fails_
         ]
     }
     assert "objectSelector" not in hook
-    assert [c["name"] for c in hook["matchConditions"]] == [
-        "create-or-selection-or-volumes-changed"
-    ]
+    assert [c["name"] for c in hook["matchConditions"]] == ["create-or-selection-or-spec-changed"]
     assert hook["matchConditions"][0]["expression"].startswith("request.operation != 'UPDATE' ||")
 
 
@@ -421,33 +419,89 @@ def test_vmi_match_condition_skips_only_irrelevant_updates(
 
 
 @pytest.mark.parametrize(
-    ("new_volumes", "old_volumes", "admitted"),
+    ("new_spec", "old_spec", "admitted"),
     [
-        pytest.param(None, None, False, id="no-volumes"),
-        pytest.param([{"name": "a"}], [{"name": "a"}], False, id="same-volumes"),
+        pytest.param(None, None, False, id="no-spec"),
+        pytest.param({"volumes": [{"name": "a"}]}, {"volumes": [{"name": "a"}]}, False, id="same"),
         pytest.param(
-            [{"name": "a"}, {"name": "l", "secret": {"secretName": "gpuclass-license-x"}}],
-            [{"name": "a"}],
+            {
+                "volumes": [
+                    {"name": "a"},
+                    {"name": "l", "secret": {"secretName": "gpuclass-license-x"}},
+                ]
+            },
+            {"volumes": [{"name": "a"}]},
             True,
             id="volume-added",
         ),
-        pytest.param([{"name": "a"}], None, True, id="volumes-appear"),
+        pytest.param({"volumes": [{"name": "a"}]}, {}, True, id="volumes-appear"),
+        pytest.param({}, None, True, id="spec-appears"),
+        pytest.param(
+            {
+                "accessCredentials": [
+                    {"sshPublicKey": {"source": {"secret": {"secretName": "gpuclass-license-x"}}}}
+                ]
+            },
+            {},
+            True,
+            id="ssh-key-added",
+        ),
+        pytest.param(
+            {
+                "accessCredentials": [
+                    {"userPassword": {"source": {"secret": {"secretName": "gpuclass-license-x"}}}}
+                ]
+            },
+            {
+                "accessCredentials": [
+                    {"userPassword": {"source": {"secret": {"secretName": "mine"}}}}
+                ]
+            },
+            True,
+            id="user-password-repointed",
+        ),
+        pytest.param(
+            {
+                "volumes": [
+                    {
+                        "name": "r",
+                        "containerDisk": {"image": "i", "imagePullSecret": "gpuclass-license-x"},
+                    }
+                ]
+            },
+            {"volumes": [{"name": "r", "containerDisk": {"image": "i"}}]},
+            True,
+            id="pull-secret-added",
+        ),
+        pytest.param(
+            {
+                "domain": {
+                    "firmware": {
+                        "kernelBoot": {"container": {"imagePullSecret": "gpuclass-license-x"}}
+                    }
+                }
+            },
+            {"domain": {}},
+            True,
+            id="kernel-boot-pull-secret-added",
+        ),
     ],
 )
-def test_vmi_match_condition_sees_volume_changes(
-    new_volumes: list[Any] | None, old_volumes: list[Any] | None, admitted: bool
+def test_vmi_match_condition_sees_every_spec_change(
+    new_spec: RawObject | None, old_spec: RawObject | None, admitted: bool
 ) -> None:
+    """Every field KubeVirt resolves a Secret from lives under spec; a change there reaches us."""
     celpy = pytest.importorskip("celpy")
     hook = webhook_for(render_objects(), "virtualmachineinstances")
     expression = hook["matchConditions"][0]["expression"]
 
-    def vmi(volumes: list[Any] | None) -> RawObject:
-        return {"metadata": {}, "spec": {} if volumes is None else {"volumes": volumes}}
+    def vmi(spec: RawObject | None) -> RawObject:
+        return {"metadata": {}} if spec is None else {"metadata": {}, "spec": spec}
 
     activation = {
         "request": {"operation": "UPDATE"},
-        "object": vmi(new_volumes),
-        "oldObject": vmi(old_volumes),
+        "object": vmi(new_spec),
+        "oldObject": vmi(old_spec),
     }
     assert _cel(celpy, expression, activation) is admitted
 

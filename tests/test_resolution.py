@@ -715,58 +715,182 @@ def test_4_7_no_stored_status_no_warning() -> None:
     assert isinstance(decision, Allowed) and decision.warnings == ()
 
 
-# 4.8: no hand-mounted licence copy.
+# 4.8: no licence copy reaches a guest except as the licence volume of its own licensed class.
+# Every place KubeVirt resolves a Secret from (shared/secretrefs.py lists them) is one row.
+
+COPY = "gpuclass-license-lic"
 
 
-@pytest.mark.parametrize(
-    ("selection", "volume", "refused"),
-    [
-        pytest.param(
-            None,
-            {"name": "lic", "secret": {"secretName": "gpuclass-license-lic"}},
-            True,
-            id="no-selection-secret-volume",
-        ),
-        pytest.param(
-            None,
-            {
-                "name": "ci",
-                "cloudInitNoCloud": {"userDataSecretRef": {"name": "gpuclass-license-lic"}},
-            },
-            True,
-            id="cloud-init-secret-ref",
-        ),
-        pytest.param([cls("byol")], {**LICENCE_VOLUME}, True, id="byol-with-platform-licence"),
-        pytest.param(
-            [cls("whole")],
-            {"name": "x", "secret": {"secretName": "gpuclass-license-other"}},
-            True,
-            id="passthrough-with-licence",
-        ),
-        pytest.param(
-            [cls("lic")],
-            {"name": "x", "secret": {"secretName": "gpuclass-license-byol"}},
-            True,
-            id="another-class-copy",
-        ),
-        pytest.param([cls("lic")], {**LICENCE_VOLUME}, False, id="own-licence-volume"),
-        pytest.param(
-            None,
-            {"name": "s", "secret": {"secretName": "my-own-secret"}},
-            False,
-            id="unrelated-secret",
-        ),
-    ],
-)
-def test_4_8_hand_mounted_licence(selection: Any, volume: dict[str, Any], refused: bool) -> None:
+def _volume(volume: dict[str, Any]) -> Any:
+    return lambda spec: spec["volumes"].append(volume)
+
+
+def _credential(credential: dict[str, Any]) -> Any:
+    return lambda spec: spec.setdefault("accessCredentials", []).append(credential)
+
+
+def _pull_secret(spec: dict[str, Any]) -> None:
+    spec["volumes"][0]["containerDisk"]["imagePullSecret"] = COPY
+
+
+def _kernel_boot(spec: dict[str, Any]) -> None:
+    spec["domain"]["firmware"] = {
+        "kernelBoot": {"container": {"image": "example.org/k:1", "imagePullSecret": COPY}}
+    }
+
+
+SSH_KEY = {
+    "sshPublicKey": {
+        "source": {"secret": {"secretName": COPY}},
+        "propagationMethod": {"noCloud": {}},
+    }
+}
+PASSWORD = {
+    "userPassword": {
+        "source": {"secret": {"secretName": COPY}},
+        "propagationMethod": {"qemuGuestAgent": {}},
+    }
+}
+REFERENCE_ROWS = [
+    pytest.param(
+        None,
+        _volume({"name": "lic", "secret": {"secretName": COPY}}),
+        ["spec.volumes[1].secret.secretName"],
+        id="secret-volume",
+    ),
+    pytest.param(
+        None,
+        _volume({"name": "ci", "cloudInitNoCloud": {"secretRef": {"name": COPY}}}),
+        ["spec.volumes[1].cloudInitNoCloud.secretRef.name"],
+        id="no-cloud-user-data-secret",
+    ),
+    pytest.param(
+        None,
+        _volume({"name": "ci", "cloudInitNoCloud": {"networkDataSecretRef": {"name": COPY}}}),
+        ["spec.volumes[1].cloudInitNoCloud.networkDataSecretRef.name"],
+        id="no-cloud-network-data-secret",
+    ),
+    pytest.param(
+        None,
+        _volume({"name": "ci", "cloudInitConfigDrive": {"secretRef": {"name": COPY}}}),
+        ["spec.volumes[1].cloudInitConfigDrive.secretRef.name"],
+        id="config-drive-user-data-secret",
+    ),
+    pytest.param(
+        None,
+        _volume({"name": "ci", "cloudInitConfigDrive": {"networkDataSecretRef": {"name": COPY}}}),
+        ["spec.volumes[1].cloudInitConfigDrive.networkDataSecretRef.name"],
+        id="config-drive-network-data-secret",
+    ),
+    pytest.param(
+        None,
+        _volume({"name": "sp", "sysprep": {"secret": {"name": COPY}}}),
+        ["spec.volumes[1].sysprep.secret.name"],
+        id="sysprep-secret",
+    ),
+    pytest.param(
+        None,
+        _pull_secret,
+        ["spec.volumes[0].containerDisk.imagePullSecret"],
+        id="container-disk-pull-secret",
+    ),
+    pytest.param(
+        None,
+        _kernel_boot,
+        ["spec.domain.firmware.kernelBoot.container.imagePullSecret"],
+        id="kernel-boot-pull-secret",
+    ),
+    pytest.param(
+        None,
+        _credential(SSH_KEY),
+        ["spec.accessCredentials[0].sshPublicKey.source.secret.secretName"],
+        id="ssh-key-no-selection",
+    ),
+    pytest.param(
+        [cls("byol")],
+        _credential(SSH_KEY),
+        ["spec.accessCredentials[0].sshPublicKey.source.secret.secretName"],
+        id="ssh-key-byol-no-cloud",
+    ),
+    pytest.param(
+        [cls("lic")],
+        _credential(SSH_KEY),
+        ["spec.accessCredentials[0].sshPublicKey.source.secret.secretName"],
+        id="ssh-key-from-own-licence-copy",
+    ),
+    pytest.param(
+        None,
+        _credential(PASSWORD),
+        ["spec.accessCredentials[0].userPassword.source.secret.secretName"],
+        id="user-password",
+    ),
+    pytest.param(
+        [cls("byol")],
+        _volume({**LICENCE_VOLUME}),
+        ["spec.volumes[1].secret.secretName"],
+        id="byol-with-platform-licence",
+    ),
+    pytest.param(
+        [cls("whole")],
+        _volume({"name": "x", "secret": {"secretName": "gpuclass-license-other"}}),
+        ["spec.volumes[1].secret.secretName"],
+        id="passthrough-with-licence",
+    ),
+    pytest.param(
+        [cls("lic")],
+        _volume({"name": "x", "secret": {"secretName": "gpuclass-license-byol"}}),
+        ["spec.volumes[1].secret.secretName"],
+        id="another-class-copy",
+    ),
+    pytest.param(
+        [cls("lic")],
+        _volume({"name": "x", "secret": {"secretName": COPY}}),
+        ["spec.volumes[1].secret.secretName"],
+        id="own-copy-under-another-volume-name",
+    ),
+    pytest.param(
+        None,
+        _volume({"name": "x", "secret": {"secretName": COPY}, "extra": {"secretName": COPY}}),
+        ["spec.volumes[1].secret.secretName", "spec.volumes[1].extra.secretName"],
+        id="every-reference-reported",
+    ),
+    pytest.param([cls("lic")], _volume({**LICENCE_VOLUME}), [], id="own-licence-volume"),
+    pytest.param(
+        None,
+        _volume({"name": "s", "secret": {"secretName": "my-own-secret"}}),
+        [],
+        id="unrelated-secret",
+    ),
+    pytest.param(
+        None,
+        _credential({"sshPublicKey": {"source": {"secret": {"secretName": "my-keys"}}}}),
+        [],
+        id="unrelated-ssh-key",
+    ),
+]
+
+
+@pytest.mark.parametrize(("selection", "change", "paths"), REFERENCE_ROWS)
+def test_4_8_licence_copy_references(selection: Any, change: Any, paths: list[str]) -> None:
     obj = vmi(selection)
-    obj["spec"]["volumes"].append(volume)
+    change(obj["spec"])
     decision = create(obj)
-    if refused:
-        assert causes_of(decision) == [("spec.volumes[1]", "forbidden", "LicenceHandMounted")]
+    if paths:
+        assert causes_of(decision) == [(p, "forbidden", "LicenceHandMounted") for p in paths]
         assert isinstance(decision, Denied) and decision.code == 403
     else:
         assert isinstance(decision, Allowed)
+
+
+def test_4_8_licence_volume_not_exactly_ours_is_invalid_and_forbidden() -> None:
+    obj = vmi([cls("lic")])
+    obj["spec"]["volumes"].append({**LICENCE_VOLUME, "secret": {"secretName": COPY}})
+    decision = create(obj)
+    assert causes_of(decision) == [
+        ("spec.volumes[1].secret.secretName", "forbidden", "LicenceHandMounted"),
+        ("spec.volumes[1]", "invalid", "ReservedName"),
+    ]
+    assert isinstance(decision, Denied) and decision.code == 422
 
 
 # UPDATE: the selection is immutable; rule 8 applies to the new object; everything else passes.
@@ -800,11 +924,40 @@ def test_update_unrelated_change_passes_untouched() -> None:
     assert update(new, old) == Allowed()
 
 
-def test_update_hand_mount_refused() -> None:
-    old = vmi([cls("whole")])
+@pytest.mark.parametrize(("selection", "change", "paths"), REFERENCE_ROWS)
+def test_update_new_licence_copy_reference_refused(
+    selection: Any, change: Any, paths: list[str]
+) -> None:
+    old = vmi(selection)
     new = copy.deepcopy(old)
-    new["spec"]["volumes"].append({"name": "lic", "secret": {"secretName": "gpuclass-license-lic"}})
-    assert causes_of(update(new, old)) == [("spec.volumes[1]", "forbidden", "LicenceHandMounted")]
+    change(new["spec"])
+    decision = update(new, old)
+    if paths:
+        assert causes_of(decision) == [(p, "forbidden", "LicenceHandMounted") for p in paths]
+    else:
+        assert decision == Allowed()
+
+
+def test_update_keeps_references_the_stored_object_already_had() -> None:
+    old = vmi()
+    _credential(SSH_KEY)(old["spec"])
+    new = copy.deepcopy(old)
+    new["metadata"]["finalizers"] = []
+    assert update(new, old) == Allowed()
+
+
+def test_update_pointing_an_existing_reference_at_a_copy_refused() -> None:
+    old = vmi()
+    _credential({"sshPublicKey": {"source": {"secret": {"secretName": "my-keys"}}}})(old["spec"])
+    new = copy.deepcopy(old)
+    new["spec"]["accessCredentials"][0]["sshPublicKey"]["source"]["secret"]["secretName"] = COPY
+    assert causes_of(update(new, old)) == [
+        (
+            "spec.accessCredentials[0].sshPublicKey.source.secret.secretName",
+            "forbidden",
+            "LicenceHandMounted",
+        )
+    ]
 
 
 def test_update_keeps_the_licence_it_was_admitted_with_even_if_class_is_gone() -> None:
