@@ -578,6 +578,34 @@ def test_4_5_raw_entries(where: str, resource: str, namespace: str, refused: boo
         assert decision == Allowed(), "raw entries of other resources are untouched"
 
 
+@pytest.mark.parametrize(
+    ("section", "resource", "namespace", "vgpu_entitled", "refused"),
+    [
+        pytest.param("requests", RES["byol"], "tenant-c", True, True, id="requests-unlabelled"),
+        pytest.param("limits", RES["lic"], "tenant-c", True, True, id="limits-unlabelled"),
+        pytest.param("limits", RES["byol"], "default", True, True, id="limits-outside-tenants"),
+        pytest.param("requests", RES["byol"], "tenant-root", False, True, id="platform-off"),
+        pytest.param("requests", RES["byol"], "tenant-a", True, False, id="requests-entitled"),
+        pytest.param("limits", RES["whole"], "tenant-c", True, False, id="passthrough-resource"),
+        pytest.param("requests", "memory", "tenant-c", True, False, id="memory"),
+    ],
+)
+def test_4_5_raw_resource_requests_need_entitlement(
+    section: str, resource: str, namespace: str, vgpu_entitled: bool, refused: bool
+) -> None:
+    """Naming the vGPU resource in domain.resources is no way around entitlement either."""
+    obj = vmi(namespace=namespace)
+    obj["spec"]["domain"]["resources"] = {section: {resource: "1"}}
+    decision = create(obj, catalog(vgpu_entitled=vgpu_entitled))
+    if refused:
+        assert causes_of(decision) == [
+            (f"spec.domain.resources.{section}[{resource}]", "forbidden", "NotEntitled")
+        ]
+        assert isinstance(decision, Denied) and decision.code == 403
+    else:
+        assert decision == Allowed()
+
+
 # 4.6: the result.
 
 
