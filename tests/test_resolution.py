@@ -421,6 +421,85 @@ def test_policy_and_input_causes_together_are_422() -> None:
     assert decision.code == 422
 
 
+def _reserved_disk(obj: dict[str, Any]) -> None:
+    obj["spec"]["volumes"].append({"name": "gpulicense", "emptyDisk": {"capacity": "1Gi"}})
+
+
+def _wrong_gpus(obj: dict[str, Any]) -> None:
+    obj["spec"]["domain"]["devices"]["gpus"] = gpus("example.com/other")
+
+
+def _hand_mount(obj: dict[str, Any]) -> None:
+    obj["spec"]["volumes"].append({"name": "x", "secret": {"secretName": "gpuclass-license-lic"}})
+
+
+@pytest.mark.parametrize(
+    ("selection", "namespace", "change", "causes", "code"),
+    [
+        pytest.param(
+            [cls("lic")],
+            "tenant-c",
+            _reserved_disk,
+            [
+                (f"{ANN}[0].className", "forbidden", "NotEntitled"),
+                ("spec.volumes[1]", "invalid", "ReservedName"),
+            ],
+            422,
+            id="not-entitled-and-reserved-name",
+        ),
+        pytest.param(
+            [cls("byol")],
+            "tenant-c",
+            _wrong_gpus,
+            [
+                (f"{ANN}[0].className", "forbidden", "NotEntitled"),
+                ("spec.domain.devices.gpus", "invalid", "RawRequestBesideClasses"),
+            ],
+            422,
+            id="not-entitled-and-gpus-beside-classes",
+        ),
+        pytest.param(
+            [cls("whole", 0)],
+            "tenant-a",
+            _hand_mount,
+            [
+                (f"{ANN}[0].count", "invalid", "Invalid"),
+                ("spec.volumes[1].secret.secretName", "forbidden", "LicenceHandMounted"),
+            ],
+            422,
+            id="bad-count-and-hand-mount",
+        ),
+        pytest.param(
+            [cls("byol")],
+            "tenant-c",
+            _hand_mount,
+            [
+                (f"{ANN}[0].className", "forbidden", "NotEntitled"),
+                ("spec.volumes[1].secret.secretName", "forbidden", "LicenceHandMounted"),
+            ],
+            403,
+            id="all-policy-is-403",
+        ),
+        pytest.param(
+            [cls("no-such-class")],
+            "tenant-a",
+            _wrong_gpus,
+            [(f"{ANN}[0].className", "forbidden", "ClassNotFound")],
+            403,
+            id="unresolved-class-leaves-gpus-unjudged",
+        ),
+    ],
+)
+def test_every_cause_reported_and_422_if_any_is_input(
+    selection: Any, namespace: str, change: Any, causes: list[tuple[str, str, str]], code: int
+) -> None:
+    obj = vmi(selection, namespace=namespace)
+    change(obj)
+    decision = create(obj)
+    assert causes_of(decision) == causes
+    assert isinstance(decision, Denied) and decision.code == code
+
+
 # 4.4: totals per class within the effective maxCount; 1024 in all; one vGPU class.
 
 
