@@ -104,10 +104,11 @@ def _class_causes(
                 )
             )
         elif offer.record.spec is None:
+            why = offer.record.problems[0] if offer.record.problems else "unreadable"
             causes.append(
                 forbidden(
                     path,
-                    f"class {entry.class_name} has an invalid spec; the hoster must fix it",
+                    f"class {entry.class_name} has an invalid spec ({why}); the hoster must fix it",
                     "ClassInvalid",
                 )
             )

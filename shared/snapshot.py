@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from shared.k8s import Taint, quantity_units
 from shared.models import GPUClassSpec, GPUClassStatus
+from shared.validation import validate_class
 from shared.vmiuse import VMIUse, compact_vmi_use
 
 ACTIVE_POD_PHASES = frozenset({"Pending", "Running"})
@@ -57,10 +58,28 @@ class ClassRecord:
     generation: int = 0
     finalizers: tuple[str, ...] = ()
     uid: str = ""
+    problems: tuple[str, ...] = ()
+    """Why the stored spec is invalid (each cause with its path); empty when `spec` is set."""
 
     @property
     def resource_name(self) -> str | None:
-        return self.spec.resource_name if self.spec else None
+        """The resource the class claims; for an invalid spec, its raw resourceName if a string.
+
+        An invalid class offers nothing (zero units, not selectable) but keeps its claim in
+        resource-name conflicts and the in-use finalizer, so that a broken edit neither hands
+        its pool to a younger class nor releases a class that VMs still use.
+        """
+        if self.spec is not None:
+            return self.spec.resource_name
+        source = self.raw_spec.get("source")
+        plugin = source.get("devicePlugin") if isinstance(source, dict) else None
+        name = plugin.get("resourceName") if isinstance(plugin, dict) else None
+        return name if isinstance(name, str) and name else None
+
+    @property
+    def mode(self) -> str | None:
+        mode = self.spec.mode if self.spec else self.raw_spec.get("mode")
+        return mode if isinstance(mode, str) else None
 
     @property
     def tolerations(self) -> tuple[Mapping[str, Any], ...]:
@@ -133,10 +152,7 @@ def compact_class(obj: Mapping[str, Any]) -> ClassRecord | None:
     if not isinstance(name, str):
         return None
     raw_spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    try:
-        spec: GPUClassSpec | None = GPUClassSpec.model_validate(raw_spec)
-    except ValidationError:
-        spec = None
+    verdict = validate_class(obj)  # the one verdict: admission, status and lint agree
     try:
         status = (
             GPUClassStatus.model_validate(obj["status"])
@@ -150,7 +166,7 @@ def compact_class(obj: Mapping[str, Any]) -> ClassRecord | None:
     return ClassRecord(
         name=name,
         raw_spec=raw_spec,  # type: ignore[arg-type]
-        spec=spec,
+        spec=verdict.model,
         status=status,
         created=str(meta.get("creationTimestamp") or ""),
         deleting=bool(meta.get("deletionTimestamp")),
@@ -159,6 +175,7 @@ def compact_class(obj: Mapping[str, Any]) -> ClassRecord | None:
         if isinstance(finalizers, list)
         else (),
         uid=str(meta.get("uid") or ""),
+        problems=tuple(cause.render() for cause in verdict.causes),
     )
 
 
