@@ -25,36 +25,16 @@ from reconciler.memory import MemoryKube
 from reconciler.recording import RecordingKube
 from reconciler.settings import ReconcilerSettings
 from shared.runtime.filesource import FileSource
-from shared.runtime.loader import LoadError, iter_named_objects
+from shared.runtime.loader import LoadError, iter_stored_objects
 
 log = logging.getLogger("gpuclass.reconciler.offline")
 
-_NAMESPACED_DEFAULT = {"Pod", "Secret", "VirtualMachineInstance"}
-
 
 def load_objects(settings: ReconcilerSettings) -> list[dict[str, Any]]:
-    """Every object in the files, as an API server would hold it.
-
-    A KubeVirt CR written without a namespace counts as the one in
-    `--kubevirt-namespace`; other namespaced objects without one land in
-    `default` (as `kubectl apply` would put them); a nameless object gets a
-    generated name, so that it is still counted.
-    """
-    objects: list[dict[str, Any]] = []
-    for index, (_, raw) in enumerate(iter_named_objects(settings.objects)):
-        obj = dict(raw)
-        meta = dict(obj.get("metadata") or {}) if isinstance(obj.get("metadata"), dict) else {}
-        kind = obj.get("kind")
-        if not meta.get("namespace"):
-            if kind == "KubeVirt":
-                meta["namespace"] = settings.kubevirt_namespace
-            elif kind in _NAMESPACED_DEFAULT:
-                meta["namespace"] = "default"
-        if not isinstance(meta.get("name"), str) or not meta["name"]:
-            meta["name"] = f"unnamed-{index}"
-        obj["metadata"] = meta
-        objects.append(obj)
-    return objects
+    """Every object in the files, as an API server would hold it (one rule: the loader's)."""
+    return list(
+        iter_stored_objects(settings.objects, kubevirt_namespace=settings.kubevirt_namespace)
+    )
 
 
 def memory_cluster(settings: ReconcilerSettings) -> MemoryKube:
@@ -109,7 +89,7 @@ def file_reconciler(
     settings: ReconcilerSettings,
 ) -> tuple[Reconciler, Callable[[], Coroutine[Any, Any, None]]]:
     """A reconciler over the files, and the coroutine that re-reads them when they change."""
-    files = FileSource(settings.objects)
+    files = FileSource(settings.objects, kubevirt_namespace=settings.kubevirt_namespace)
     files.refresh()
     cluster = memory_cluster(settings)
     reconciler = Reconciler(settings, api=cluster, leadership=AlwaysLeader())

@@ -266,20 +266,59 @@ def compact_secret(obj: Mapping[str, Any]) -> SecretRecord | None:
     return SecretRecord(namespace, name, _str_map(meta.get("labels")), data)
 
 
+ObjectKey = tuple[str, str]
+"""(namespace, name): one object of a kind; a later object with the same key replaces it."""
+
+
+def _object_key(obj: Mapping[str, Any], *, namespaced: bool) -> ObjectKey | None:
+    meta = _meta(obj)
+    name, namespace = meta.get("name"), meta.get("namespace")
+    if not isinstance(name, str) or not name:
+        return None
+    return (namespace if namespaced and isinstance(namespace, str) else "", name)
+
+
 class SnapshotBuilder:
-    """Folds raw objects of any supported kind into a Snapshot, one at a time."""
+    """Folds raw objects of any supported kind into a Snapshot, one at a time.
+
+    Objects are keyed by (kind, namespace, name) as an API server keys them: the same
+    object given twice (two files, a file given twice) counts once, the later one
+    winning. Cluster-scoped kinds are keyed by name alone. A nameless object cannot
+    collide and always counts.
+    """
 
     KINDS = frozenset(
         {"GPUClass", "Node", "Pod", "KubeVirt", "Secret", "Namespace", "VirtualMachineInstance"}
     )
 
     def __init__(self) -> None:
-        self.snapshot = Snapshot()
+        self._snapshot = Snapshot()
         self.skipped: list[str] = []
+        self._nodes: dict[object, NodeRecord] = {}
+        self._pods: dict[object, PodRecord | None] = {}
+        self._vmis: dict[object, VMIUse | None] = {}
+        self._kubevirts: dict[object, frozenset[str]] = {}
+        self._anonymous = 0
+
+    @property
+    def snapshot(self) -> Snapshot:
+        snap = self._snapshot
+        snap.nodes = list(self._nodes.values())
+        snap.pods = [p for p in self._pods.values() if p is not None]
+        snap.vmis = [v for v in self._vmis.values() if v is not None]
+        snap.permitted = frozenset().union(*self._kubevirts.values()) if self._kubevirts else None
+        return snap
+
+    def _key(self, obj: Mapping[str, Any], *, namespaced: bool) -> object:
+        key = _object_key(obj, namespaced=namespaced)
+        if key is None:
+            self._anonymous += 1
+            return ("", self._anonymous)
+        return key
 
     def add(self, obj: Mapping[str, Any]) -> None:
         kind = obj.get("kind")
-        snap = self.snapshot
+        snap = self._snapshot
         if kind == "GPUClass":
             record = compact_class(obj)
             if record:
@@ -287,13 +326,11 @@ class SnapshotBuilder:
         elif kind == "Node":
             node = compact_node(obj)
             if node:
-                snap.nodes.append(node)
+                self._nodes[node.name] = node
         elif kind == "Pod":
-            pod = compact_pod(obj)
-            if pod:
-                snap.pods.append(pod)
+            self._pods[self._key(obj, namespaced=True)] = compact_pod(obj)
         elif kind == "KubeVirt":
-            snap.permitted = (snap.permitted or frozenset()) | permitted_resources(obj)
+            self._kubevirts[self._key(obj, namespaced=True)] = permitted_resources(obj)
         elif kind == "Secret":
             secret = compact_secret(obj)
             if secret:
@@ -303,9 +340,7 @@ class SnapshotBuilder:
             if isinstance(name, str):
                 snap.namespaces[name] = _str_map(_meta(obj).get("labels"))
         elif kind == "VirtualMachineInstance":
-            vmi = compact_vmi_use(obj)
-            if vmi:
-                snap.vmis.append(vmi)
+            self._vmis[self._key(obj, namespaced=True)] = compact_vmi_use(obj)
         else:
             self.skipped.append(str(kind))
 

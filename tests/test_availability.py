@@ -6,6 +6,7 @@ them) and states the figures a person counting by hand gets.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -44,6 +45,9 @@ def node(
     }
 
 
+_POD_NUMBERS = itertools.count()
+
+
 def pod(
     node_name: str | None,
     requests: int | None = None,
@@ -74,7 +78,8 @@ def pod(
         spec["nodeName"] = node_name
     obj: dict[str, Any] = {
         "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "tenant-a"},
+        # Distinct names: objects are keyed by namespace and name, as in a cluster.
+        "metadata": {"name": f"p{next(_POD_NUMBERS)}", "namespace": "tenant-a"},
         "spec": spec,
     }
     if phase is not None:

@@ -93,7 +93,9 @@ def review_file(tmp_path: Path, request: dict[str, Any]) -> Path:
     return path
 
 
-def vmi_request() -> dict[str, Any]:
+def vmi_request(class_name: str = "stored", count: int = 1) -> dict[str, Any]:
+    """A VMI CREATE in tenant-root selecting `count` units of one class."""
+    selection = json.dumps([{"className": class_name, "count": count}])
     return {
         "uid": "u",
         "kind": {"group": "kubevirt.io", "version": "v1", "kind": "VirtualMachineInstance"},
@@ -103,7 +105,7 @@ def vmi_request() -> dict[str, Any]:
             "metadata": {
                 "name": "vm",
                 "namespace": "tenant-root",
-                "annotations": {"gpu.cozystack.io/classes": '[{"className": "stored"}]'},
+                "annotations": {"gpu.cozystack.io/classes": selection},
             },
             "spec": {"domain": {"devices": {}}},
         },
