@@ -1038,6 +1038,51 @@ POLICY_CASES = [
     pytest.param("DELETE", "gpuclass-license-a100", None, {}, False, id="delete-foreign-secret"),
     pytest.param("DELETE", "tenant-tls", None, MANAGED, False, id="delete-other-name"),
 ]
+COPY_DATA = {"client_configuration_token.tok": "dG9r", "gridd.conf": "RmVhdHVyZVR5cGU9MQo="}
+
+
+def _policy_activation(
+    operation: str,
+    name: str,
+    labels: dict[str, str] | None,
+    old_labels: dict[str, str] | None,
+    **shape: Any,
+) -> dict[str, Any]:
+    """A Secret write by the reconciler's account; `shape` overrides type/data/annotations."""
+
+    def secret(secret_labels: dict[str, str] | None) -> RawObject | None:
+        if secret_labels is None:
+            return None
+        metadata: RawObject = {"name": name, "namespace": "tenant-a"}
+        if secret_labels:
+            metadata["labels"] = secret_labels
+        if "annotations" in shape:
+            metadata["annotations"] = shape["annotations"]
+        obj: RawObject = {"apiVersion": "v1", "kind": "Secret", "metadata": metadata}
+        obj["type"] = shape.get("type", "Opaque")
+        obj["data"] = shape.get("data", COPY_DATA)
+        if "stringData" in shape:
+            obj["stringData"] = shape["stringData"]
+        return obj
+
+    return {
+        "request": {
+            "operation": operation,
+            "name": name,
+            "namespace": "tenant-a",
+            "userInfo": {"username": "system:serviceaccount:cozy-system:gpuclass-reconciler"},
+        },
+        "object": secret(labels),
+        "oldObject": secret(old_labels),
+    }
+
+
+def _policy_verdicts(activation: dict[str, Any]) -> list[bool]:
+    celpy = pytest.importorskip("celpy")
+    policy = one(render_objects(), "ValidatingAdmissionPolicy")
+    for condition in policy["spec"]["matchConditions"]:
+        assert _cel(celpy, condition["expression"], activation)
+    return [_cel(celpy, v["expression"], activation) for v in policy["spec"]["validations"]]
 
 
 @pytest.mark.parametrize(("operation", "name", "labels", "old_labels", "allowed"), POLICY_CASES)
@@ -1048,30 +1093,46 @@ def test_licence_copy_policy_decisions(
     old_labels: dict[str, str] | None,
     allowed: bool,
 ) -> None:
-    celpy = pytest.importorskip("celpy")
-    policy = one(render_objects(), "ValidatingAdmissionPolicy")
+    verdicts = _policy_verdicts(_policy_activation(operation, name, labels, old_labels))
+    assert all(verdicts) is allowed, verdicts
 
-    def secret(secret_labels: dict[str, str] | None) -> RawObject | None:
-        if secret_labels is None:
-            return None
-        metadata: RawObject = {"name": name, "namespace": "tenant-a"}
-        if secret_labels:
-            metadata["labels"] = secret_labels
-        return {"apiVersion": "v1", "kind": "Secret", "metadata": metadata}
 
-    activation = {
-        "request": {
-            "operation": operation,
-            "name": name,
-            "namespace": "tenant-a",
-            "userInfo": {"username": "system:serviceaccount:cozy-system:gpuclass-reconciler"},
-        },
-        "object": secret(labels),
-        "oldObject": secret(old_labels),
-    }
-    for condition in policy["spec"]["matchConditions"]:
-        assert _cel(celpy, condition["expression"], activation)
-    verdicts = [_cel(celpy, v["expression"], activation) for v in policy["spec"]["validations"]]
+TOKEN_SECRET = {
+    "type": "kubernetes.io/service-account-token",
+    "annotations": {"kubernetes.io/service-account.name": "default"},
+    "data": {},
+}
+
+
+@pytest.mark.parametrize(
+    ("shape", "allowed"),
+    [
+        pytest.param({}, True, id="the-copy-as-the-reconciler-writes-it"),
+        pytest.param(TOKEN_SECRET, False, id="service-account-token-minted"),
+        pytest.param({"type": "kubernetes.io/service-account-token"}, False, id="token-type"),
+        pytest.param({"type": "kubernetes.io/dockerconfigjson"}, False, id="pull-secret-type"),
+        pytest.param({"data": {**COPY_DATA, "extra": "eA=="}}, False, id="extra-key"),
+        pytest.param({"data": {"gridd.conf": "eA=="}}, False, id="token-key-missing"),
+        pytest.param({"data": {}}, False, id="no-data"),
+        pytest.param({"stringData": {"x": "y"}}, False, id="string-data"),
+        pytest.param(
+            {"annotations": {"kubernetes.io/service-account.name": "default"}},
+            False,
+            id="service-account-annotation",
+        ),
+        pytest.param(
+            {"annotations": {"gpuclass.cozystack.io/source": "x"}}, True, id="our-annotation"
+        ),
+    ],
+)
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
+def test_licence_copy_policy_pins_what_the_reconciler_writes(
+    operation: str, shape: dict[str, Any], allowed: bool
+) -> None:
+    old = MANAGED if operation == "UPDATE" else None
+    verdicts = _policy_verdicts(
+        _policy_activation(operation, "gpuclass-license-a100", MANAGED, old, **shape)
+    )
     assert all(verdicts) is allowed, verdicts
 
 
