@@ -20,7 +20,7 @@ from shared.catalog import Catalog, Offer
 from shared.entitlement import entitlement_problem
 from shared.patches import PatchBuilder
 from shared.secretrefs import secret_refs
-from shared.selection import ANNOTATION_PATH, ClassEntry, parse_selection
+from shared.selection import ANNOTATION_PATH, MAX_INT_DIGITS, ClassEntry, parse_selection
 
 GPUS = ("spec", "domain", "devices", "gpus")
 HOST_DEVICES = ("spec", "domain", "devices", "hostDevices")
@@ -141,6 +141,11 @@ def _class_causes(
     return offers, causes
 
 
+def _units(total: int) -> str:
+    """A count for a message; beyond what the parser keeps exactly (see selection), a bound."""
+    return str(total) if total < 10**MAX_INT_DIGITS else f"more than 10^{MAX_INT_DIGITS}"
+
+
 def _limit_causes(
     entries: tuple[ClassEntry, ...], offers: Mapping[str, Offer]
 ) -> tuple[dict[str, int], list[Cause]]:
@@ -154,7 +159,7 @@ def _limit_causes(
         causes.append(
             invalid(
                 ANNOTATION_PATH,
-                f"requests {grand} GPU units; at most {names.MAX_UNITS_PER_VMI} per VMI",
+                f"requests {_units(grand)} GPU units; at most {names.MAX_UNITS_PER_VMI} per VMI",
                 "TooManyUnits",
             )
         )
@@ -165,7 +170,7 @@ def _limit_causes(
             causes.append(
                 invalid(
                     ANNOTATION_PATH,
-                    f"class {name}: {total} units requested, at most {limit} per VM",
+                    f"class {name}: {_units(total)} units requested, at most {limit} per VM",
                     "MaxCountExceeded",
                 )
             )
@@ -318,7 +323,9 @@ def _operations(
     """
     builder = PatchBuilder(obj)
     causes: list[Cause] = []
-    wanted = plan.gpu_entries()
+    # Past the 1024-unit bound (a limit cause already) the entries are never built: counts can be huge.
+    complete = complete and sum(plan.totals.values()) <= names.MAX_UNITS_PER_VMI
+    wanted = plan.gpu_entries() if complete else []
     existing = _list(obj, *GPUS)
     if not existing:
         builder.append(GPUS, wanted)

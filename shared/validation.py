@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from shared import k8s
-from shared.admission import Cause, clip_warning, invalid
+from shared.admission import Cause, clip_warning, invalid, json_kind
 from shared.models import IDENTITY_FIELDS, GPUClassSpec
 
 _TYPE_MESSAGES = {
@@ -30,6 +30,12 @@ _TYPE_MESSAGES = {
     "list_type": "must be a list",
     "string_too_short": "must not be empty",
 }
+
+
+_KIND_ERRORS = frozenset(
+    {"string_type", "int_type", "model_type", "model_attributes_type", "dict_type", "list_type"}
+)
+"""Errors about the kind of a JSON value: their message names the kind received."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +63,8 @@ def _model_causes(spec: Mapping[str, Any]) -> tuple[GPUClassSpec | None, list[Ca
             message = _TYPE_MESSAGES.get(error["type"]) or error["msg"].replace(
                 "Input should be", "must be"
             )
+            if error["type"] in _KIND_ERRORS:
+                message += f" (got {json_kind(error['input'])})"
             causes.append(invalid(field_path("spec", error["loc"]), message, "FieldValueInvalid"))
         return None, causes
 
@@ -211,7 +219,9 @@ def validate_class(
     finalizers and labels can always be added and removed, even on an invalid class.
     """
     if not isinstance(obj, dict):
-        return Verdict((invalid("", "a GPUClass must be a JSON object"),), ())
+        return Verdict(
+            (invalid("", f"a GPUClass must be a JSON object (got {json_kind(obj)})"),), ()
+        )
     if _metadata_only_update(obj, old):
         return Verdict((), ())
     causes: list[Cause] = []
@@ -232,7 +242,10 @@ def validate_class(
         )
     spec = obj.get("spec")
     if not isinstance(spec, dict):
-        causes.append(invalid("spec", "required: an object with vendor, model, mode and source"))
+        got = "" if spec is None else f" (got {json_kind(spec)})"
+        causes.append(
+            invalid("spec", f"required: an object with vendor, model, mode and source{got}")
+        )
         return Verdict(tuple(causes), ())
     model, model_causes = _model_causes(spec)
     causes += model_causes

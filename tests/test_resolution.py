@@ -567,6 +567,26 @@ def test_4_4_limits(selection: list[Any], namespace: str, causes: list[tuple[str
         assert isinstance(decision, Allowed), decision
 
 
+@pytest.mark.parametrize(
+    ("count", "shown"),
+    [
+        pytest.param(str(2**64), str(2**64), id="two-to-the-64"),
+        pytest.param(str(2**64 - 1), str(2**64 - 1), id="largest-64-bit"),
+        pytest.param(str(10**30), str(10**30), id="ten-to-the-30"),
+        pytest.param("9" * 5000, "more than 10^40", id="five-thousand-digits"),
+    ],
+)
+def test_4_4_huge_counts_get_the_limit_cause(count: str, shown: str) -> None:
+    """A count past 64 bits is a whole number: far too many units, not "not a whole number"."""
+    decision = create(vmi(raw=f'[{{"className": "whole", "count": {count}}}]'))
+    assert causes_of(decision) == [
+        (ANN, "invalid", "TooManyUnits"),
+        (ANN, "invalid", "MaxCountExceeded"),
+    ]
+    assert isinstance(decision, Denied)
+    assert decision.causes[0].message == f"requests {shown} GPU units; at most 1024 per VMI"
+
+
 def test_4_4_messages_name_the_limit() -> None:
     decision = create(vmi([cls("whole", 9)]))
     assert isinstance(decision, Denied)
