@@ -218,6 +218,13 @@ def _token_secret(obj: RawObject) -> RawObject:
     return minted
 
 
+def _pull_secret(obj: RawObject) -> RawObject:
+    changed = copy.deepcopy(obj)
+    changed["type"] = "kubernetes.io/dockerconfigjson"
+    changed["data"] = {".dockerconfigjson": "eyJhdXRocyI6IHt9fQ=="}  # {"auths": {}}
+    return changed
+
+
 def _with(key: str, value: object) -> Callable[[RawObject], RawObject]:
     def change(obj: RawObject) -> RawObject:
         changed = copy.deepcopy(obj)
@@ -234,7 +241,7 @@ def _with(key: str, value: object) -> Callable[[RawObject], RawObject]:
     "shape",
     [
         pytest.param(_token_secret, id="service-account-token"),
-        pytest.param(_with("type", "kubernetes.io/dockerconfigjson"), id="other-type"),
+        pytest.param(_pull_secret, id="image-pull-secret"),
         pytest.param(_with("data", {"gridd.conf": "eA==", "extra": "eA=="}), id="other-keys"),
         pytest.param(
             _with("annotations", {"kubernetes.io/service-account.name": "default"}),
