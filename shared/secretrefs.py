@@ -18,6 +18,8 @@ Secret-reference *shape* counts: a `secretName` or `imagePullSecret` string, the
 `name` of a `secret` / `*SecretRef` object, the `name` of an `imagePullSecrets`
 entry. The list above is what the tests prove; the shape rule also covers a
 field a later KubeVirt release adds in the same style, so the check fails closed.
+`domain.firmware.acpi.slicNameRef`/`msdmNameRef` name a *volume*, not a Secret:
+that volume's own Secret reference is the one that counts.
 Pure: a dict in, paths and names out.
 """
 
