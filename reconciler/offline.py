@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 from typing import Any
 
 from reconciler.leader import AlwaysLeader
@@ -26,48 +25,25 @@ from reconciler.memory import MemoryKube
 from reconciler.recording import RecordingKube
 from reconciler.settings import ReconcilerSettings
 from shared.runtime.filesource import Stamp, stamp_of
-from shared.runtime.loader import LoadError, files_under, iter_objects
+from shared.runtime.loader import LoadError, iter_stored_objects
 
 log = logging.getLogger("gpuclass.reconciler.offline")
 
-_NAMESPACED_DEFAULT = {"Pod", "Secret", "VirtualMachineInstance"}
-
 
 def load_objects(settings: ReconcilerSettings) -> list[dict[str, Any]]:
-    """Every object in the files, as an API server would hold it.
+    """Every object in the files, as an API server would hold it (one rule: the loader's).
 
-    A KubeVirt CR written without a namespace counts as the one in
-    `--kubevirt-namespace`; other namespaced objects without one land in
-    `default` (as `kubectl apply` would put them); a nameless object gets a
-    generated name, so that it is still counted.
+    Whatever a file holds, the error names the file and nothing crashes: any failure
+    comes out as a LoadError.
     """
-    objects: list[dict[str, Any]] = []
-    for path in files_under(settings.objects):
-        try:
-            objects += _file_objects(settings, path, start=len(objects))
-        except LoadError:
-            raise
-        except Exception as exc:  # whatever a file holds, the error names it and nothing crashes
-            raise LoadError(f"{path}: cannot be read: {type(exc).__name__}: {exc}") from exc
-    return objects
-
-
-def _file_objects(settings: ReconcilerSettings, path: Path, *, start: int) -> list[dict[str, Any]]:
-    objects: list[dict[str, Any]] = []
-    for index, raw in enumerate(iter_objects(path), start=start):
-        obj = dict(raw)
-        meta = dict(obj.get("metadata") or {}) if isinstance(obj.get("metadata"), dict) else {}
-        kind = obj.get("kind")
-        if not meta.get("namespace"):
-            if kind == "KubeVirt":
-                meta["namespace"] = settings.kubevirt_namespace
-            elif kind in _NAMESPACED_DEFAULT:
-                meta["namespace"] = "default"
-        if not isinstance(meta.get("name"), str) or not meta["name"]:
-            meta["name"] = f"unnamed-{index}"
-        obj["metadata"] = meta
-        objects.append(obj)
-    return objects
+    try:
+        return list(
+            iter_stored_objects(settings.objects, kubevirt_namespace=settings.kubevirt_namespace)
+        )
+    except LoadError:
+        raise
+    except Exception as exc:  # a reload or --once must end in one line, never a traceback
+        raise LoadError(f"objects cannot be read: {type(exc).__name__}: {exc}") from exc
 
 
 def memory_cluster(settings: ReconcilerSettings) -> MemoryKube:

@@ -61,6 +61,26 @@ def forbidden(path: str, message: str, code: str = "Forbidden") -> Cause:
     return Cause(path, message, "forbidden", code)
 
 
+_JSON_KINDS: tuple[tuple[type, str], ...] = (
+    (bool, "a boolean"),  # before int: True is an int in Python
+    (int, "an integer"),
+    (float, "a number"),
+    (str, "a string"),
+    (list, "a list"),
+    (dict, "an object"),
+)
+
+
+def json_kind(value: object) -> str:
+    """What kind of JSON value a message says it received ("got a string"), never the value itself."""
+    if value is None:
+        return "null"
+    for kind, name in _JSON_KINDS:
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
 def clip_warning(text: str) -> str:
     """Kubernetes shows warnings verbatim; keep each under 120 characters."""
     return text if len(text) <= MAX_WARNING_CHARS else text[: MAX_WARNING_CHARS - 3] + "..."

@@ -69,9 +69,12 @@ def conflict_winners(classes: Mapping[str, ClassRecord]) -> dict[str, str]:
 
 
 def compute_figures(record: ClassRecord, index: UsageIndex, *, conflict_lost: bool) -> Figures:
-    """free, maxFreePerNode and maxUnitsPerNode of one class; zeros when it lost a conflict."""
+    """free, maxFreePerNode and maxUnitsPerNode of one class; zeros when it lost a conflict.
+
+    An invalid stored class (`spec` None) offers nothing: zeros too.
+    """
     resource = record.resource_name
-    if resource is None or conflict_lost:
+    if resource is None or record.spec is None or conflict_lost:
         return Figures()
     tolerations = record.tolerations
     used = index.used.get(resource, {})
@@ -204,15 +207,34 @@ def compute_conditions(
     conditions.append(
         _condition(
             "Ready",
-            not failing,
-            "Ready" if not failing else "NotReady",
-            "the offer is available" if not failing else "not available: " + ", ".join(failing),
+            not failing and not record.problems,
+            _ready_reason(record, failing),
+            _ready_message(record, failing),
             previous=before.get("Ready"),
             now=now,
             generation=gen,
         )
     )
     return conditions
+
+
+MAX_LISTED_PROBLEMS = 5
+
+
+def _ready_reason(record: ClassRecord, failing: list[str]) -> str:
+    """InvalidSpec first: the four condition types stay fixed, the reason says why not ready."""
+    if record.problems:
+        return "InvalidSpec"
+    return "NotReady" if failing else "Ready"
+
+
+def _ready_message(record: ClassRecord, failing: list[str]) -> str:
+    if record.problems:
+        listed = "; ".join(record.problems[:MAX_LISTED_PROBLEMS])
+        extra = len(record.problems) - MAX_LISTED_PROBLEMS
+        more = f"; and {extra} more" if extra > 0 else ""
+        return f"invalid spec, not selectable: {listed}{more}"
+    return "the offer is available" if not failing else "not available: " + ", ".join(failing)
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,6 +80,7 @@ def build_catalog(
     vgpu = {
         r.resource_name: r.name
         for r in sorted(snapshot.classes.values(), key=lambda r: (r.created, r.name), reverse=True)
-        if r.spec and r.spec.mode == "vgpu"
+        if r.mode == "vgpu"
+        and r.resource_name  # an invalid vGPU class's units need entitlement too
     }
-    return Catalog(offers, dict(snapshot.namespaces), policy, resources, vgpu)  # type: ignore[arg-type]
+    return Catalog(offers, dict(snapshot.namespaces), policy, resources, vgpu)

@@ -45,6 +45,12 @@ def _objects_arg(parser: argparse.ArgumentParser) -> None:
         default=names.DEFAULT_LICENSE_NAMESPACE,
         help="namespace of licence source Secrets (default %(default)s)",
     )
+    parser.add_argument(
+        "--kubevirt-namespace",
+        default=names.DEFAULT_KUBEVIRT_NAMESPACE,
+        help="namespace of the KubeVirt CR; CRs elsewhere are ignored, as in a cluster "
+        "(default %(default)s)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -129,8 +135,14 @@ def _read_review(source: str) -> bytes:
     return data
 
 
-def offline_catalog(objects: Sequence[str], policy: Policy) -> Catalog:
-    return build_catalog(load_snapshot(objects), policy, figures="computed")
+def offline_catalog(
+    objects: Sequence[str],
+    policy: Policy,
+    *,
+    kubevirt_namespace: str = names.DEFAULT_KUBEVIRT_NAMESPACE,
+) -> Catalog:
+    snapshot = load_snapshot(objects, kubevirt_namespace=kubevirt_namespace)
+    return build_catalog(snapshot, policy, figures="computed")
 
 
 def run_review(args: argparse.Namespace) -> int:
@@ -141,7 +153,8 @@ def run_review(args: argparse.Namespace) -> int:
         except orjson.JSONDecodeError as exc:
             raise MalformedReview(f"not JSON: {exc}") from exc
         policy = Policy(args.vgpu_entitled, args.licence_namespace, args.kubevirt_controller_user)
-        response = review(body, offline_catalog(args.objects, policy))
+        catalog = offline_catalog(args.objects, policy, kubevirt_namespace=args.kubevirt_namespace)
+        response = review(body, catalog)
     except (MalformedReview, LoadError, OSError) as exc:
         print(f"gpuclass review: {exc}", file=sys.stderr)
         return 2
@@ -151,7 +164,7 @@ def run_review(args: argparse.Namespace) -> int:
 
 def run_status(args: argparse.Namespace) -> int:
     try:
-        snapshot = load_snapshot(args.objects)
+        snapshot = load_snapshot(args.objects, kubevirt_namespace=args.kubevirt_namespace)
     except LoadError as exc:
         print(f"gpuclass status: {exc}", file=sys.stderr)
         return 2

@@ -19,8 +19,8 @@ from shared.admission import Allowed, Cause, Decision, Denied, forbidden, invali
 from shared.catalog import Catalog, Offer
 from shared.entitlement import entitlement_problem
 from shared.patches import PatchBuilder
-from shared.selection import ANNOTATION_PATH, ClassEntry, parse_selection
-from shared.snapshot import licence_refs
+from shared.secretrefs import secret_refs
+from shared.selection import ANNOTATION_PATH, MAX_INT_DIGITS, ClassEntry, parse_selection
 
 GPUS = ("spec", "domain", "devices", "gpus")
 HOST_DEVICES = ("spec", "domain", "devices", "hostDevices")
@@ -76,16 +76,12 @@ class Plan:
     def gpu_entries(self) -> list[dict[str, Any]]:
         entries: list[dict[str, Any]] = []
         for name, total in self.totals.items():
+            if name not in self.offers:  # unresolved: the request is refused anyway
+                continue
             resource = self.offers[name].record.resource_name
             for _ in range(total):
                 entries.append({"name": f"gpu{len(entries) + 1}", "deviceName": resource})
         return entries
-
-    def licensed_class(self) -> str | None:
-        for name, offer in self.offers.items():
-            if offer.record.spec and offer.record.spec.license:
-                return name
-        return None
 
 
 def _class_causes(
@@ -108,10 +104,11 @@ def _class_causes(
                 )
             )
         elif offer.record.spec is None:
+            why = offer.record.problems[0] if offer.record.problems else "unreadable"
             causes.append(
                 forbidden(
                     path,
-                    f"class {entry.class_name} has an invalid spec; the hoster must fix it",
+                    f"class {entry.class_name} has an invalid spec ({why}); the hoster must fix it",
                     "ClassInvalid",
                 )
             )
@@ -144,6 +141,11 @@ def _class_causes(
     return offers, causes
 
 
+def _units(total: int) -> str:
+    """A count for a message; beyond what the parser keeps exactly (see selection), a bound."""
+    return str(total) if total < 10**MAX_INT_DIGITS else f"more than 10^{MAX_INT_DIGITS}"
+
+
 def _limit_causes(
     entries: tuple[ClassEntry, ...], offers: Mapping[str, Offer]
 ) -> tuple[dict[str, int], list[Cause]]:
@@ -157,7 +159,7 @@ def _limit_causes(
         causes.append(
             invalid(
                 ANNOTATION_PATH,
-                f"requests {grand} GPU units; at most {names.MAX_UNITS_PER_VMI} per VMI",
+                f"requests {_units(grand)} GPU units; at most {names.MAX_UNITS_PER_VMI} per VMI",
                 "TooManyUnits",
             )
         )
@@ -168,7 +170,7 @@ def _limit_causes(
             causes.append(
                 invalid(
                     ANNOTATION_PATH,
-                    f"class {name}: {total} units requested, at most {limit} per VM",
+                    f"class {name}: {_units(total)} units requested, at most {limit} per VM",
                     "MaxCountExceeded",
                 )
             )
@@ -262,37 +264,72 @@ def _raw_request_causes(
             check(f"spec.domain.devices.gpus[{i}].deviceName", _dig(gpu, "deviceName"))
     for section in ("requests", "limits"):
         resources = _dig(obj, "spec", "domain", "resources", section)
-        if isinstance(resources, dict) and with_classes:
+        if isinstance(resources, dict):
             for key in resources:
                 check(f"spec.domain.resources.{section}[{key}]", key)
     return causes
 
 
-def _licence_mount_causes(obj: Mapping[str, Any], allowed: frozenset[str]) -> list[Cause]:
-    """Rule 8: a tenant cannot mount a platform licence copy by hand."""
-    causes = []
+def selected_licensed_classes(entries: tuple[ClassEntry, ...], catalog: Catalog) -> list[str]:
+    """Classes of the selection that deliver the platform licence (whatever their state now)."""
+    licensed: list[str] = []
+    for entry in entries:
+        offer = catalog.offers.get(entry.class_name)
+        spec = offer.record.spec if offer else None
+        if spec and spec.license and entry.class_name not in licensed:
+            licensed.append(entry.class_name)
+    return licensed
+
+
+def own_licence_volume_refs(obj: Mapping[str, Any], licensed: list[str]) -> set[tuple[str, str]]:
+    """The references that are exactly the licence volume one of `licensed` adds (section 1)."""
+    refs: set[tuple[str, str]] = set()
     for i, volume in enumerate(_list(obj, *VOLUMES)):
-        for ref in licence_refs([volume]):
-            if ref not in allowed:
-                causes.append(
-                    forbidden(
-                        f"spec.volumes[{i}]",
-                        f"references Secret {ref}: licence copies reach a VM only through its licensed class",
-                        "LicenceHandMounted",
-                    )
-                )
-    return causes
+        for name in licensed:
+            if volume == licence_volume(name):
+                refs.add((f"spec.volumes[{i}].secret.secretName", names.license_copy_name(name)))
+    return refs
 
 
-def _operations(obj: Mapping[str, Any], plan: Plan) -> tuple[list[dict[str, Any]], list[Cause]]:
-    """Rule 6: GPU entries, tolerations and the licence volume/disk, as narrow appends."""
+def _licence_reference_causes(
+    obj: Mapping[str, Any], permitted: set[tuple[str, str]]
+) -> list[Cause]:
+    """Rule 8: a licence copy reaches a guest only as the licence volume of its own licensed class.
+
+    Every Secret reference of the spec counts (volumes, cloud-init, sysprep, image pull
+    Secrets, access credentials: :mod:`shared.secretrefs`), not only volumes.
+    """
+    return [
+        forbidden(
+            ref.path,
+            f"names Secret {ref.name}: a licence copy reaches a VM only as the licence volume "
+            "of its licensed class",
+            "LicenceHandMounted",
+        )
+        for ref in secret_refs(obj.get("spec"))
+        if ref.name.startswith(names.LICENSE_COPY_PREFIX) and (ref.path, ref.name) not in permitted
+    ]
+
+
+def _operations(
+    obj: Mapping[str, Any], plan: Plan, *, licensed: str | None, complete: bool
+) -> tuple[list[dict[str, Any]], list[Cause]]:
+    """Rule 6: GPU entries, tolerations and the licence volume/disk, as narrow appends.
+
+    With `complete=False` (some class could not be resolved) the request is refused
+    anyway; what resolution would produce is unknown, so existing `gpus` are not
+    judged, but the reserved licence names still are, so that every input cause is
+    reported and the code is right (422).
+    """
     builder = PatchBuilder(obj)
     causes: list[Cause] = []
-    wanted = plan.gpu_entries()
+    # Past the 1024-unit bound (a limit cause already) the entries are never built: counts can be huge.
+    complete = complete and sum(plan.totals.values()) <= names.MAX_UNITS_PER_VMI
+    wanted = plan.gpu_entries() if complete else []
     existing = _list(obj, *GPUS)
     if not existing:
         builder.append(GPUS, wanted)
-    elif existing != wanted:
+    elif complete and existing != wanted:
         causes.append(
             invalid(
                 "spec.domain.devices.gpus",
@@ -306,7 +343,6 @@ def _operations(obj: Mapping[str, Any], plan: Plan) -> tuple[list[dict[str, Any]
             if tol not in tolerations:
                 tolerations.append(tol)
                 builder.append(TOLERATIONS, [tol])
-    licensed = plan.licensed_class()
     if licensed:
         causes += _append_named(builder, VOLUMES, licence_volume(licensed), "spec.volumes")
         causes += _append_named(builder, DISKS, licence_disk(), "spec.domain.devices.disks")
@@ -343,29 +379,30 @@ def _capacity_warnings(plan: Plan) -> list[str]:
 
 
 def admit_vmi_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> Decision:
+    """Every input cause and every policy cause at once; 422 if any is input (section 3)."""
     selection = parse_selection(annotation(obj))
     causes = list(selection.causes)
     with_classes = bool(selection.entries) or any(
         c.field.endswith(".count") or c.field.endswith(".className") for c in causes
     )
     causes += _raw_request_causes(obj, catalog, with_classes=with_classes, namespace=namespace)
+    licensed = selected_licensed_classes(selection.entries, catalog)
+    licence_causes = _licence_reference_causes(obj, own_licence_volume_refs(obj, licensed))
     if not selection.entries:
-        causes += _licence_mount_causes(obj, frozenset())
+        causes += licence_causes
         return Denied(tuple(causes)) if causes else Allowed()
     offers, class_causes = _class_causes(selection.entries, catalog)
     totals, limit_causes = _limit_causes(selection.entries, offers)
     causes += class_causes + limit_causes
     causes += _policy_causes(obj, namespace, selection.entries, offers, catalog)
+    causes += licence_causes
     plan = Plan(totals, offers)
-    licensed = plan.licensed_class() if not class_causes else None
-    causes += _licence_mount_causes(
-        obj, frozenset({names.license_copy_name(licensed)} if licensed else ())
+    operations, op_causes = _operations(
+        obj, plan, licensed=licensed[0] if licensed else None, complete=not class_causes
     )
+    causes += op_causes
     if causes:
         return Denied(tuple(causes))
-    operations, op_causes = _operations(obj, plan)
-    if op_causes:
-        return Denied(tuple(op_causes))
     return Allowed(tuple(operations), tuple(_capacity_warnings(plan)))
 
 
@@ -382,13 +419,12 @@ def admit_vmi_update(obj: Mapping[str, Any], old: Mapping[str, Any], catalog: Ca
                 ),
             )
         )
-    # The VMI's own licence (its class may be deleting by now) and what was already admitted stay.
-    allowed = set(licence_refs(_list(old, *VOLUMES)))
-    for entry in parse_selection(after).entries:
-        offer = catalog.offers.get(entry.class_name)
-        if offer and offer.record.spec and offer.record.spec.license:
-            allowed.add(names.license_copy_name(entry.class_name))
-    causes = _licence_mount_causes(obj, frozenset(allowed))
+    # The VMI's own licence volume (its class may be deleting by now) and every reference the
+    # stored object already had stay, so KubeVirt's own updates and finalizer removal keep working.
+    licensed = selected_licensed_classes(parse_selection(after).entries, catalog)
+    permitted = own_licence_volume_refs(obj, licensed)
+    permitted |= {(ref.path, ref.name) for ref in secret_refs(old.get("spec"))}
+    causes = _licence_reference_causes(obj, permitted)
     return Denied(tuple(causes)) if causes else Allowed()
 
 

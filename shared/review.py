@@ -77,7 +77,9 @@ def parse_envelope(body: object) -> tuple[str, dict[str, Any], str, tuple[str, s
         or not _optional(kind, "group", str)
         or not _optional(kind, "version", str)
     ):
-        raise MalformedReview("request.kind: required, an object with group, version and kind")
+        raise MalformedReview(
+            f"request.kind: required, an object with group, version and kind (got {_short(kind)})"
+        )
     _check_request_fields(request)
     group = kind.get("group") or ""
     return api_version, request, uid, (str(group), kind["kind"])
@@ -119,6 +121,11 @@ def _optional(mapping: Mapping[str, Any], key: str, expected: type) -> bool:
     return value is None or isinstance(value, expected)
 
 
+def _group_kind(gk: tuple[str, str]) -> str:
+    """`kubevirt.io/VirtualMachineInstance`, `core/Pod`: what was received, group included."""
+    return _short(f"{gk[0] or 'core'}/{gk[1]}").strip("'")
+
+
 def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -129,11 +136,14 @@ def decide(
 ) -> tuple[str, str, Decision, tuple[str, str]]:
     api_version, request, uid, gk = parse_envelope(body)
     if expect is not None and gk != expect:
-        raise MalformedReview(f"request.kind: this endpoint admits {expect[1]}, not {gk[1]}")
+        raise MalformedReview(
+            f"request.kind: this endpoint admits {_group_kind(expect)}, not {_group_kind(gk)}"
+        )
     admitter = ADMITTERS.get(gk)
     if admitter is None:
         raise MalformedReview(
-            f"request.kind: gpuclass does not admit {gk[1]!s:.60} (only GPUClass, VirtualMachineInstance and Pod)"
+            f"request.kind: gpuclass does not admit {_group_kind(gk)} "
+            "(only GPUClass, VirtualMachineInstance and Pod)"
         )
     return api_version, uid, admitter(request, catalog), gk
 

@@ -7,12 +7,13 @@ look classes up (that is :mod:`shared.resolution`'s job).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import orjson
 
 from shared import k8s, names
-from shared.admission import Cause, invalid
+from shared.admission import Cause, invalid, json_kind
 
 ANNOTATION_PATH = f"metadata.annotations[{names.SELECTION_ANNOTATION}]"
 _KNOWN_KEYS = frozenset({"className", "name", "count"})
@@ -51,7 +52,13 @@ def _entry(index: int, entry: object) -> tuple[str | None, ClassEntry | None, li
         return (
             None,
             None,
-            [invalid(path, "each entry must be an object with className (and count) or name")],
+            [
+                invalid(
+                    path,
+                    "each entry must be an object with className (and count) or name "
+                    f"(got {json_kind(entry)})",
+                )
+            ],
         )
     causes = [
         invalid(f"{path}.{key}", "unknown key: an entry has className and count, or name")
@@ -85,8 +92,38 @@ def _entry(index: int, entry: object) -> tuple[str | None, ClassEntry | None, li
 
 
 def _show(value: object) -> str:
-    text = orjson.dumps(value).decode() if not isinstance(value, float) else repr(value)
+    """The received value, short; integers beyond 64 bits too (orjson cannot dump those)."""
+    if isinstance(value, float | int) and not isinstance(value, bool):
+        text = repr(value)
+    else:
+        text = orjson.dumps(value).decode()
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+MAX_INT_DIGITS = 40
+"""Longer integer literals are read as 10**40: still "too many units", never a slow parse."""
+_HUGE = int("1" + "0" * MAX_INT_DIGITS)
+
+
+def _load(raw: str) -> object:
+    """Parse the annotation with the standard parser, integers kept as integers.
+
+    orjson reads an integer of 2**64 or more as a float, so a count like
+    18446744073709551616 would be refused as "not a whole number"; it is a whole
+    number, and far too many units (the limit cause). NaN and Infinity are not JSON.
+    """
+    return json.loads(raw, parse_int=_parse_int, parse_constant=_no_constant)
+
+
+def _parse_int(text: str) -> int:
+    digits = text.lstrip("-")
+    if len(digits) > MAX_INT_DIGITS:
+        return -_HUGE if text.startswith("-") else _HUGE
+    return int(text)
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
 
 
 def parse_selection(raw: str | None) -> Selection:
@@ -94,8 +131,8 @@ def parse_selection(raw: str | None) -> Selection:
     if raw is None:
         return NO_SELECTION
     try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        value = _load(raw)
+    except (ValueError, RecursionError):  # decode errors of both parsers; json's deep nesting
         return Selection(
             (),
             (
@@ -106,7 +143,14 @@ def parse_selection(raw: str | None) -> Selection:
             ),
         )
     if not isinstance(value, list):
-        return Selection((), (invalid(ANNOTATION_PATH, "must be a JSON list of GPU entries"),))
+        return Selection(
+            (),
+            (
+                invalid(
+                    ANNOTATION_PATH, f"must be a JSON list of GPU entries (got {json_kind(value)})"
+                ),
+            ),
+        )
     entries: list[ClassEntry] = []
     causes: list[Cause] = []
     kinds: set[str] = set()

@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from shared import names
 from shared.k8s import Taint, quantity_units
 from shared.models import GPUClassSpec, GPUClassStatus
+from shared.validation import validate_class
 from shared.vmiuse import VMIUse, compact_vmi_use
 
 ACTIVE_POD_PHASES = frozenset({"Pending", "Running"})
@@ -58,10 +58,28 @@ class ClassRecord:
     generation: int = 0
     finalizers: tuple[str, ...] = ()
     uid: str = ""
+    problems: tuple[str, ...] = ()
+    """Why the stored spec is invalid (each cause with its path); empty when `spec` is set."""
 
     @property
     def resource_name(self) -> str | None:
-        return self.spec.resource_name if self.spec else None
+        """The resource the class claims; for an invalid spec, its raw resourceName if a string.
+
+        An invalid class offers nothing (zero units, not selectable) but keeps its claim in
+        resource-name conflicts and the in-use finalizer, so that a broken edit neither hands
+        its pool to a younger class nor releases a class that VMs still use.
+        """
+        if self.spec is not None:
+            return self.spec.resource_name
+        source = self.raw_spec.get("source")
+        plugin = source.get("devicePlugin") if isinstance(source, dict) else None
+        name = plugin.get("resourceName") if isinstance(plugin, dict) else None
+        return name if isinstance(name, str) and name else None
+
+    @property
+    def mode(self) -> str | None:
+        mode = self.spec.mode if self.spec else self.raw_spec.get("mode")
+        return mode if isinstance(mode, str) else None
 
     @property
     def tolerations(self) -> tuple[Mapping[str, Any], ...]:
@@ -134,10 +152,7 @@ def compact_class(obj: Mapping[str, Any]) -> ClassRecord | None:
     if not isinstance(name, str):
         return None
     raw_spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    try:
-        spec: GPUClassSpec | None = GPUClassSpec.model_validate(raw_spec)
-    except ValidationError:
-        spec = None
+    verdict = validate_class(obj)  # the one verdict: admission, status and lint agree
     try:
         status = (
             GPUClassStatus.model_validate(obj["status"])
@@ -151,7 +166,7 @@ def compact_class(obj: Mapping[str, Any]) -> ClassRecord | None:
     return ClassRecord(
         name=name,
         raw_spec=raw_spec,  # type: ignore[arg-type]
-        spec=spec,
+        spec=verdict.model,
         status=status,
         created=str(meta.get("creationTimestamp") or ""),
         deleting=bool(meta.get("deletionTimestamp")),
@@ -160,6 +175,7 @@ def compact_class(obj: Mapping[str, Any]) -> ClassRecord | None:
         if isinstance(finalizers, list)
         else (),
         uid=str(meta.get("uid") or ""),
+        problems=tuple(cause.render() for cause in verdict.causes),
     )
 
 
@@ -278,47 +294,59 @@ def compact_secret(obj: Mapping[str, Any]) -> SecretRecord | None:
     return SecretRecord(namespace, name, _str_map(meta.get("labels")), data)
 
 
-def licence_refs(volumes: object) -> tuple[str, ...]:
-    """Names of `gpuclass-license-*` Secrets any volume references (secretName or a *SecretRef)."""
-    found: list[str] = []
+ObjectKey = tuple[str, str]
+"""(namespace, name): one object of a kind; a later object with the same key replaces it."""
 
-    def walk(node: object, secretish: bool) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if isinstance(value, str):
-                    if (key == "secretName" or (secretish and key == "name")) and value.startswith(
-                        names.LICENSE_COPY_PREFIX
-                    ):
-                        found.append(value)
-                elif isinstance(key, str):
-                    walk(
-                        value,
-                        key == "secret" or key.endswith("SecretRef") or key.endswith("secretRef"),
-                    )
-        elif isinstance(node, list):
-            for item in node:
-                walk(item, False)
 
-    if isinstance(volumes, list):
-        for volume in volumes:
-            walk(volume, False)
-    return tuple(dict.fromkeys(found))
+def _object_key(obj: Mapping[str, Any], *, namespaced: bool) -> ObjectKey | None:
+    meta = _meta(obj)
+    name, namespace = meta.get("name"), meta.get("namespace")
+    if not isinstance(name, str) or not name:
+        return None
+    return (namespace if namespaced and isinstance(namespace, str) else "", name)
 
 
 class SnapshotBuilder:
-    """Folds raw objects of any supported kind into a Snapshot, one at a time."""
+    """Folds raw objects of any supported kind into a Snapshot, one at a time.
+
+    Objects are keyed by (kind, namespace, name) as an API server keys them: the same
+    object given twice (two files, a file given twice) counts once, the later one
+    winning. Cluster-scoped kinds are keyed by name alone. A nameless object cannot
+    collide and always counts.
+    """
 
     KINDS = frozenset(
         {"GPUClass", "Node", "Pod", "KubeVirt", "Secret", "Namespace", "VirtualMachineInstance"}
     )
 
     def __init__(self) -> None:
-        self.snapshot = Snapshot()
+        self._snapshot = Snapshot()
         self.skipped: list[str] = []
+        self._nodes: dict[object, NodeRecord] = {}
+        self._pods: dict[object, PodRecord | None] = {}
+        self._vmis: dict[object, VMIUse | None] = {}
+        self._kubevirts: dict[object, frozenset[str]] = {}
+        self._anonymous = 0
+
+    @property
+    def snapshot(self) -> Snapshot:
+        snap = self._snapshot
+        snap.nodes = list(self._nodes.values())
+        snap.pods = [p for p in self._pods.values() if p is not None]
+        snap.vmis = [v for v in self._vmis.values() if v is not None]
+        snap.permitted = frozenset().union(*self._kubevirts.values()) if self._kubevirts else None
+        return snap
+
+    def _key(self, obj: Mapping[str, Any], *, namespaced: bool) -> object:
+        key = _object_key(obj, namespaced=namespaced)
+        if key is None:
+            self._anonymous += 1
+            return ("", self._anonymous)
+        return key
 
     def add(self, obj: Mapping[str, Any]) -> None:
         kind = obj.get("kind")
-        snap = self.snapshot
+        snap = self._snapshot
         if kind == "GPUClass":
             record = compact_class(obj)
             if record:
@@ -326,13 +354,11 @@ class SnapshotBuilder:
         elif kind == "Node":
             node = compact_node(obj)
             if node:
-                snap.nodes.append(node)
+                self._nodes[node.name] = node
         elif kind == "Pod":
-            pod = compact_pod(obj)
-            if pod:
-                snap.pods.append(pod)
+            self._pods[self._key(obj, namespaced=True)] = compact_pod(obj)
         elif kind == "KubeVirt":
-            snap.permitted = (snap.permitted or frozenset()) | permitted_resources(obj)
+            self._kubevirts[self._key(obj, namespaced=True)] = permitted_resources(obj)
         elif kind == "Secret":
             secret = compact_secret(obj)
             if secret:
@@ -342,9 +368,7 @@ class SnapshotBuilder:
             if isinstance(name, str):
                 snap.namespaces[name] = _str_map(_meta(obj).get("labels"))
         elif kind == "VirtualMachineInstance":
-            vmi = compact_vmi_use(obj)
-            if vmi:
-                snap.vmis.append(vmi)
+            self._vmis[self._key(obj, namespaced=True)] = compact_vmi_use(obj)
         else:
             self.skipped.append(str(kind))
 

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from shared import k8s
-from shared.admission import Cause, clip_warning, invalid
+from shared.admission import Cause, clip_warning, invalid, json_kind
 from shared.models import IDENTITY_FIELDS, GPUClassSpec
 
 _TYPE_MESSAGES = {
@@ -32,10 +32,19 @@ _TYPE_MESSAGES = {
 }
 
 
+_KIND_ERRORS = frozenset(
+    {"string_type", "int_type", "model_type", "model_attributes_type", "dict_type", "list_type"}
+)
+"""Errors about the kind of a JSON value: their message names the kind received."""
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
+    """Causes and warnings; `model` is the parsed spec when the class is valid (else None)."""
+
     causes: tuple[Cause, ...]
     warnings: tuple[str, ...]
+    model: GPUClassSpec | None = None
 
 
 def field_path(prefix: str, loc: Iterable[int | str]) -> str:
@@ -45,18 +54,19 @@ def field_path(prefix: str, loc: Iterable[int | str]) -> str:
     return path
 
 
-def _model_causes(spec: Mapping[str, Any]) -> list[Cause]:
+def _model_causes(spec: Mapping[str, Any]) -> tuple[GPUClassSpec | None, list[Cause]]:
     try:
-        GPUClassSpec.model_validate(spec)
+        return GPUClassSpec.model_validate(spec), []
     except ValidationError as exc:
         causes = []
         for error in exc.errors():
             message = _TYPE_MESSAGES.get(error["type"]) or error["msg"].replace(
                 "Input should be", "must be"
             )
+            if error["type"] in _KIND_ERRORS:
+                message += f" (got {json_kind(error['input'])})"
             causes.append(invalid(field_path("spec", error["loc"]), message, "FieldValueInvalid"))
-        return causes
-    return []
+        return None, causes
 
 
 def _str(value: object) -> str | None:
@@ -198,11 +208,22 @@ def validate_class(
 ) -> Verdict:
     """Validate a GPUClass object (and, given `old`, the update from it).
 
+    The one verdict on a class: the webhook calls it on CREATE/UPDATE, `gpuclass
+    validate` on manifests, and :func:`shared.snapshot.compact_class` on every
+    stored class, so a class the webhook would refuse is, once stored anyway
+    (offline files, a bypassed webhook), not selectable and reports zero units.
+
     `others` maps the other classes' names to their resource names, for the
     shared-resource warning. `manifest=True` (GitOps lint) also refuses a status stanza.
+    An update that leaves the spec and name as stored is allowed as is (ratcheting):
+    finalizers and labels can always be added and removed, even on an invalid class.
     """
     if not isinstance(obj, dict):
-        return Verdict((invalid("", "a GPUClass must be a JSON object"),), ())
+        return Verdict(
+            (invalid("", f"a GPUClass must be a JSON object (got {json_kind(obj)})"),), ()
+        )
+    if _metadata_only_update(obj, old):
+        return Verdict((), ())
     causes: list[Cause] = []
     warnings: list[str] = []
     metadata = obj.get("metadata")
@@ -221,9 +242,13 @@ def validate_class(
         )
     spec = obj.get("spec")
     if not isinstance(spec, dict):
-        causes.append(invalid("spec", "required: an object with vendor, model, mode and source"))
+        got = "" if spec is None else f" (got {json_kind(spec)})"
+        causes.append(
+            invalid("spec", f"required: an object with vendor, model, mode and source{got}")
+        )
         return Verdict(tuple(causes), ())
-    causes += _model_causes(spec)
+    model, model_causes = _model_causes(spec)
+    causes += model_causes
     causes += _format_causes(spec)
     tol_causes, tol_warnings = _toleration_causes(spec.get("tolerations"))
     causes += tol_causes
@@ -236,7 +261,22 @@ def validate_class(
     for other, other_resource in sorted((others or {}).items()):
         if other != name and other_resource == resource:
             warnings.append(f"class {other} already uses {resource}: the offers share one pool")
-    return Verdict(_dedupe(causes), tuple(clip_warning(w) for w in warnings))
+    return Verdict(
+        _dedupe(causes),
+        tuple(clip_warning(w) for w in warnings),
+        model if not causes else None,
+    )
+
+
+def _metadata_only_update(obj: Mapping[str, Any], old: object) -> bool:
+    if not isinstance(old, dict) or "spec" not in old:
+        return False
+    return old.get("spec") == obj.get("spec") and _name(old) == _name(obj)
+
+
+def _name(obj: Mapping[str, Any]) -> object:
+    metadata = obj.get("metadata")
+    return metadata.get("name") if isinstance(metadata, dict) else None
 
 
 def _dedupe(causes: list[Cause]) -> tuple[Cause, ...]:

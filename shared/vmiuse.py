@@ -1,7 +1,7 @@
 """What the reconciler needs to know about one VMI: which classes it uses and which licence it mounts.
 
-Admission reads the raw VMI itself (any hand-mounted licence reference counts,
-see :func:`shared.snapshot.licence_refs`). The reconciler and offline snapshots
+Admission reads the raw VMI itself (any Secret reference to a licence copy counts,
+see :mod:`shared.secretrefs`). The reconciler and offline snapshots
 ask two narrower questions, and this record answers them from the raw object
 once, at event time:
 

@@ -3,10 +3,10 @@
 Tests get plain data back: the rendered objects as dicts, with small accessors for the few paths
 they check. Nothing here asserts; the test modules do.
 
-`lookup` returns nothing offline, so the self-managed certificate branch that reuses an existing
-Secret cannot be reached by a plain render. `chart_with_existing_tls_secret` copies the chart and
-swaps the single line of `gpuclass.webhook.existingTLSSecret` that calls `lookup` for a read of a
-file holding the Secret, leaving every other line of the chart as it is.
+`lookup` returns nothing offline, so the self-managed certificate branch that reuses existing
+Secrets cannot be reached by a plain render. `chart_with_existing_tls_secret` copies the chart and
+swaps the single line of `gpuclass.webhook.existingSecret` that calls `lookup` for a read of a
+file holding the Secret of that name, leaving every other line of the chart as it is.
 """
 
 from __future__ import annotations
@@ -30,11 +30,7 @@ RELEASE = "gpuclass"
 
 RawObject = dict[str, Any]
 
-_LOOKUP_LINE = (
-    '{{- lookup "v1" "Secret" .Release.Namespace '
-    '(include "gpuclass.webhook.tlsSecretName" .) | toYaml -}}'
-)
-_EXISTING_SECRET_FILE = "existing-tls-secret.yaml"
+_LOOKUP_LINE = '{{- lookup "v1" "Secret" .root.Release.Namespace .name | toYaml -}}'
 
 
 def render(
@@ -145,17 +141,23 @@ def copy_chart(destination: Path) -> Path:
     return target
 
 
-def chart_with_existing_tls_secret(destination: Path, secret: RawObject | None) -> Path:
-    """A copy of the chart whose `lookup` of the TLS Secret returns `secret` (None: nothing)."""
+def chart_with_existing_tls_secret(destination: Path, *secrets: RawObject | None) -> Path:
+    """A copy of the chart whose `lookup` of a Secret returns the one of that name in `secrets`.
+
+    A name not among them (or None) is looked up as absent.
+    """
     chart = copy_chart(destination)
     helpers = chart / "templates" / "_tls.tpl"
     text = helpers.read_text()
     if text.count(_LOOKUP_LINE) != 1:
         raise AssertionError("templates/_tls.tpl no longer has the single lookup line to swap")
-    helpers.write_text(
-        text.replace(_LOOKUP_LINE, f'{{{{- .Files.Get "{_EXISTING_SECRET_FILE}" -}}}}')
-    )
-    (chart / _EXISTING_SECRET_FILE).write_text(yaml.safe_dump(secret or {}))
+    read = '{{- .root.Files.Get (printf "existing-secrets/%s.yaml" .name) -}}'
+    helpers.write_text(text.replace(_LOOKUP_LINE, read))
+    folder = chart / "existing-secrets"
+    folder.mkdir()
+    for secret in secrets:
+        if secret:
+            (folder / f"{secret['metadata']['name']}.yaml").write_text(yaml.safe_dump(secret))
     return chart
 
 

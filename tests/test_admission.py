@@ -191,24 +191,29 @@ def req(
             "apiVersion must be one of",
             id="unknown-version",
         ),
-        pytest.param(body(req(), kind="Review"), "kind must be AdmissionReview", id="wrong-kind"),
+        pytest.param(
+            body(req(), kind="Review"),
+            "kind must be AdmissionReview (got 'Review')",
+            id="wrong-kind",
+        ),
         pytest.param(body(), "request: required", id="no-request"),
         pytest.param(body("x"), "request: required", id="request-not-object"),
         pytest.param(body(req(uid="")), "request.uid: required", id="empty-uid"),
         pytest.param(body(req(uid=5)), "request.uid: required", id="uid-not-string"),
         pytest.param(
             body({**req(), "kind": "VirtualMachineInstance"}),
-            "request.kind: required",
+            "request.kind: required, an object with group, version and kind "
+            "(got 'VirtualMachineInstance')",
             id="kind-not-object",
         ),
         pytest.param(
             body(req(kind="Deployment", group="apps")),
-            "does not admit Deployment",
+            "does not admit apps/Deployment",
             id="unknown-kind",
         ),
         pytest.param(
             body(req(kind="Pod", group="kubevirt.io")),
-            "does not admit Pod",
+            "does not admit kubevirt.io/Pod",
             id="kind-in-wrong-group",
         ),
     ],
@@ -221,9 +226,20 @@ def test_malformed_review(payload: Any, message: str) -> None:
 
 def test_endpoint_expecting_another_kind_refuses_the_review() -> None:
     with pytest.raises(
-        MalformedReview, match="this endpoint admits Pod, not VirtualMachineInstance"
+        MalformedReview,
+        match=r"this endpoint admits core/Pod, not kubevirt\.io/VirtualMachineInstance",
     ):
         review(body(req()), CATALOG, expect=POD)
+
+
+def test_endpoint_names_the_group_it_received() -> None:
+    """Same kind, wrong group: the message must not read "admits X, not X"."""
+    with pytest.raises(MalformedReview) as info:
+        review(body(req(group="example.io")), CATALOG, expect=VMI)
+    assert (
+        "admits kubevirt.io/VirtualMachineInstance, not example.io/VirtualMachineInstance"
+        in str(info.value)
+    )
 
 
 @pytest.mark.parametrize("api_version", [V1, V1BETA1])

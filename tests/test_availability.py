@@ -6,6 +6,7 @@ them) and states the figures a person counting by hand gets.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -42,6 +43,9 @@ def node(
         "spec": spec,
         "status": {"conditions": conditions, "allocatable": allocatable},
     }
+
+
+_POD_NUMBERS = itertools.count()
 
 
 def pod(
@@ -81,7 +85,8 @@ def pod(
         spec["nodeName"] = node_name
     obj: dict[str, Any] = {
         "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "tenant-a"},
+        # Distinct names: objects are keyed by namespace and name, as in a cluster.
+        "metadata": {"name": f"p{next(_POD_NUMBERS)}", "namespace": "tenant-a"},
         "spec": spec,
     }
     if phase is not None:

@@ -20,6 +20,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from tests.chart_helpers import (
     CHART,
@@ -172,7 +173,7 @@ def test_default_render_has_the_expected_objects() -> None:
     assert counts["ValidatingAdmissionPolicyBinding"] == 1
     assert counts["CustomResourceDefinition"] == 1
     assert counts["Job"] == 1
-    assert counts["Secret"] == 1  # the self-managed TLS Secret
+    assert counts["Secret"] == 2  # the self-managed serving Secret and its CA
     for absent in ("ServiceMonitor", "PrometheusRule", "ConfigMap", "Certificate", "Issuer"):
         assert absent not in counts
 
@@ -315,9 +316,7 @@ def test_vmi_webhook_sees_every_create_and_update_outside_kube_system_and_fails_
         ]
     }
     assert "objectSelector" not in hook
-    assert [c["name"] for c in hook["matchConditions"]] == [
-        "create-or-selection-or-volumes-changed"
-    ]
+    assert [c["name"] for c in hook["matchConditions"]] == ["create-or-selection-or-spec-changed"]
     assert hook["matchConditions"][0]["expression"].startswith("request.operation != 'UPDATE' ||")
 
 
@@ -421,33 +420,89 @@ def test_vmi_match_condition_skips_only_irrelevant_updates(
 
 
 @pytest.mark.parametrize(
-    ("new_volumes", "old_volumes", "admitted"),
+    ("new_spec", "old_spec", "admitted"),
     [
-        pytest.param(None, None, False, id="no-volumes"),
-        pytest.param([{"name": "a"}], [{"name": "a"}], False, id="same-volumes"),
+        pytest.param(None, None, False, id="no-spec"),
+        pytest.param({"volumes": [{"name": "a"}]}, {"volumes": [{"name": "a"}]}, False, id="same"),
         pytest.param(
-            [{"name": "a"}, {"name": "l", "secret": {"secretName": "gpuclass-license-x"}}],
-            [{"name": "a"}],
+            {
+                "volumes": [
+                    {"name": "a"},
+                    {"name": "l", "secret": {"secretName": "gpuclass-license-x"}},
+                ]
+            },
+            {"volumes": [{"name": "a"}]},
             True,
             id="volume-added",
         ),
-        pytest.param([{"name": "a"}], None, True, id="volumes-appear"),
+        pytest.param({"volumes": [{"name": "a"}]}, {}, True, id="volumes-appear"),
+        pytest.param({}, None, True, id="spec-appears"),
+        pytest.param(
+            {
+                "accessCredentials": [
+                    {"sshPublicKey": {"source": {"secret": {"secretName": "gpuclass-license-x"}}}}
+                ]
+            },
+            {},
+            True,
+            id="ssh-key-added",
+        ),
+        pytest.param(
+            {
+                "accessCredentials": [
+                    {"userPassword": {"source": {"secret": {"secretName": "gpuclass-license-x"}}}}
+                ]
+            },
+            {
+                "accessCredentials": [
+                    {"userPassword": {"source": {"secret": {"secretName": "mine"}}}}
+                ]
+            },
+            True,
+            id="user-password-repointed",
+        ),
+        pytest.param(
+            {
+                "volumes": [
+                    {
+                        "name": "r",
+                        "containerDisk": {"image": "i", "imagePullSecret": "gpuclass-license-x"},
+                    }
+                ]
+            },
+            {"volumes": [{"name": "r", "containerDisk": {"image": "i"}}]},
+            True,
+            id="pull-secret-added",
+        ),
+        pytest.param(
+            {
+                "domain": {
+                    "firmware": {
+                        "kernelBoot": {"container": {"imagePullSecret": "gpuclass-license-x"}}
+                    }
+                }
+            },
+            {"domain": {}},
+            True,
+            id="kernel-boot-pull-secret-added",
+        ),
     ],
 )
-def test_vmi_match_condition_sees_volume_changes(
-    new_volumes: list[Any] | None, old_volumes: list[Any] | None, admitted: bool
+def test_vmi_match_condition_sees_every_spec_change(
+    new_spec: RawObject | None, old_spec: RawObject | None, admitted: bool
 ) -> None:
+    """Every field KubeVirt resolves a Secret from lives under spec; a change there reaches us."""
     celpy = pytest.importorskip("celpy")
     hook = webhook_for(render_objects(), "virtualmachineinstances")
     expression = hook["matchConditions"][0]["expression"]
 
-    def vmi(volumes: list[Any] | None) -> RawObject:
-        return {"metadata": {}, "spec": {} if volumes is None else {"volumes": volumes}}
+    def vmi(spec: RawObject | None) -> RawObject:
+        return {"metadata": {}} if spec is None else {"metadata": {}, "spec": spec}
 
     activation = {
         "request": {"operation": "UPDATE"},
-        "object": vmi(new_volumes),
-        "oldObject": vmi(old_volumes),
+        "object": vmi(new_spec),
+        "oldObject": vmi(old_spec),
     }
     assert _cel(celpy, expression, activation) is admitted
 
@@ -470,6 +525,10 @@ def _pem(b64: str) -> x509.Certificate:
 
 def _tls_secret(objects: list[RawObject]) -> RawObject:
     return one(objects, "Secret", "gpuclass-webhook-tls")
+
+
+def _ca_secret(objects: list[RawObject]) -> RawObject:
+    return one(objects, "Secret", "gpuclass-webhook-tls-ca")
 
 
 def test_self_managed_certificate_is_consistent_across_every_object() -> None:
@@ -512,9 +571,39 @@ def test_webhook_pods_never_mount_the_ca_key() -> None:
     assert {item["key"] for item in tls["secret"]["items"]} == {"tls.crt", "tls.key", "ca.crt"}
 
 
-def _render_with_existing(tmp_path: Any, secret: RawObject | None) -> list[RawObject]:
-    chart = chart_with_existing_tls_secret(tmp_path, secret)
+def test_the_serving_secret_does_not_hold_the_ca_private_key() -> None:
+    """Whoever reads the webhook's Secret cannot sign certificates: the CA key lives apart."""
+    objects = render_objects()
+    serving, ca = _tls_secret(objects), _ca_secret(objects)
+    assert set(serving["data"]) == {"ca.crt", "tls.crt", "tls.key"}
+    assert not any(
+        "PRIVATE KEY" in base64.b64decode(v).decode() and k != "tls.key"
+        for k, v in serving["data"].items()
+    )
+    assert (
+        set(ca["data"]) == {"ca.crt", "ca.key"}
+        and ca["data"]["ca.crt"] == serving["data"]["ca.crt"]
+    )
+    ca_key = serialization.load_pem_private_key(base64.b64decode(ca["data"]["ca.key"]), None)
+    assert ca_key.public_key() == _pem(ca["data"]["ca.crt"]).public_key()
+    assert (
+        serialization.load_pem_private_key(
+            base64.b64decode(serving["data"]["tls.key"]), None
+        ).public_key()
+        != ca_key.public_key()
+    )
+    for workload in workloads(objects):
+        for volume in pod_spec(workload).get("volumes", []):
+            assert volume.get("secret", {}).get("secretName") != ca["metadata"]["name"]
+
+
+def _render_with_existing(tmp_path: Any, *secrets: RawObject | None) -> list[RawObject]:
+    chart = chart_with_existing_tls_secret(tmp_path, *secrets)
     return documents(render(chart=chart))
+
+
+def _previous(objects: list[RawObject]) -> tuple[RawObject, RawObject]:
+    return _tls_secret(objects), _ca_secret(objects)
 
 
 def _expire_in(secret: RawObject, key: str, days: int) -> RawObject:
@@ -525,19 +614,20 @@ def _expire_in(secret: RawObject, key: str, days: int) -> RawObject:
 
 
 def test_upgrade_reuses_a_valid_secret_so_the_ca_bundle_stays_in_sync(tmp_path: Any) -> None:
-    first = _tls_secret(render_objects())
-    objects = _render_with_existing(tmp_path, first)
+    first, first_ca = _previous(render_objects())
+    objects = _render_with_existing(tmp_path, first, first_ca)
     second = _tls_secret(objects)
     assert second["data"] == first["data"]
+    assert _ca_secret(objects)["data"] == first_ca["data"]
     assert {h["clientConfig"]["caBundle"] for h in webhooks(objects).values()} == {
         first["data"]["ca.crt"]
     }
 
 
 def test_upgrade_reissues_a_certificate_near_expiry_with_the_same_ca(tmp_path: Any) -> None:
-    first = _tls_secret(render_objects())
+    first, first_ca = _previous(render_objects())
     ageing = _expire_in(first, "gpuclass.cozystack.io/cert-not-after", 10)  # renewBeforeDays 30
-    objects = _render_with_existing(tmp_path, ageing)
+    objects = _render_with_existing(tmp_path, ageing, first_ca)
     second = _tls_secret(objects)
     assert second["data"]["ca.crt"] == first["data"]["ca.crt"]
     assert second["data"]["tls.crt"] != first["data"]["tls.crt"]
@@ -548,10 +638,10 @@ def test_upgrade_reissues_a_certificate_near_expiry_with_the_same_ca(tmp_path: A
 
 
 def test_upgrade_reissues_when_the_service_name_changed(tmp_path: Any) -> None:
-    first = _tls_secret(render_objects())
+    first, first_ca = _previous(render_objects())
     moved = json.loads(json.dumps(first))
     moved["metadata"]["annotations"]["gpuclass.cozystack.io/service-host"] = "old.cozy-system.svc"
-    second = _tls_secret(_render_with_existing(tmp_path, moved))
+    second = _tls_secret(_render_with_existing(tmp_path, moved, first_ca))
     assert second["data"]["ca.crt"] == first["data"]["ca.crt"]
     assert second["data"]["tls.crt"] != first["data"]["tls.crt"]
 
@@ -559,19 +649,37 @@ def test_upgrade_reissues_when_the_service_name_changed(tmp_path: Any) -> None:
 @pytest.mark.parametrize(
     "damage",
     [
-        pytest.param(lambda s: _expire_in(s, "gpuclass.cozystack.io/ca-not-after", 5), id="ca-near-expiry"),
-        pytest.param(lambda s: {**s, "data": {k: v for k, v in s["data"].items() if k != "ca.key"}}, id="ca-key-lost"),
-        pytest.param(lambda s: None, id="secret-deleted"),
+        pytest.param(lambda s, c: (s, _expire_in(c, "gpuclass.cozystack.io/ca-not-after", 5)), id="ca-near-expiry"),
+        pytest.param(lambda s, c: (s, {**c, "data": {"ca.crt": c["data"]["ca.crt"]}}), id="ca-key-lost"),
+        pytest.param(lambda s, c: (s, None), id="ca-secret-deleted"),
+        pytest.param(lambda s, c: (None, None), id="both-deleted"),
     ],
 )  # fmt: skip
 def test_upgrade_makes_a_new_ca_when_the_old_one_cannot_sign(tmp_path: Any, damage: Any) -> None:
-    first = _tls_secret(render_objects())
-    objects = _render_with_existing(tmp_path, damage(first))
+    first, first_ca = _previous(render_objects())
+    objects = _render_with_existing(tmp_path, *damage(first, first_ca))
     second = _tls_secret(objects)
     assert second["data"]["ca.crt"] != first["data"]["ca.crt"]
     _pem(second["data"]["tls.crt"]).verify_directly_issued_by(_pem(second["data"]["ca.crt"]))
     assert {h["clientConfig"]["caBundle"] for h in webhooks(objects).values()} == {
         second["data"]["ca.crt"]
+    }
+    assert _ca_secret(objects)["data"]["ca.crt"] == second["data"]["ca.crt"]
+
+
+def test_upgrade_from_the_single_secret_layout_keeps_the_ca_and_moves_its_key(
+    tmp_path: Any,
+) -> None:
+    """Releases before the split kept ca.key in the serving Secret; upgrading keeps the caBundle."""
+    first, first_ca = _previous(render_objects())
+    old_layout = json.loads(json.dumps(first))
+    old_layout["data"]["ca.key"] = first_ca["data"]["ca.key"]
+    objects = _render_with_existing(tmp_path, old_layout)
+    second, second_ca = _previous(objects)
+    assert second["data"] == first["data"]  # same CA and certificate, ca.key gone
+    assert second_ca["data"] == first_ca["data"]
+    assert {h["clientConfig"]["caBundle"] for h in webhooks(objects).values()} == {
+        first["data"]["ca.crt"]
     }
 
 
@@ -984,6 +1092,51 @@ POLICY_CASES = [
     pytest.param("DELETE", "gpuclass-license-a100", None, {}, False, id="delete-foreign-secret"),
     pytest.param("DELETE", "tenant-tls", None, MANAGED, False, id="delete-other-name"),
 ]
+COPY_DATA = {"client_configuration_token.tok": "dG9r", "gridd.conf": "RmVhdHVyZVR5cGU9MQo="}
+
+
+def _policy_activation(
+    operation: str,
+    name: str,
+    labels: dict[str, str] | None,
+    old_labels: dict[str, str] | None,
+    **shape: Any,
+) -> dict[str, Any]:
+    """A Secret write by the reconciler's account; `shape` overrides type/data/annotations."""
+
+    def secret(secret_labels: dict[str, str] | None) -> RawObject | None:
+        if secret_labels is None:
+            return None
+        metadata: RawObject = {"name": name, "namespace": "tenant-a"}
+        if secret_labels:
+            metadata["labels"] = secret_labels
+        if "annotations" in shape:
+            metadata["annotations"] = shape["annotations"]
+        obj: RawObject = {"apiVersion": "v1", "kind": "Secret", "metadata": metadata}
+        obj["type"] = shape.get("type", "Opaque")
+        obj["data"] = shape.get("data", COPY_DATA)
+        if "stringData" in shape:
+            obj["stringData"] = shape["stringData"]
+        return obj
+
+    return {
+        "request": {
+            "operation": operation,
+            "name": name,
+            "namespace": "tenant-a",
+            "userInfo": {"username": "system:serviceaccount:cozy-system:gpuclass-reconciler"},
+        },
+        "object": secret(labels),
+        "oldObject": secret(old_labels),
+    }
+
+
+def _policy_verdicts(activation: dict[str, Any]) -> list[bool]:
+    celpy = pytest.importorskip("celpy")
+    policy = one(render_objects(), "ValidatingAdmissionPolicy")
+    for condition in policy["spec"]["matchConditions"]:
+        assert _cel(celpy, condition["expression"], activation)
+    return [_cel(celpy, v["expression"], activation) for v in policy["spec"]["validations"]]
 
 
 @pytest.mark.parametrize(("operation", "name", "labels", "old_labels", "allowed"), POLICY_CASES)
@@ -994,30 +1147,46 @@ def test_licence_copy_policy_decisions(
     old_labels: dict[str, str] | None,
     allowed: bool,
 ) -> None:
-    celpy = pytest.importorskip("celpy")
-    policy = one(render_objects(), "ValidatingAdmissionPolicy")
+    verdicts = _policy_verdicts(_policy_activation(operation, name, labels, old_labels))
+    assert all(verdicts) is allowed, verdicts
 
-    def secret(secret_labels: dict[str, str] | None) -> RawObject | None:
-        if secret_labels is None:
-            return None
-        metadata: RawObject = {"name": name, "namespace": "tenant-a"}
-        if secret_labels:
-            metadata["labels"] = secret_labels
-        return {"apiVersion": "v1", "kind": "Secret", "metadata": metadata}
 
-    activation = {
-        "request": {
-            "operation": operation,
-            "name": name,
-            "namespace": "tenant-a",
-            "userInfo": {"username": "system:serviceaccount:cozy-system:gpuclass-reconciler"},
-        },
-        "object": secret(labels),
-        "oldObject": secret(old_labels),
-    }
-    for condition in policy["spec"]["matchConditions"]:
-        assert _cel(celpy, condition["expression"], activation)
-    verdicts = [_cel(celpy, v["expression"], activation) for v in policy["spec"]["validations"]]
+TOKEN_SECRET = {
+    "type": "kubernetes.io/service-account-token",
+    "annotations": {"kubernetes.io/service-account.name": "default"},
+    "data": {},
+}
+
+
+@pytest.mark.parametrize(
+    ("shape", "allowed"),
+    [
+        pytest.param({}, True, id="the-copy-as-the-reconciler-writes-it"),
+        pytest.param(TOKEN_SECRET, False, id="service-account-token-minted"),
+        pytest.param({"type": "kubernetes.io/service-account-token"}, False, id="token-type"),
+        pytest.param({"type": "kubernetes.io/dockerconfigjson"}, False, id="pull-secret-type"),
+        pytest.param({"data": {**COPY_DATA, "extra": "eA=="}}, False, id="extra-key"),
+        pytest.param({"data": {"gridd.conf": "eA=="}}, False, id="token-key-missing"),
+        pytest.param({"data": {}}, False, id="no-data"),
+        pytest.param({"stringData": {"x": "y"}}, False, id="string-data"),
+        pytest.param(
+            {"annotations": {"kubernetes.io/service-account.name": "default"}},
+            False,
+            id="service-account-annotation",
+        ),
+        pytest.param(
+            {"annotations": {"gpuclass.cozystack.io/source": "x"}}, True, id="our-annotation"
+        ),
+    ],
+)
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
+def test_licence_copy_policy_pins_what_the_reconciler_writes(
+    operation: str, shape: dict[str, Any], allowed: bool
+) -> None:
+    old = MANAGED if operation == "UPDATE" else None
+    verdicts = _policy_verdicts(
+        _policy_activation(operation, "gpuclass-license-a100", MANAGED, old, **shape)
+    )
     assert all(verdicts) is allowed, verdicts
 
 
@@ -1177,7 +1346,8 @@ def test_release_name_flows_into_every_cross_reference() -> None:
         "system:serviceaccount:platform:gpu-gpuclass-reconciler"
         in policy["spec"]["matchConditions"][0]["expression"]
     )
-    secret = one(objects, "Secret")
+    secret = one(objects, "Secret", "gpu-gpuclass-webhook-tls")
+    assert one(objects, "Secret", "gpu-gpuclass-webhook-tls-ca")
     assert (
         _pem(secret["data"]["tls.crt"]).subject.rfc4514_string()
         == "CN=gpu-gpuclass-webhook.platform.svc"

@@ -211,7 +211,7 @@ def _not_review_cases(tmp_path: Path) -> dict[str, tuple[Path, str]]:
                     },
                 }
             ).encode(),
-            "does not admit Deployment",
+            "does not admit apps/Deployment",
         ),
         "eight-mib": (b" " * (8 * 1024 * 1024), "larger than 7 MiB"),
         "missing-file": (None, "No such file or directory"),

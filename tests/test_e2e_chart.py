@@ -10,7 +10,7 @@ section 6: RBAC cannot express that, the policy can).
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -67,7 +67,12 @@ def reconciler(control_plane: ControlPlane, chart: list[RawObject]) -> Iterator[
 
 
 def secret(name: str, namespace: str, *, labels: dict[str, str] | None = None) -> RawObject:
-    return licence_secret(name, namespace, {"gridd.conf": "FeatureType=1\n"}, labels)
+    """A licence copy as the reconciler writes it: type Opaque, the token and gridd.conf."""
+    data = {
+        "client_configuration_token.tok": "example-not-a-token",
+        "gridd.conf": "FeatureType=1\n",
+    }
+    return licence_secret(name, namespace, data, labels)
 
 
 def _refused(api: Api, obj: RawObject) -> bool:
@@ -203,3 +208,65 @@ def test_policy_leaves_other_users_alone(control_plane: ControlPlane, reconciler
     admin = control_plane.admin
     admin.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}])
     assert admin.create(secret("anything-else", namespace))["metadata"]["name"] == "anything-else"
+
+
+def _token_secret(obj: RawObject) -> RawObject:
+    minted = copy.deepcopy(obj)
+    minted["type"] = "kubernetes.io/service-account-token"
+    minted["metadata"]["annotations"] = {"kubernetes.io/service-account.name": "default"}
+    minted["data"] = {}
+    return minted
+
+
+def _pull_secret(obj: RawObject) -> RawObject:
+    changed = copy.deepcopy(obj)
+    changed["type"] = "kubernetes.io/dockerconfigjson"
+    changed["data"] = {".dockerconfigjson": "eyJhdXRocyI6IHt9fQ=="}  # {"auths": {}}
+    return changed
+
+
+def _with(key: str, value: object) -> Callable[[RawObject], RawObject]:
+    def change(obj: RawObject) -> RawObject:
+        changed = copy.deepcopy(obj)
+        if key == "annotations":
+            changed["metadata"]["annotations"] = value
+        else:
+            changed[key] = value
+        return changed
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        pytest.param(_token_secret, id="service-account-token"),
+        pytest.param(_pull_secret, id="image-pull-secret"),
+        pytest.param(_with("data", {"gridd.conf": "eA==", "extra": "eA=="}), id="other-keys"),
+        pytest.param(
+            _with("annotations", {"kubernetes.io/service-account.name": "default"}),
+            id="foreign-annotation",
+        ),
+    ],
+)
+def test_reconciler_cannot_write_a_secret_of_another_shape(
+    control_plane: ControlPlane, reconciler: Api, shape: Callable[[RawObject], RawObject]
+) -> None:
+    """Its name and label right, but not a licence copy: the policy refuses the create and the update."""
+    namespace = unique_name("tenant-vap")
+    control_plane.admin.apply(
+        [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}]
+    )
+    good = secret("gpuclass-license-shape", namespace, labels=MANAGED)
+    with pytest.raises(ApiError) as info:
+        reconciler.create(shape(good))
+    assert info.value.status_code == 403
+    assert "gpuclass-licence-copies" in info.value.body.get("message", "")
+    stored = reconciler.create(good)
+    changed = shape(stored)
+    if changed.get("type") != stored.get("type"):
+        return  # type is immutable anyway: the API server refuses that update on its own
+    with pytest.raises(ApiError) as info:
+        reconciler.call("PUT", reconciler.object_path(changed), body=changed)
+    assert info.value.status_code == 403
+    assert reconciler.delete(stored) is True

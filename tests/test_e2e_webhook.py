@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.chart_helpers import render_objects, webhook_for
 from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
 from tests.controlplane.plugin import WebhookRegistry
@@ -121,6 +122,7 @@ def world(
     configurations = gpuclass_webhooks(
         server.url, Path(server.ca).read_bytes(), prefix="gpuclass-e2e"
     )
+    _route_as_the_chart_does(configurations)
     WebhookRegistry(api).register(configurations)
     try:
         probe = vmi("tenant-e2e", [{"className": w.byol}])
@@ -135,6 +137,15 @@ def world(
             configurations
         )  # admin may be new after a restart
         server.stop()
+
+
+def _route_as_the_chart_does(configurations: list[RawObject]) -> None:
+    """Give our VMI hook the chart's own matchConditions, so the API server routes as in a cluster."""
+    chart_hook = webhook_for(render_objects(), "virtualmachineinstances")
+    for configuration in configurations:
+        for hook in configuration["webhooks"]:
+            if "virtualmachineinstances" in hook["name"]:
+                hook["matchConditions"] = chart_hook["matchConditions"]
 
 
 def _dry_run_allowed(api: Api, obj: RawObject) -> bool:
@@ -254,6 +265,74 @@ def test_reinvoked_chain_does_not_double_patch(
         eventually(second_hook_called, timeout=30, what="both hooks invoked")
     finally:
         registry.remove()
+
+
+def _vmi_updates(server: WebhookProcess, name: str) -> int:
+    return sum(
+        1
+        for e in server.logs()
+        if e.get("msg") == "admission" and e.get("operation") == "UPDATE" and e.get("name") == name
+    )
+
+
+def _ssh_key_from(secret: str) -> Any:
+    def change(spec: RawObject) -> None:
+        spec["accessCredentials"] = [
+            {
+                "sshPublicKey": {
+                    "source": {"secret": {"secretName": secret}},
+                    "propagationMethod": {"noCloud": {}},
+                }
+            }
+        ]
+
+    return change
+
+
+def _pull_secret_from(secret: str) -> Any:
+    def change(spec: RawObject) -> None:
+        spec["volumes"][0]["containerDisk"]["imagePullSecret"] = secret
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        pytest.param(
+            _ssh_key_from,
+            "spec.accessCredentials[0].sshPublicKey.source.secret.secretName",
+            id="ssh-key",
+        ),
+        pytest.param(
+            _pull_secret_from, "spec.volumes[0].containerDisk.imagePullSecret", id="pull-secret"
+        ),
+    ],
+)
+def test_chart_match_conditions_send_secret_reference_updates_to_the_webhook(
+    control_plane: ControlPlane, world: tuple[World, WebhookProcess], change: Any, field: str
+) -> None:
+    """The chart's matchConditions, evaluated by the real API server: a metadata-only UPDATE is
+    not sent to the webhook, an UPDATE naming a licence copy outside spec.volumes is, and refused."""
+    w, server = world
+    api = control_plane.admin
+    stored = api.create(vmi("tenant-e2e", [{"className": w.byol}]))
+    name = stored["metadata"]["name"]
+
+    labelled = copy.deepcopy(stored)
+    labelled["metadata"]["labels"] = {"kubevirt.io/nodeName": "node-a"}
+    stored = api.call("PUT", api.object_path(labelled), body=labelled)
+    assert _vmi_updates(server, name) == 0, "metadata-only updates stay off the webhook"
+
+    hand = copy.deepcopy(stored)
+    change(f"gpuclass-license-{w.licensed}")(hand["spec"])
+    with pytest.raises(ApiError) as info:
+        api.call("PUT", api.object_path(hand), body=hand)
+    assert info.value.status_code == 403
+    assert field in info.value.body["message"]
+    assert _vmi_updates(server, name) == 1
+    current = api.get("kubevirt.io/v1", "VirtualMachineInstance", name, namespace="tenant-e2e")
+    assert current is not None and "accessCredentials" not in current["spec"]
 
 
 def test_launcher_pod_gets_class_tolerations_only_from_kubevirt(

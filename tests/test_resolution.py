@@ -421,6 +421,85 @@ def test_policy_and_input_causes_together_are_422() -> None:
     assert decision.code == 422
 
 
+def _reserved_disk(obj: dict[str, Any]) -> None:
+    obj["spec"]["volumes"].append({"name": "gpulicense", "emptyDisk": {"capacity": "1Gi"}})
+
+
+def _wrong_gpus(obj: dict[str, Any]) -> None:
+    obj["spec"]["domain"]["devices"]["gpus"] = gpus("example.com/other")
+
+
+def _hand_mount(obj: dict[str, Any]) -> None:
+    obj["spec"]["volumes"].append({"name": "x", "secret": {"secretName": "gpuclass-license-lic"}})
+
+
+@pytest.mark.parametrize(
+    ("selection", "namespace", "change", "causes", "code"),
+    [
+        pytest.param(
+            [cls("lic")],
+            "tenant-c",
+            _reserved_disk,
+            [
+                (f"{ANN}[0].className", "forbidden", "NotEntitled"),
+                ("spec.volumes[1]", "invalid", "ReservedName"),
+            ],
+            422,
+            id="not-entitled-and-reserved-name",
+        ),
+        pytest.param(
+            [cls("byol")],
+            "tenant-c",
+            _wrong_gpus,
+            [
+                (f"{ANN}[0].className", "forbidden", "NotEntitled"),
+                ("spec.domain.devices.gpus", "invalid", "RawRequestBesideClasses"),
+            ],
+            422,
+            id="not-entitled-and-gpus-beside-classes",
+        ),
+        pytest.param(
+            [cls("whole", 0)],
+            "tenant-a",
+            _hand_mount,
+            [
+                (f"{ANN}[0].count", "invalid", "Invalid"),
+                ("spec.volumes[1].secret.secretName", "forbidden", "LicenceHandMounted"),
+            ],
+            422,
+            id="bad-count-and-hand-mount",
+        ),
+        pytest.param(
+            [cls("byol")],
+            "tenant-c",
+            _hand_mount,
+            [
+                (f"{ANN}[0].className", "forbidden", "NotEntitled"),
+                ("spec.volumes[1].secret.secretName", "forbidden", "LicenceHandMounted"),
+            ],
+            403,
+            id="all-policy-is-403",
+        ),
+        pytest.param(
+            [cls("no-such-class")],
+            "tenant-a",
+            _wrong_gpus,
+            [(f"{ANN}[0].className", "forbidden", "ClassNotFound")],
+            403,
+            id="unresolved-class-leaves-gpus-unjudged",
+        ),
+    ],
+)
+def test_every_cause_reported_and_422_if_any_is_input(
+    selection: Any, namespace: str, change: Any, causes: list[tuple[str, str, str]], code: int
+) -> None:
+    obj = vmi(selection, namespace=namespace)
+    change(obj)
+    decision = create(obj)
+    assert causes_of(decision) == causes
+    assert isinstance(decision, Denied) and decision.code == code
+
+
 # 4.4: totals per class within the effective maxCount; 1024 in all; one vGPU class.
 
 
@@ -486,6 +565,26 @@ def test_4_4_limits(selection: list[Any], namespace: str, causes: list[tuple[str
         assert decision.code == 422
     else:
         assert isinstance(decision, Allowed), decision
+
+
+@pytest.mark.parametrize(
+    ("count", "shown"),
+    [
+        pytest.param(str(2**64), str(2**64), id="two-to-the-64"),
+        pytest.param(str(2**64 - 1), str(2**64 - 1), id="largest-64-bit"),
+        pytest.param(str(10**30), str(10**30), id="ten-to-the-30"),
+        pytest.param("9" * 5000, "more than 10^40", id="five-thousand-digits"),
+    ],
+)
+def test_4_4_huge_counts_get_the_limit_cause(count: str, shown: str) -> None:
+    """A count past 64 bits is a whole number: far too many units, not "not a whole number"."""
+    decision = create(vmi(raw=f'[{{"className": "whole", "count": {count}}}]'))
+    assert causes_of(decision) == [
+        (ANN, "invalid", "TooManyUnits"),
+        (ANN, "invalid", "MaxCountExceeded"),
+    ]
+    assert isinstance(decision, Denied)
+    assert decision.causes[0].message == f"requests {shown} GPU units; at most 1024 per VMI"
 
 
 def test_4_4_messages_name_the_limit() -> None:
@@ -576,6 +675,34 @@ def test_4_5_raw_entries(where: str, resource: str, namespace: str, refused: boo
         ]
     else:
         assert decision == Allowed(), "raw entries of other resources are untouched"
+
+
+@pytest.mark.parametrize(
+    ("section", "resource", "namespace", "vgpu_entitled", "refused"),
+    [
+        pytest.param("requests", RES["byol"], "tenant-c", True, True, id="requests-unlabelled"),
+        pytest.param("limits", RES["lic"], "tenant-c", True, True, id="limits-unlabelled"),
+        pytest.param("limits", RES["byol"], "default", True, True, id="limits-outside-tenants"),
+        pytest.param("requests", RES["byol"], "tenant-root", False, True, id="platform-off"),
+        pytest.param("requests", RES["byol"], "tenant-a", True, False, id="requests-entitled"),
+        pytest.param("limits", RES["whole"], "tenant-c", True, False, id="passthrough-resource"),
+        pytest.param("requests", "memory", "tenant-c", True, False, id="memory"),
+    ],
+)
+def test_4_5_raw_resource_requests_need_entitlement(
+    section: str, resource: str, namespace: str, vgpu_entitled: bool, refused: bool
+) -> None:
+    """Naming the vGPU resource in domain.resources is no way around entitlement either."""
+    obj = vmi(namespace=namespace)
+    obj["spec"]["domain"]["resources"] = {section: {resource: "1"}}
+    decision = create(obj, catalog(vgpu_entitled=vgpu_entitled))
+    if refused:
+        assert causes_of(decision) == [
+            (f"spec.domain.resources.{section}[{resource}]", "forbidden", "NotEntitled")
+        ]
+        assert isinstance(decision, Denied) and decision.code == 403
+    else:
+        assert decision == Allowed()
 
 
 # 4.6: the result.
@@ -715,58 +842,182 @@ def test_4_7_no_stored_status_no_warning() -> None:
     assert isinstance(decision, Allowed) and decision.warnings == ()
 
 
-# 4.8: no hand-mounted licence copy.
+# 4.8: no licence copy reaches a guest except as the licence volume of its own licensed class.
+# Every place KubeVirt resolves a Secret from (shared/secretrefs.py lists them) is one row.
+
+COPY = "gpuclass-license-lic"
 
 
-@pytest.mark.parametrize(
-    ("selection", "volume", "refused"),
-    [
-        pytest.param(
-            None,
-            {"name": "lic", "secret": {"secretName": "gpuclass-license-lic"}},
-            True,
-            id="no-selection-secret-volume",
-        ),
-        pytest.param(
-            None,
-            {
-                "name": "ci",
-                "cloudInitNoCloud": {"userDataSecretRef": {"name": "gpuclass-license-lic"}},
-            },
-            True,
-            id="cloud-init-secret-ref",
-        ),
-        pytest.param([cls("byol")], {**LICENCE_VOLUME}, True, id="byol-with-platform-licence"),
-        pytest.param(
-            [cls("whole")],
-            {"name": "x", "secret": {"secretName": "gpuclass-license-other"}},
-            True,
-            id="passthrough-with-licence",
-        ),
-        pytest.param(
-            [cls("lic")],
-            {"name": "x", "secret": {"secretName": "gpuclass-license-byol"}},
-            True,
-            id="another-class-copy",
-        ),
-        pytest.param([cls("lic")], {**LICENCE_VOLUME}, False, id="own-licence-volume"),
-        pytest.param(
-            None,
-            {"name": "s", "secret": {"secretName": "my-own-secret"}},
-            False,
-            id="unrelated-secret",
-        ),
-    ],
-)
-def test_4_8_hand_mounted_licence(selection: Any, volume: dict[str, Any], refused: bool) -> None:
+def _volume(volume: dict[str, Any]) -> Any:
+    return lambda spec: spec["volumes"].append(volume)
+
+
+def _credential(credential: dict[str, Any]) -> Any:
+    return lambda spec: spec.setdefault("accessCredentials", []).append(credential)
+
+
+def _pull_secret(spec: dict[str, Any]) -> None:
+    spec["volumes"][0]["containerDisk"]["imagePullSecret"] = COPY
+
+
+def _kernel_boot(spec: dict[str, Any]) -> None:
+    spec["domain"]["firmware"] = {
+        "kernelBoot": {"container": {"image": "example.org/k:1", "imagePullSecret": COPY}}
+    }
+
+
+SSH_KEY = {
+    "sshPublicKey": {
+        "source": {"secret": {"secretName": COPY}},
+        "propagationMethod": {"noCloud": {}},
+    }
+}
+PASSWORD = {
+    "userPassword": {
+        "source": {"secret": {"secretName": COPY}},
+        "propagationMethod": {"qemuGuestAgent": {}},
+    }
+}
+REFERENCE_ROWS = [
+    pytest.param(
+        None,
+        _volume({"name": "lic", "secret": {"secretName": COPY}}),
+        ["spec.volumes[1].secret.secretName"],
+        id="secret-volume",
+    ),
+    pytest.param(
+        None,
+        _volume({"name": "ci", "cloudInitNoCloud": {"secretRef": {"name": COPY}}}),
+        ["spec.volumes[1].cloudInitNoCloud.secretRef.name"],
+        id="no-cloud-user-data-secret",
+    ),
+    pytest.param(
+        None,
+        _volume({"name": "ci", "cloudInitNoCloud": {"networkDataSecretRef": {"name": COPY}}}),
+        ["spec.volumes[1].cloudInitNoCloud.networkDataSecretRef.name"],
+        id="no-cloud-network-data-secret",
+    ),
+    pytest.param(
+        None,
+        _volume({"name": "ci", "cloudInitConfigDrive": {"secretRef": {"name": COPY}}}),
+        ["spec.volumes[1].cloudInitConfigDrive.secretRef.name"],
+        id="config-drive-user-data-secret",
+    ),
+    pytest.param(
+        None,
+        _volume({"name": "ci", "cloudInitConfigDrive": {"networkDataSecretRef": {"name": COPY}}}),
+        ["spec.volumes[1].cloudInitConfigDrive.networkDataSecretRef.name"],
+        id="config-drive-network-data-secret",
+    ),
+    pytest.param(
+        None,
+        _volume({"name": "sp", "sysprep": {"secret": {"name": COPY}}}),
+        ["spec.volumes[1].sysprep.secret.name"],
+        id="sysprep-secret",
+    ),
+    pytest.param(
+        None,
+        _pull_secret,
+        ["spec.volumes[0].containerDisk.imagePullSecret"],
+        id="container-disk-pull-secret",
+    ),
+    pytest.param(
+        None,
+        _kernel_boot,
+        ["spec.domain.firmware.kernelBoot.container.imagePullSecret"],
+        id="kernel-boot-pull-secret",
+    ),
+    pytest.param(
+        None,
+        _credential(SSH_KEY),
+        ["spec.accessCredentials[0].sshPublicKey.source.secret.secretName"],
+        id="ssh-key-no-selection",
+    ),
+    pytest.param(
+        [cls("byol")],
+        _credential(SSH_KEY),
+        ["spec.accessCredentials[0].sshPublicKey.source.secret.secretName"],
+        id="ssh-key-byol-no-cloud",
+    ),
+    pytest.param(
+        [cls("lic")],
+        _credential(SSH_KEY),
+        ["spec.accessCredentials[0].sshPublicKey.source.secret.secretName"],
+        id="ssh-key-from-own-licence-copy",
+    ),
+    pytest.param(
+        None,
+        _credential(PASSWORD),
+        ["spec.accessCredentials[0].userPassword.source.secret.secretName"],
+        id="user-password",
+    ),
+    pytest.param(
+        [cls("byol")],
+        _volume({**LICENCE_VOLUME}),
+        ["spec.volumes[1].secret.secretName"],
+        id="byol-with-platform-licence",
+    ),
+    pytest.param(
+        [cls("whole")],
+        _volume({"name": "x", "secret": {"secretName": "gpuclass-license-other"}}),
+        ["spec.volumes[1].secret.secretName"],
+        id="passthrough-with-licence",
+    ),
+    pytest.param(
+        [cls("lic")],
+        _volume({"name": "x", "secret": {"secretName": "gpuclass-license-byol"}}),
+        ["spec.volumes[1].secret.secretName"],
+        id="another-class-copy",
+    ),
+    pytest.param(
+        [cls("lic")],
+        _volume({"name": "x", "secret": {"secretName": COPY}}),
+        ["spec.volumes[1].secret.secretName"],
+        id="own-copy-under-another-volume-name",
+    ),
+    pytest.param(
+        None,
+        _volume({"name": "x", "secret": {"secretName": COPY}, "extra": {"secretName": COPY}}),
+        ["spec.volumes[1].secret.secretName", "spec.volumes[1].extra.secretName"],
+        id="every-reference-reported",
+    ),
+    pytest.param([cls("lic")], _volume({**LICENCE_VOLUME}), [], id="own-licence-volume"),
+    pytest.param(
+        None,
+        _volume({"name": "s", "secret": {"secretName": "my-own-secret"}}),
+        [],
+        id="unrelated-secret",
+    ),
+    pytest.param(
+        None,
+        _credential({"sshPublicKey": {"source": {"secret": {"secretName": "my-keys"}}}}),
+        [],
+        id="unrelated-ssh-key",
+    ),
+]
+
+
+@pytest.mark.parametrize(("selection", "change", "paths"), REFERENCE_ROWS)
+def test_4_8_licence_copy_references(selection: Any, change: Any, paths: list[str]) -> None:
     obj = vmi(selection)
-    obj["spec"]["volumes"].append(volume)
+    change(obj["spec"])
     decision = create(obj)
-    if refused:
-        assert causes_of(decision) == [("spec.volumes[1]", "forbidden", "LicenceHandMounted")]
+    if paths:
+        assert causes_of(decision) == [(p, "forbidden", "LicenceHandMounted") for p in paths]
         assert isinstance(decision, Denied) and decision.code == 403
     else:
         assert isinstance(decision, Allowed)
+
+
+def test_4_8_licence_volume_not_exactly_ours_is_invalid_and_forbidden() -> None:
+    obj = vmi([cls("lic")])
+    obj["spec"]["volumes"].append({**LICENCE_VOLUME, "secret": {"secretName": COPY}})
+    decision = create(obj)
+    assert causes_of(decision) == [
+        ("spec.volumes[1].secret.secretName", "forbidden", "LicenceHandMounted"),
+        ("spec.volumes[1]", "invalid", "ReservedName"),
+    ]
+    assert isinstance(decision, Denied) and decision.code == 422
 
 
 # UPDATE: the selection is immutable; rule 8 applies to the new object; everything else passes.
@@ -800,11 +1051,40 @@ def test_update_unrelated_change_passes_untouched() -> None:
     assert update(new, old) == Allowed()
 
 
-def test_update_hand_mount_refused() -> None:
-    old = vmi([cls("whole")])
+@pytest.mark.parametrize(("selection", "change", "paths"), REFERENCE_ROWS)
+def test_update_new_licence_copy_reference_refused(
+    selection: Any, change: Any, paths: list[str]
+) -> None:
+    old = vmi(selection)
     new = copy.deepcopy(old)
-    new["spec"]["volumes"].append({"name": "lic", "secret": {"secretName": "gpuclass-license-lic"}})
-    assert causes_of(update(new, old)) == [("spec.volumes[1]", "forbidden", "LicenceHandMounted")]
+    change(new["spec"])
+    decision = update(new, old)
+    if paths:
+        assert causes_of(decision) == [(p, "forbidden", "LicenceHandMounted") for p in paths]
+    else:
+        assert decision == Allowed()
+
+
+def test_update_keeps_references_the_stored_object_already_had() -> None:
+    old = vmi()
+    _credential(SSH_KEY)(old["spec"])
+    new = copy.deepcopy(old)
+    new["metadata"]["finalizers"] = []
+    assert update(new, old) == Allowed()
+
+
+def test_update_pointing_an_existing_reference_at_a_copy_refused() -> None:
+    old = vmi()
+    _credential({"sshPublicKey": {"source": {"secret": {"secretName": "my-keys"}}}})(old["spec"])
+    new = copy.deepcopy(old)
+    new["spec"]["accessCredentials"][0]["sshPublicKey"]["source"]["secret"]["secretName"] = COPY
+    assert causes_of(update(new, old)) == [
+        (
+            "spec.accessCredentials[0].sshPublicKey.source.secret.secretName",
+            "forbidden",
+            "LicenceHandMounted",
+        )
+    ]
 
 
 def test_update_keeps_the_licence_it_was_admitted_with_even_if_class_is_gone() -> None:

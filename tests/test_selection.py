@@ -29,6 +29,18 @@ def entry_path(index: int, key: str = "") -> str:
             id="repeated-entries-kept-in-order",
         ),
         pytest.param('[{"className": "a", "count": 1024}]', [("a", 1024, 0)], id="large-count"),
+        # Whole numbers however large stay whole numbers: resolution gives them the limit cause.
+        pytest.param(
+            f'[{{"className": "a", "count": {2**64}}}]', [("a", 2**64, 0)], id="two-to-the-64"
+        ),
+        pytest.param(
+            f'[{{"className": "a", "count": {10**30}}}]', [("a", 10**30, 0)], id="ten-to-the-30"
+        ),
+        pytest.param(
+            '[{"className": "a", "count": ' + "9" * 5000 + "}]",
+            [("a", 10**40, 0)],
+            id="five-thousand-digits-read-as-a-bound",
+        ),
         pytest.param(" [ ] ", [], id="empty-list-with-spaces"),
         pytest.param("[]", [], id="empty-list-no-selection"),
     ],
@@ -54,7 +66,8 @@ def test_no_annotation_is_no_selection() -> None:
         pytest.param('"2"', '"2"', id="string"),
         pytest.param("true", "true", id="bool"),
         pytest.param("null", "null", id="null"),
-        pytest.param(str(10**30), "1e+30", id="ten-to-the-thirty"),
+        pytest.param(str(-(2**64)), str(-(2**64)), id="minus-two-to-the-64"),
+        pytest.param("1e400", "inf", id="float-overflow"),
         pytest.param("[1]", "[1]", id="list"),
     ],
 )
@@ -71,9 +84,13 @@ def test_bad_count(count_json: str, shown: str) -> None:
     [
         pytest.param("[{className: a", [(ANN, "must be a JSON list")], id="not-json"),
         pytest.param("", [(ANN, "must be a JSON list")], id="empty-string"),
-        pytest.param('{"className": "a"}', [(ANN, "must be a JSON list")], id="object-not-list"),
-        pytest.param('"a"', [(ANN, "must be a JSON list")], id="string-not-list"),
-        pytest.param("null", [(ANN, "must be a JSON list")], id="null-not-list"),
+        pytest.param(
+            '{"className": "a"}',
+            [(ANN, "must be a JSON list of GPU entries (got an object)")],
+            id="object-not-list",
+        ),
+        pytest.param('"a"', [(ANN, "entries (got a string)")], id="string-not-list"),
+        pytest.param("null", [(ANN, "entries (got null)")], id="null-not-list"),
         pytest.param(
             '["a"]', [(entry_path(0), "each entry must be an object")], id="entry-not-object"
         ),
@@ -141,7 +158,10 @@ def test_bad_count(count_json: str, shown: str) -> None:
             [
                 (entry_path(0, "count"), "at least 1"),
                 (entry_path(1, "count"), "at least 1"),
-                (entry_path(2), "must be an object"),
+                (
+                    entry_path(2),
+                    "must be an object with className (and count) or name (got an integer)",
+                ),
             ],
             id="every-bad-entry-reported",
         ),

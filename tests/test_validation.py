@@ -163,17 +163,17 @@ def assert_causes(causes: tuple[Cause, ...], expected: Expected) -> None:
         ),
         pytest.param(
             gpuclass(**VGPU, license={"secretName": "s", "featureType": True}),
-            [("spec.license.featureType", "must be an integer", MODEL)],
+            [("spec.license.featureType", "must be an integer (got a boolean)", MODEL)],
             id="feature-type-bool",
         ),
         pytest.param(
             gpuclass(**VGPU, license={"secretName": "s", "featureType": 4.0}),
-            [("spec.license.featureType", "must be an integer", MODEL)],
+            [("spec.license.featureType", "must be an integer (got a number)", MODEL)],
             id="feature-type-float",
         ),
         pytest.param(
             gpuclass(**VGPU, license={"secretName": "s", "featureType": "4"}),
-            [("spec.license.featureType", "must be an integer", MODEL)],
+            [("spec.license.featureType", "must be an integer (got a string)", MODEL)],
             id="feature-type-string",
         ),
         # memory: a positive quantity.
@@ -191,7 +191,9 @@ def assert_causes(causes: tuple[Cause, ...], expected: Expected) -> None:
             id="memory-not-quantity",
         ),
         pytest.param(
-            gpuclass(memory=16), [("spec.memory", "must be a string", MODEL)], id="memory-number"
+            gpuclass(memory=16),
+            [("spec.memory", "must be a string (got an integer)", MODEL)],
+            id="memory-number",
         ),
         # maxCount: an integer >= 1.
         pytest.param(
@@ -201,17 +203,17 @@ def assert_causes(causes: tuple[Cause, ...], expected: Expected) -> None:
         ),
         pytest.param(
             gpuclass(maxCount="2"),
-            [("spec.maxCount", "must be an integer", MODEL)],
+            [("spec.maxCount", "must be an integer (got a string)", MODEL)],
             id="max-count-string",
         ),
         pytest.param(
             gpuclass(maxCount=2.0),
-            [("spec.maxCount", "must be an integer", MODEL)],
+            [("spec.maxCount", "must be an integer (got a number)", MODEL)],
             id="max-count-float",
         ),
         pytest.param(
             gpuclass(maxCount=True),
-            [("spec.maxCount", "must be an integer", MODEL)],
+            [("spec.maxCount", "must be an integer (got a boolean)", MODEL)],
             id="max-count-bool",
         ),
         # Unknown spec fields are refused.
@@ -289,7 +291,7 @@ def assert_causes(causes: tuple[Cause, ...], expected: Expected) -> None:
         ),
         pytest.param(
             gpuclass(tolerations="x"),
-            [("spec.tolerations", "must be a list", MODEL)],
+            [("spec.tolerations", "must be a list (got a string)", MODEL)],
             id="tolerations-not-list",
         ),
         pytest.param(

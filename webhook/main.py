@@ -63,7 +63,10 @@ async def serve(settings: WebhookSettings) -> int:
     try:
         state: CatalogState = (
             FileState(
-                settings.objects, settings.policy(), poll_seconds=settings.objects_poll_seconds
+                settings.objects,
+                settings.policy(),
+                poll_seconds=settings.objects_poll_seconds,
+                kubevirt_namespace=settings.kubevirt_namespace,
             )
             if settings.objects
             else await _cluster_state(settings, metrics)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from shared import names
 from shared.catalog import Catalog, Policy, build_catalog
 from shared.runtime.filesource import FileSource
 from shared.runtime.listwatch import ListWatchSource, RawObject, list_watch
@@ -35,8 +36,15 @@ class CatalogState(Protocol):
 class FileState:
     """The catalog from files, with capacity figures computed from their nodes and pods."""
 
-    def __init__(self, paths: Sequence[Path], policy: Policy, *, poll_seconds: float = 1.0) -> None:
-        self._source = FileSource(paths)
+    def __init__(
+        self,
+        paths: Sequence[Path],
+        policy: Policy,
+        *,
+        poll_seconds: float = 1.0,
+        kubevirt_namespace: str = names.DEFAULT_KUBEVIRT_NAMESPACE,
+    ) -> None:
+        self._source = FileSource(paths, kubevirt_namespace=kubevirt_namespace)
         self._policy = policy
         self._poll = poll_seconds
         self.catalog = Catalog(policy=policy)

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from shared.names import DEFAULT_KUBEVIRT_NAMESPACE
 from shared.runtime.loader import LoadError, files_under, load_snapshot
 from shared.snapshot import Snapshot
 
@@ -30,8 +31,11 @@ def stamp_of(paths: Sequence[str | Path]) -> Stamp:
 
 
 class FileSource:
-    def __init__(self, paths: Sequence[str | Path]) -> None:
+    def __init__(
+        self, paths: Sequence[str | Path], *, kubevirt_namespace: str = DEFAULT_KUBEVIRT_NAMESPACE
+    ) -> None:
         self.paths = [Path(p) for p in paths]
+        self.kubevirt_namespace = kubevirt_namespace
         self._stamp: Stamp | None = None
         self.snapshot: Snapshot = Snapshot()
         self.error: str | None = None
@@ -45,7 +49,7 @@ class FileSource:
             stamp = self._current_stamp()
             if stamp == self._stamp:
                 return False
-            self.snapshot = load_snapshot(self.paths)
+            self.snapshot = load_snapshot(self.paths, kubevirt_namespace=self.kubevirt_namespace)
         except (LoadError, OSError) as exc:
             self.error = str(exc)
             log.warning(

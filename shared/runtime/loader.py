@@ -4,6 +4,14 @@ JSON goes through orjson (snapshots can be 50 MB); YAML through PyYAML's C loade
 when present. Multi-document YAML and `kind: List` are accepted. Each object is
 folded into the snapshot as it is read, so only the compact records outlive the
 parse.
+
+The files are read as the cluster an API server would hold (:func:`as_stored`), the
+same way for `gpuclass review`/`status`, `gpuclass-webhook --objects` and the
+reconciler's offline twin, so their figures agree: namespaced objects without a
+namespace land in `default`, a KubeVirt CR without one in the KubeVirt namespace,
+and only the KubeVirt CRs in that namespace count (the reconciler watches no
+other); the same object given twice counts once (the snapshot keys objects by
+kind, namespace and name, the later one winning).
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from typing import Any
 import orjson
 import yaml
 
+from shared import names
 from shared.snapshot import Snapshot, SnapshotBuilder
 
 _YamlLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
@@ -105,8 +114,46 @@ def iter_named_objects(paths: Iterable[str | Path]) -> Iterator[tuple[Path, Mapp
             yield path, obj
 
 
-def load_snapshot(paths: Iterable[str | Path]) -> Snapshot:
+NAMESPACED_DEFAULT = frozenset({"Pod", "Secret", "VirtualMachineInstance"})
+
+
+def as_stored(obj: Mapping[str, Any], index: int, *, kubevirt_namespace: str) -> dict[str, Any]:
+    """The object as an API server would hold it.
+
+    A KubeVirt CR written without a namespace counts as the one in the KubeVirt
+    namespace; other namespaced objects without one land in `default` (as
+    `kubectl apply` would put them); a nameless object gets a generated name
+    (`unnamed-<index>`), so that it is still counted.
+    """
+    stored = dict(obj)
+    raw_meta = obj.get("metadata")
+    meta = dict(raw_meta) if isinstance(raw_meta, dict) else {}
+    kind = obj.get("kind")
+    if not meta.get("namespace"):
+        if kind == "KubeVirt":
+            meta["namespace"] = kubevirt_namespace
+        elif kind in NAMESPACED_DEFAULT:
+            meta["namespace"] = "default"
+    if not isinstance(meta.get("name"), str) or not meta["name"]:
+        meta["name"] = f"unnamed-{index}"
+    stored["metadata"] = meta
+    return stored
+
+
+def iter_stored_objects(
+    paths: Iterable[str | Path], *, kubevirt_namespace: str = names.DEFAULT_KUBEVIRT_NAMESPACE
+) -> Iterator[dict[str, Any]]:
+    """Every object in the files, as stored (:func:`as_stored`)."""
+    for index, (_, raw) in enumerate(iter_named_objects(paths)):
+        yield as_stored(raw, index, kubevirt_namespace=kubevirt_namespace)
+
+
+def load_snapshot(
+    paths: Iterable[str | Path], *, kubevirt_namespace: str = names.DEFAULT_KUBEVIRT_NAMESPACE
+) -> Snapshot:
     builder = SnapshotBuilder()
-    for path in files_under(paths):
-        builder.add_all(iter_objects(path))
+    for obj in iter_stored_objects(paths, kubevirt_namespace=kubevirt_namespace):
+        if obj.get("kind") == "KubeVirt" and obj["metadata"]["namespace"] != kubevirt_namespace:
+            continue  # the reconciler and the webhook read only the CR in the KubeVirt namespace
+        builder.add(obj)
     return builder.snapshot

@@ -1,21 +1,32 @@
 {{/*
 The webhook's serving certificate when cert-manager is not used ("self-managed").
 
+Two Secrets: the serving Secret the webhook mounts (ca.crt, tls.crt, tls.key: never the CA's private
+key, so whoever can read what the webhook reads cannot sign certificates) and `<serving>-ca` (ca.crt,
+ca.key), which nothing mounts and only Helm reads.
+
 Helm's genCA/genSignedCert make new keys on every render, so the chart reuses what it made before:
-it looks the TLS Secret up (`lookup`, live on install/upgrade; empty under `helm template`) and
+it looks both Secrets up (`lookup`, live on install/upgrade; empty under `helm template`) and
   * reuses CA and certificate while the certificate has more than renewBeforeDays left and was made
     for this Service's DNS name;
   * otherwise re-signs a new certificate with the *same* CA while the CA has more than renewBeforeDays
     left — the caBundle does not change, so old and new webhook Pods are trusted during the rollout;
   * otherwise (first install, Secret deleted, CA near its end) makes a new CA and certificate.
-The result is computed once per render and memoised on the root context, so the Secret, both webhook
+Releases before the split kept ca.key in the serving Secret; it is read from there once, when no CA
+Secret exists yet, so an upgrade keeps the CA (and the caBundle) and moves its key out.
+The result is computed once per render and memoised on the root context, so the Secrets, both webhook
 configurations' caBundle and the Deployment's checksum annotation always agree.
 Returns YAML: {caCert, cert, key, caNotAfter, certNotAfter, generated}.
 */}}
 
-{{- define "gpuclass.webhook.existingTLSSecret" -}}
+{{- define "gpuclass.webhook.caSecretName" -}}
+{{- printf "%s-ca" (include "gpuclass.webhook.tlsSecretName" .) -}}
+{{- end -}}
+
+{{- /* call with (dict "root" $ "name" NAME) */ -}}
+{{- define "gpuclass.webhook.existingSecret" -}}
 {{- /* the only cluster read of the chart; tests/chart_helpers.py swaps this line for a fixture */ -}}
-{{- lookup "v1" "Secret" .Release.Namespace (include "gpuclass.webhook.tlsSecretName" .) | toYaml -}}
+{{- lookup "v1" "Secret" .root.Release.Namespace .name | toYaml -}}
 {{- end -}}
 
 {{- define "gpuclass.webhook.selfManagedTLS" -}}
@@ -26,21 +37,30 @@ Returns YAML: {caCert, cert, key, caNotAfter, certNotAfter, generated}.
 {{- $dnsNames := list $svc (printf "%s.%s" $svc .Release.Namespace) $host (printf "%s.cluster.local" $host) -}}
 {{- $layout := "2006-01-02T15:04:05Z07:00" -}}
 {{- $renewAt := now | dateModify (printf "+%dh" (mul (int $cfg.renewBeforeDays) 24)) -}}
-{{- $existing := include "gpuclass.webhook.existingTLSSecret" . | fromYaml | default dict -}}
+{{- $existing := include "gpuclass.webhook.existingSecret" (dict "root" . "name" (include "gpuclass.webhook.tlsSecretName" .)) | fromYaml | default dict -}}
+{{- $existingCA := include "gpuclass.webhook.existingSecret" (dict "root" . "name" (include "gpuclass.webhook.caSecretName" .)) | fromYaml | default dict -}}
 {{- $data := get $existing "data" | default dict -}}
 {{- $annotations := get (get $existing "metadata" | default dict) "annotations" | default dict -}}
-{{- $caPem := get $data "ca.crt" | default "" | b64dec -}}
-{{- $caKeyPem := get $data "ca.key" | default "" | b64dec -}}
+{{- $caData := get $existingCA "data" | default dict -}}
+{{- $caAnnotations := get (get $existingCA "metadata" | default dict) "annotations" | default dict -}}
+{{- if and (not $existingCA) (get $data "ca.key") -}}
+{{- /* migration from the single-Secret layout: its CA moves to the CA Secret */ -}}
+{{- $caData = $data -}}
+{{- $caAnnotations = $annotations -}}
+{{- end -}}
+{{- $caPem := get $caData "ca.crt" | default "" | b64dec -}}
+{{- $caKeyPem := get $caData "ca.key" | default "" | b64dec -}}
 {{- $certPem := get $data "tls.crt" | default "" | b64dec -}}
 {{- $keyPem := get $data "tls.key" | default "" | b64dec -}}
-{{- $caNotAfter := get $annotations "gpuclass.cozystack.io/ca-not-after" | default "" -}}
+{{- $caNotAfter := get $caAnnotations "gpuclass.cozystack.io/ca-not-after" | default "" -}}
 {{- $certNotAfter := get $annotations "gpuclass.cozystack.io/cert-not-after" | default "" -}}
+{{- $sameCA := eq (get $data "ca.crt" | default "") (get $caData "ca.crt" | default "-") -}}
 {{- $sameHost := eq (get $annotations "gpuclass.cozystack.io/service-host" | default "") $host -}}
 {{- $caUsable := and $caPem $caKeyPem $caNotAfter -}}
 {{- if $caUsable -}}
 {{- $caUsable = $renewAt.Before (toDate $layout $caNotAfter) -}}
 {{- end -}}
-{{- $certUsable := and $caUsable $sameHost $certPem $keyPem $certNotAfter -}}
+{{- $certUsable := and $caUsable $sameCA $sameHost $certPem $keyPem $certNotAfter -}}
 {{- if $certUsable -}}
 {{- $certUsable = $renewAt.Before (toDate $layout $certNotAfter) -}}
 {{- end -}}
