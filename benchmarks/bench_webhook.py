@@ -5,10 +5,18 @@ same uvicorn, TLS and one worker each, pinned to CPU 0, and drives each with wrk
 (pinned to CPU 1) over 16 keep-alive connections, alternating runs. Prints the
 throughput of the 4-GPU VMI mutation as a ratio to the baseline and wrk's p50/p99.
 Goals: ratio >= 0.5, p99 <= 5 ms at 16 connections. Needs `wrk` (Debian package).
+
+Speed of wrong answers is worthless, so the bodies are checked: one answer is
+read first and checked against the contract (allowed, uid echoed, a patch adding
+gpu1..gpu4 of example.com/whole-gpu), and wrk then counts every response whose
+body lacks that answer's exact patch (or, for the baseline, `"allowed":true`).
+Any wrong body fails the run (exit 1).
 """
 
 from __future__ import annotations
 
+import base64
+import http.client
 import json
 import os
 import re
@@ -66,6 +74,64 @@ def start(command: list[str]) -> subprocess.Popen[bytes]:
     )
 
 
+def reference_patch(port: int, ca: Path, body: bytes) -> str:
+    """POST the review once, check the answer against the contract, return its base64 patch."""
+    context = ssl.create_default_context(cafile=str(ca))
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+    try:
+        conn.request(
+            "POST",
+            "/mutate/virtualmachineinstances",
+            body,
+            {"Content-Type": "application/json"},
+        )
+        reply = conn.getresponse()
+        answer = json.loads(reply.read())
+    finally:
+        conn.close()
+    response = answer["response"]
+    uid = json.loads(body)["request"]["uid"]
+    if reply.status != 200 or response.get("uid") != uid or response.get("allowed") is not True:
+        raise RuntimeError(f"unexpected answer: {answer}")
+    operations = json.loads(base64.b64decode(response["patch"]))
+    gpus = [
+        entry
+        for op in operations
+        if op["path"].startswith("/spec/domain/devices/gpus")
+        for entry in (op["value"] if isinstance(op["value"], list) else [op["value"]])
+    ]
+    wanted = [{"name": f"gpu{i}", "deviceName": "example.com/whole-gpu"} for i in range(1, 5)]
+    if gpus != wanted:
+        raise RuntimeError(f"patch does not add the four GPUs: {operations}")
+    return str(response["patch"])
+
+
+def body_check(expected: str) -> str:
+    """wrk Lua that counts responses that are not 200 with `expected` in the body."""
+    return LUA_BODY_CHECK.replace("EXPECTED", json.dumps(expected))
+
+
+LUA_BODY_CHECK = r"""
+local expected = EXPECTED
+local threads = {}
+function setup(thread) table.insert(threads, thread) end
+checked = 0
+bad = 0
+function response(status, headers, body)
+  checked = checked + 1
+  if status ~= 200 or not string.find(body, expected, 1, true) then bad = bad + 1 end
+end
+function done(summary, latency, requests)
+  local c, b = 0, 0
+  for _, t in ipairs(threads) do c = c + t:get("checked"); b = b + t:get("bad") end
+  io.write(string.format("bodies checked %d bad %d\n", c, b))
+end
+"""
+
+
+BODIES = {"checked": 0, "bad": 0}
+
+
 def wrk(url: str, script: Path) -> tuple[float, float, float]:
     taskset = ["taskset", "-c", "1"] if shutil.which("taskset") else []
     out = subprocess.run(
@@ -88,6 +154,11 @@ def wrk(url: str, script: Path) -> tuple[float, float, float]:
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     if non2xx:
         raise RuntimeError(f"{url}: {non2xx.group(1)} error responses\n{out}")
+    bodies = re.search(r"bodies checked (\d+) bad (\d+)", out)
+    if not bodies:
+        raise RuntimeError(f"{url}: wrk did not report the body check\n{out}")
+    BODIES["checked"] += int(bodies.group(1))
+    BODIES["bad"] += int(bodies.group(2))
 
     def pct(p: str) -> float:
         value, unit = re.search(rf"{p}%\s+([\d.]+)(us|ms|s)", out).groups()  # type: ignore[union-attr]
@@ -103,8 +174,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="gpuclass-bench-"))
     body = review_body()
     (work / "body.json").write_bytes(body)
-    script = work / "post.lua"
-    script.write_text(
+    post = (
         'wrk.method = "POST"\n'
         'wrk.headers["Content-Type"] = "application/json"\n'
         f'local f = io.open("{work / "body.json"}", "rb")\nwrk.body = f:read("*all")\nf:close()\n'
@@ -125,6 +195,12 @@ def main() -> int:
         ]
     )
     wait_ready(webhook_port, work / "tls" / "ca.crt")
+    script = work / "post.lua"
+    script.write_text(
+        post + body_check(reference_patch(webhook_port, work / "tls" / "ca.crt", body))
+    )
+    bare_script = work / "bare.lua"
+    bare_script.write_text(post + body_check('"allowed":true'))
     bare = start(
         [
             str(BIN / "python"),
@@ -148,9 +224,9 @@ def main() -> int:
     results: dict[str, list[tuple[float, float, float]]] = {"bare": [], "webhook": []}
     try:
         wrk(f"https://127.0.0.1:{webhook_port}/mutate/virtualmachineinstances", script)  # warm-up
-        wrk(f"https://127.0.0.1:{bare_port}/", script)
+        wrk(f"https://127.0.0.1:{bare_port}/", bare_script)
         for _ in range(ROUNDS):
-            results["bare"].append(wrk(f"https://127.0.0.1:{bare_port}/", script))
+            results["bare"].append(wrk(f"https://127.0.0.1:{bare_port}/", bare_script))
             results["webhook"].append(
                 wrk(f"https://127.0.0.1:{webhook_port}/mutate/virtualmachineinstances", script)
             )
@@ -171,7 +247,11 @@ def main() -> int:
     print(
         f"throughput ratio: {hook[0] / bare_rps:.2f} (goal >= 0.5); p99 {hook[2]:.2f} ms (goal <= 5 ms)"
     )
-    return 0
+    print(
+        f"response bodies checked: {BODIES['checked']}, wrong: {BODIES['bad']} "
+        "(webhook: the reference patch; baseline: allowed)"
+    )
+    return 1 if BODIES["bad"] else 0
 
 
 if __name__ == "__main__":
