@@ -32,7 +32,6 @@ GPUCLASSES = "/apis/cozystack.io/v1alpha1/gpuclasses"
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 COLUMNS = ["Name", "Mode", "Resource", "Free", "MaxFreePerNode", "Ready", "Age"]
 RECONCILER = "system:serviceaccount:cozy-system:gpuclass-reconciler"
-KUBECTL = Path("/usr/bin/kubectl")
 
 
 def gpuclass(name: str, **spec: Any) -> RawObject:
@@ -143,24 +142,6 @@ def test_printer_columns_through_the_table_api(control_plane: ControlPlane) -> N
     [row] = table["rows"]
     assert row["cells"][:6] == [name, "passthrough", f"example.com/{name}", 3, 2, "True"]
     assert row["cells"][6].endswith("s")  # age, e.g. "1s"
-
-
-@pytest.mark.skipif(
-    not KUBECTL.exists(), reason="no /usr/bin/kubectl (the Table API test covers it)"
-)
-def test_kubectl_get_gpuc_shows_the_columns(control_plane: ControlPlane) -> None:
-    name = unique_name("kubectl")
-    with_status(control_plane, name)
-    done = subprocess.run(
-        [str(KUBECTL), "--kubeconfig", str(control_plane.admin_kubeconfig), "get", "gpuc", name],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    header, line = done.stdout.splitlines()
-    assert header.split() == [c.upper() for c in COLUMNS]
-    assert line.split()[:6] == [name, "passthrough", f"example.com/{name}", "3", "2", "True"]
 
 
 # -- users, RBAC, admission plugins -----------------------------------------------------------
