@@ -30,7 +30,7 @@ import pytest
 from tests.chart_helpers import NAMESPACE, documents, render
 from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
-from tests.e2e_reconciler_helpers import gpuclass, namespace
+from tests.e2e_reconciler_helpers import PermittedDevices, gpuclass, namespace
 from tests.test_e2e_webhook import World, vmi
 from tests.webhook_process import WebhookProcess
 
@@ -154,7 +154,10 @@ def routing(
         ]
     )
     api.apply(webhook_rbac())
-    _permit(api, [classes.whole_resource, classes.byol_resource, classes.licensed_resource])
+    permitted = PermittedDevices()  # the one KubeVirt CR in cozy-kubevirt, as in a cluster
+    permitted.permit(
+        api, [classes.whole_resource, classes.byol_resource, classes.licensed_resource]
+    )
     created = [
         api.create(
             gpuclass(classes.whole, classes.whole_resource, tolerations=[classes.toleration])
@@ -178,31 +181,8 @@ def routing(
         route.remove()
         route.stop_server()
         for obj in created:
-            api.delete(obj)
-
-
-def _permit(api: Api, resources: list[str]) -> None:
-    """Our resource names in a KubeVirt CR of our own in cozy-kubevirt (the permitted set is
-    the union over every KubeVirt CR there, CONTRACT.md section 1)."""
-    api.apply(
-        [
-            {
-                "apiVersion": "kubevirt.io/v1",
-                "kind": "KubeVirt",
-                "metadata": {"name": "chart-route", "namespace": KUBEVIRT_NS},
-                "spec": {
-                    "configuration": {
-                        "permittedHostDevices": {
-                            "pciHostDevices": [
-                                {"pciVendorSelector": "10DE:0C0C", "resourceName": r}
-                                for r in resources
-                            ]
-                        }
-                    }
-                },
-            }
-        ]
-    )
+            control_plane.admin.delete(obj)
+        permitted.restore(control_plane.admin)
 
 
 def _refusal(api: Api, obj: RawObject, method: str = "POST") -> ApiError:
