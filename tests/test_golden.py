@@ -93,7 +93,7 @@ def test_every_case_has_a_hand_written_verdict() -> None:
     assert sorted(EXPECTED) == sorted(c.name for c in CASES)
 
 
-def _changed_fields(before: Any, after: Any, pointer: str = "") -> set[str]:
+def changed_fields(before: Any, after: Any, pointer: str = "") -> set[str]:
     """The fields a patch changed: JSON pointers of differing values, a list as one field,
     descending into objects (so a created container reports the fields it holds)."""
     if before == after:
@@ -104,7 +104,7 @@ def _changed_fields(before: Any, after: Any, pointer: str = "") -> set[str]:
         found: set[str] = set()
         for key in sorted(keys):
             escaped = str(key).replace("~", "~0").replace("/", "~1")
-            found |= _changed_fields(old.get(key), after.get(key), f"{pointer}/{escaped}")
+            found |= changed_fields(old.get(key), after.get(key), f"{pointer}/{escaped}")
         return found
     return {pointer}
 
@@ -127,7 +127,7 @@ def _verdict(case: GoldenCase, answer: dict[str, Any]) -> dict[str, Any]:
         operations = json.loads(base64.b64decode(response["patch"]))
         source = case.request["request"]["object"]
         verdict["changes"] = sorted(
-            _changed_fields(source, jsonpatch.apply_patch(source, operations))
+            changed_fields(source, jsonpatch.apply_patch(source, operations))
         )
     verdict["warns"] = bool(response.get("warnings"))
     return verdict
