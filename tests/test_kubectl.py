@@ -82,8 +82,8 @@ def test_kubectl_get_gpuc_shows_the_printer_columns(
     columns = ["NAME"] + [c["name"].upper() for c in crd_version()["additionalPrinterColumns"]]
     assert header.split() == columns
     assert line.split()[:6] == [name, "passthrough", f"example.com/{name}", "3", "2", "True"]
-    wide = run(kubectl, control_plane, "get", "gpuclasses", name, "-o", "name")
-    assert wide.strip() == f"gpuclass.cozystack.io/{name}"
+    listed = run(kubectl, control_plane, "get", "gpuclasses", name, "-o", "name")
+    assert listed.strip() == f"gpuclass.cozystack.io/{name}"
 
 
 @pytest.mark.parametrize(
