@@ -252,14 +252,17 @@ def test_vmi_updates_admission_can_refuse_reach_the_webhook(
     del removed["metadata"]["annotations"][ANN]
     assert _refusal(api, removed, "PUT").status_code == 422
 
-    mounted = json.loads(json.dumps(stored))
-    mounted["spec"]["volumes"].append(
-        {"name": "lic", "secret": {"secretName": f"gpuclass-license-{c.licensed}"}}
-    )
-    error = _refusal(api, mounted, "PUT")
-    assert error.status_code == 403
-    assert "gpuclass-license-" in error.body["message"]
-    assert routing.calls(operation="UPDATE", kind="VirtualMachineInstance", name=name) >= 3
+    copy_name = f"gpuclass-license-{c.licensed}"
+    for volume in (
+        {"name": "lic", "secret": {"secretName": copy_name}},
+        {"name": "ci", "cloudInitNoCloud": {"secretRef": {"name": copy_name}}},
+    ):
+        mounted = json.loads(json.dumps(stored))
+        mounted["spec"]["volumes"].append(volume)
+        error = _refusal(api, mounted, "PUT")
+        assert error.status_code == 403, volume
+        assert copy_name in error.body["message"]
+    assert routing.calls(operation="UPDATE", kind="VirtualMachineInstance", name=name) >= 4
 
     unrelated = json.loads(json.dumps(stored))
     unrelated["metadata"].setdefault("labels", {})["kubevirt.io/nodeName"] = "node-a"
