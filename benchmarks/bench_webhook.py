@@ -8,10 +8,18 @@ It also prints each server's CPU time per request (from /proc): on a machine sha
 other work, wall-clock throughput swings with the neighbours' load, while CPU per request
 barely moves, so the CPU ratio is the steadier reading of the same question.
 Goals: ratio >= 0.5, p99 <= 5 ms at 16 connections. Needs `wrk` (Debian package).
+
+Speed of wrong answers is worthless, so the bodies are checked: one answer is
+read first and checked against the contract (allowed, uid echoed, a patch adding
+gpu1..gpu4 of example.com/whole-gpu), and wrk then counts every response whose
+body lacks that answer's exact patch (or, for the baseline, `"allowed":true`).
+Any wrong body fails the run (exit 1).
 """
 
 from __future__ import annotations
 
+import base64
+import http.client
 import json
 import os
 import re
@@ -78,6 +86,64 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def reference_patch(port: int, ca: Path, body: bytes) -> str:
+    """POST the review once, check the answer against the contract, return its base64 patch."""
+    context = ssl.create_default_context(cafile=str(ca))
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+    try:
+        conn.request(
+            "POST",
+            "/mutate/virtualmachineinstances",
+            body,
+            {"Content-Type": "application/json"},
+        )
+        reply = conn.getresponse()
+        answer = json.loads(reply.read())
+    finally:
+        conn.close()
+    response = answer["response"]
+    uid = json.loads(body)["request"]["uid"]
+    if reply.status != 200 or response.get("uid") != uid or response.get("allowed") is not True:
+        raise RuntimeError(f"unexpected answer: {answer}")
+    operations = json.loads(base64.b64decode(response["patch"]))
+    gpus = [
+        entry
+        for op in operations
+        if op["path"].startswith("/spec/domain/devices/gpus")
+        for entry in (op["value"] if isinstance(op["value"], list) else [op["value"]])
+    ]
+    wanted = [{"name": f"gpu{i}", "deviceName": "example.com/whole-gpu"} for i in range(1, 5)]
+    if gpus != wanted:
+        raise RuntimeError(f"patch does not add the four GPUs: {operations}")
+    return str(response["patch"])
+
+
+def body_check(expected: str) -> str:
+    """wrk Lua that counts responses that are not 200 with `expected` in the body."""
+    return LUA_BODY_CHECK.replace("EXPECTED", json.dumps(expected))
+
+
+LUA_BODY_CHECK = r"""
+local expected = EXPECTED
+local threads = {}
+function setup(thread) table.insert(threads, thread) end
+checked = 0
+bad = 0
+function response(status, headers, body)
+  checked = checked + 1
+  if status ~= 200 or not string.find(body, expected, 1, true) then bad = bad + 1 end
+end
+function done(summary, latency, requests)
+  local c, b = 0, 0
+  for _, t in ipairs(threads) do c = c + t:get("checked"); b = b + t:get("bad") end
+  io.write(string.format("bodies checked %d bad %d\n", c, b))
+end
+"""
+
+
+BODIES = {"checked": 0, "bad": 0}
+
+
 def wrk(url: str, script: Path) -> tuple[float, float, float, int]:
     taskset = ["taskset", "-c", "1"] if shutil.which("taskset") else []
     out = subprocess.run(
@@ -100,6 +166,11 @@ def wrk(url: str, script: Path) -> tuple[float, float, float, int]:
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     if non2xx:
         raise RuntimeError(f"{url}: {non2xx.group(1)} error responses\n{out}")
+    bodies = re.search(r"bodies checked (\d+) bad (\d+)", out)
+    if not bodies:
+        raise RuntimeError(f"{url}: wrk did not report the body check\n{out}")
+    BODIES["checked"] += int(bodies.group(1))
+    BODIES["bad"] += int(bodies.group(2))
 
     def pct(p: str) -> float:
         value, unit = re.search(rf"{p}%\s+([\d.]+)(us|ms|s)", out).groups()  # type: ignore[union-attr]
@@ -116,8 +187,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="gpuclass-bench-"))
     body = review_body()
     (work / "body.json").write_bytes(body)
-    script = work / "post.lua"
-    script.write_text(
+    post = (
         'wrk.method = "POST"\n'
         'wrk.headers["Content-Type"] = "application/json"\n'
         f'local f = io.open("{work / "body.json"}", "rb")\nwrk.body = f:read("*all")\nf:close()\n'
@@ -138,6 +208,12 @@ def main() -> int:
         ]
     )
     wait_ready(webhook_port, work / "tls" / "ca.crt")
+    script = work / "post.lua"
+    script.write_text(
+        post + body_check(reference_patch(webhook_port, work / "tls" / "ca.crt", body))
+    )
+    bare_script = work / "bare.lua"
+    bare_script.write_text(post + body_check('"allowed":true'))
     bare = start(
         [
             str(BIN / "python"),
@@ -161,16 +237,20 @@ def main() -> int:
     results: dict[str, list[tuple[float, float, float, int]]] = {"bare": [], "webhook": []}
     cpu_ms: dict[str, list[float]] = {"bare": [], "webhook": []}
     urls = {
-        "bare": (f"https://127.0.0.1:{bare_port}/", bare),
-        "webhook": (f"https://127.0.0.1:{webhook_port}/mutate/virtualmachineinstances", webhook),
+        "bare": (f"https://127.0.0.1:{bare_port}/", bare, bare_script),
+        "webhook": (
+            f"https://127.0.0.1:{webhook_port}/mutate/virtualmachineinstances",
+            webhook,
+            script,
+        ),
     }
     try:
-        for url, _ in urls.values():
-            wrk(url, script)  # warm-up
+        for url, _, lua in urls.values():
+            wrk(url, lua)  # warm-up
         for _ in range(ROUNDS):
-            for name, (url, proc) in urls.items():
+            for name, (url, proc, lua) in urls.items():
                 before = cpu_seconds(proc.pid)
-                result = wrk(url, script)
+                result = wrk(url, lua)
                 results[name].append(result)
                 cpu_ms[name].append((cpu_seconds(proc.pid) - before) * 1000 / max(result[3], 1))
     finally:
@@ -196,7 +276,11 @@ def main() -> int:
             f"CPU per request: bare {bare_cpu:.3f} ms, webhook {hook_cpu:.3f} ms (medians); "
             f"CPU ratio {bare_cpu / hook_cpu:.2f} (the throughput ratio on an idle machine)"
         )
-    return 0
+    print(
+        f"response bodies checked: {BODIES['checked']}, wrong: {BODIES['bad']} "
+        "(webhook: the reference patch; baseline: allowed)"
+    )
+    return 1 if BODIES["bad"] else 0
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -72,7 +71,6 @@ from tests.e2e_reconciler_helpers import (
 )
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
-KUBECTL = shutil.which("kubectl")
 DEDICATED = {"key": "gpu.example.com/dedicated", "operator": "Exists", "effect": "NoSchedule"}
 DEDICATED_TAINT = {"key": "gpu.example.com/dedicated", "value": "yes", "effect": "NoSchedule"}
 NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
@@ -400,7 +398,7 @@ def test_licence_source_secret_decides_license_secret_missing(world: World) -> N
 
 
 def test_kubectl_get_gpuclasses_shows_the_reconciled_figures(
-    world: World, control_plane: ControlPlane
+    world: World, control_plane: ControlPlane, kubectl: Path
 ) -> None:
     res = world.resource("columns")
     name = world.new_class(gpuclass(unique_name("rec-columns"), res))
@@ -414,10 +412,15 @@ def test_kubectl_get_gpuclasses_shows_the_reconciled_figures(
     [row] = table["rows"]
     assert row["cells"][:6] == [name, "passthrough", res, 3, 3, "True"]
 
-    if KUBECTL is None:
-        pytest.skip("no kubectl on PATH (the Table API above shows the same columns)")
     shown = subprocess.run(
-        [KUBECTL, "--kubeconfig", str(control_plane.admin_kubeconfig), "get", "gpuclasses", name],
+        [
+            str(kubectl),
+            "--kubeconfig",
+            str(control_plane.admin_kubeconfig),
+            "get",
+            "gpuclasses",
+            name,
+        ],
         capture_output=True,
         text=True,
         timeout=60,

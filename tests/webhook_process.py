@@ -40,7 +40,7 @@ class WebhookProcess:
         )
         assert self.proc.stderr is not None
         threading.Thread(target=self._read, args=(self.proc.stderr,), daemon=True).start()
-        if not self._ready.wait(30):
+        if not self._ready.wait(60):  # a busy 2-core CI machine can take long to import
             self.stop()
             raise RuntimeError("webhook did not start:\n" + "\n".join(self.lines[-30:]))
 

@@ -10,12 +10,15 @@ only if a selected test uses the fixture, so a long first build is not charged t
 one test's timeout. Missing binaries skip those tests, or fail them when
 GPUCLASS_REQUIRE_CONTROL_PLANE=1 (CI). Every test using the fixture is marked
 `controlplane`, so `-m "not controlplane"` leaves them out.
+
+`kubectl` (session scope) is the path of the kubectl built with the control plane.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -86,6 +89,17 @@ def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
         plane.install_crds([GPUCLASS_CRD, *KUBEVIRT_CRDS])
         config.stash[_STARTUP] = time.monotonic() - started
         yield plane
+
+
+@pytest.fixture(scope="session")
+def kubectl(control_plane: ControlPlane) -> Path:
+    """kubectl built from the same k8s.io/kubernetes module as the API server (build.sh puts
+    it beside kube-apiserver); one on PATH only when the assets folder has none."""
+    for candidate in (control_plane.assets / "kubectl", shutil.which("kubectl")):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return Path(candidate)
+    _unavailable(f"no kubectl in {control_plane.assets} or on PATH")
+    raise AssertionError("unreachable")  # pragma: no cover - skip/fail raise
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
