@@ -369,14 +369,14 @@ class Truth:
     def sync_nodes(self) -> None:
         """Cordons, taints, allocatable and readiness as planned (readiness through kwok)."""
         for node in self.plan.nodes.values():
-            body = {"spec": {"unschedulable": node.cordoned or None, "taints": None}}
             current = self.api.get("v1", "Node", node.name) or {}
-            system = [
+            system = [  # the node lifecycle controller's own: kept
                 t
                 for t in (current.get("spec") or {}).get("taints") or []
                 if t["key"].startswith("node.kubernetes.io/")
             ]
-            body["spec"]["taints"] = [*system, *node.taints] or None
+            taints = [*system, *node.taints] or None
+            body = {"spec": {"unschedulable": node.cordoned or None, "taints": taints}}
             self.api.call("PATCH", node_path(node.name), body=body, content_type=MERGE)
             amounts: dict[str, int | None] = dict.fromkeys(self.plan.resources)
             amounts.update(node.units)  # None: a resource the node no longer advertises
