@@ -6,7 +6,7 @@ nodes a class may use. Here the oracle is the real kube-scheduler, not our own
 reading of the rules: a seeded random cluster of kwok nodes (allocatable of
 three GPU resources, taints of each effect, cordons, NotReady through the node
 lifecycle controller after kwok stops heartbeating for a node) carries random
-workload pods (init containers, sidecars in the `sidecars` rows, Running, Pending,
+workload pods (init containers; sidecars and Pod overhead in the `extras` row; Running, Pending,
 terminating, Succeeded and Failed); `gpuclass-reconciler` writes every class's
 status; then, per class, probe pods carrying exactly the class tolerations ask
 the scheduler:
@@ -85,12 +85,13 @@ CLASS_TOLERATIONS: tuple[list[RawObject], ...] = (
 Fate = Literal["running", "pending", "succeeded", "failed", "terminating"]
 SETTLE = 60.0  # seconds for nodes, kwok and the reconciler to follow a change
 QUIET = 1.5  # a status unchanged this long has caught up (coalescing window 0.05 s)
-SCENARIOS = ((11, False), (23, False), (3, True))  # (seed, sidecars)
+SCENARIOS = ((11, False), (23, False), (3, True))  # (seed, extras: sidecars and overhead)
 BIND_WAIT = 15.0  # seconds a probe that must be bound may take
-SIDECAR_XFAIL = pytest.mark.xfail(
+EXTRAS_XFAIL = pytest.mark.xfail(
     strict=False,
     reason="the effective Pod request counts restartable init containers (sidecars) as "
-    "ordinary init containers; the scheduler adds them to every later container",
+    "ordinary init containers and leaves out spec.overhead; the scheduler adds a sidecar to "
+    "every later container and the overhead to the Pod",
 )
 
 
@@ -113,6 +114,7 @@ class PodPlan:
     containers: list[dict[str, int]]
     inits: list[tuple[dict[str, int], bool]]  # (requests, restartable: a sidecar)
     fate: Fate
+    overhead: bool = False  # runs with the scenario's RuntimeClass, whose overhead holds units
 
 
 @dataclass
@@ -132,21 +134,21 @@ def random_requests(rng: random.Random, resources: Sequence[str]) -> dict[str, i
 
 
 def random_pod(
-    rng: random.Random, name: str, node: str, resources: Sequence[str], *, sidecars: bool
+    rng: random.Random, name: str, node: str, resources: Sequence[str], *, extras: bool
 ) -> PodPlan:
     containers = [random_requests(rng, resources) for _ in range(rng.randint(1, 2))]
     inits: list[tuple[dict[str, int], bool]] = []
     for _ in range(rng.choice((0, 0, 1, 2))):
-        restartable = sidecars and rng.random() < 0.6
+        restartable = extras and rng.random() < 0.6
         amounts = random_requests(rng, resources)
         if not restartable:
             amounts = {r: n + rng.randint(0, 2) for r, n in amounts.items()}
         inits.append((amounts, restartable))
     fate: Fate = rng.choice(("running", "running", "running", "succeeded", "failed", "terminating"))
-    return PodPlan(name, node, containers, inits, fate)
+    return PodPlan(name, node, containers, inits, fate, overhead=extras and rng.random() < 0.3)
 
 
-def random_plan(seed: int, suffix: str, *, sidecars: bool) -> Plan:
+def random_plan(seed: int, suffix: str, *, extras: bool) -> Plan:
     rng = random.Random(seed)
     plan = Plan([f"truth-{suffix}.example.com/gpu-{i}" for i in range(len(CLASS_TOLERATIONS))])
     for i in range(rng.randint(3, 6)):
@@ -162,11 +164,11 @@ def random_plan(seed: int, suffix: str, *, sidecars: bool) -> Plan:
     for node in plan.nodes.values():
         for j in range(rng.randint(0, 3)):
             name = f"{node.name}-p{j}"
-            plan.pods[name] = random_pod(rng, name, node.name, plan.resources, sidecars=sidecars)
+            plan.pods[name] = random_pod(rng, name, node.name, plan.resources, extras=extras)
     return plan
 
 
-def churn(plan: Plan, rng: random.Random, round_: int, *, sidecars: bool) -> dict[str, Any]:
+def churn(plan: Plan, rng: random.Random, round_: int, *, extras: bool) -> dict[str, Any]:
     """Change the plan in place; returns what changed (for the failure message)."""
     changed: dict[str, Any] = {}
     live = [p for p in plan.pods.values() if p.fate in ("running", "pending")]
@@ -181,7 +183,7 @@ def churn(plan: Plan, rng: random.Random, round_: int, *, sidecars: bool) -> dic
     for k in range(rng.randint(1, 4)):
         node = rng.choice(nodes)
         name = f"{node.name}-r{round_}p{k}"
-        plan.pods[name] = random_pod(rng, name, node.name, plan.resources, sidecars=sidecars)
+        plan.pods[name] = random_pod(rng, name, node.name, plan.resources, extras=extras)
         plan.pods[name].fate = "running"
         added.append(name)
     flipped = rng.choice(nodes)
@@ -207,13 +209,13 @@ def churn(plan: Plan, rng: random.Random, round_: int, *, sidecars: bool) -> dic
 ROUNDS = 2  # the first cluster, then one churn
 
 
-def scenario(seed: int, suffix: str, *, sidecars: bool) -> Iterator[tuple[Plan, dict[str, Any]]]:
+def scenario(seed: int, suffix: str, *, extras: bool) -> Iterator[tuple[Plan, dict[str, Any]]]:
     """The plan of each round (changed in place) and what the churn changed."""
-    plan = random_plan(seed, suffix, sidecars=sidecars)
+    plan = random_plan(seed, suffix, extras=extras)
     rng = random.Random(seed * 1000)
     yield plan, {}
     for round_ in range(1, ROUNDS):
-        yield plan, churn(plan, rng, round_, sidecars=sidecars)
+        yield plan, churn(plan, rng, round_, extras=extras)
 
 
 def features(plan: Plan) -> set[str]:
@@ -224,6 +226,7 @@ def features(plan: Plan) -> set[str]:
     found |= {f"pod:{p.fate}" for p in plan.pods.values()}
     for pod in plan.pods.values():
         found |= {"sidecar" if restartable else "init" for _, restartable in pod.inits}
+        found |= {"overhead"} if pod.overhead else set()
     return found
 
 
@@ -242,12 +245,26 @@ def container(name: str, requests: Mapping[str, int], *, restartable: bool = Fal
     return c
 
 
-def workload_pod(plan: PodPlan, ns: str) -> RawObject:
+def runtime_class(name: str, resources: Sequence[str]) -> RawObject:
+    """A RuntimeClass whose Pod overhead holds one unit of the first and last resource
+    (the RuntimeClass admission plugin copies it into `spec.overhead`)."""
+    return {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": name},
+        "handler": "kwok",
+        "overhead": {"podFixed": {resources[0]: "1", resources[-1]: "1"}},
+    }
+
+
+def workload_pod(plan: PodPlan, ns: str, runtime: str) -> RawObject:
     spec: RawObject = {
         "nodeName": plan.node,
         "containers": [container(f"c{i}", r) for i, r in enumerate(plan.containers)],
         "tolerations": [{"operator": "Exists"}],  # bound by name: taints do not concern it
     }
+    if plan.overhead:
+        spec["runtimeClassName"] = runtime
     if plan.inits:
         spec["initContainers"] = [
             container(f"i{i}", r, restartable=s) for i, (r, s) in enumerate(plan.inits)
@@ -300,6 +317,7 @@ class Truth:
         self.plane, self.plan, self.suffix = plane, plan, suffix
         self.ns = f"e2e-truth-{suffix}"
         self.classes = [f"truth-{suffix}-c{i}" for i in range(len(CLASS_TOLERATIONS))]
+        self.runtime = f"truth-{suffix}-overhead"
         self.applied_pods: dict[str, PodPlan] = {}
         self.probes = 0
 
@@ -310,7 +328,7 @@ class Truth:
     # -- building and changing -------------------------------------------------------------------
 
     def create(self) -> None:
-        self.api.apply([namespace(self.ns)])
+        self.api.apply([namespace(self.ns), runtime_class(self.runtime, self.plan.resources)])
         for name, resource, tolerations in zip(
             self.classes, self.plan.resources, CLASS_TOLERATIONS, strict=True
         ):
@@ -321,6 +339,11 @@ class Truth:
                 kwok_node(node.name, {}, taints=node.taints, unschedulable=node.cordoned)
             )
             set_allocatable(self.api, node.name, dict(node.units))
+        eventually(
+            lambda: all(node_ready(self.api.get("v1", "Node", n)) for n in self.plan.nodes),
+            timeout=SETTLE,
+            what="kwok to make every node Ready",
+        )
         self.sync_pods()
 
     def sync_pods(self) -> None:
@@ -333,9 +356,9 @@ class Truth:
                 del self.applied_pods[name]
         new = [p for n, p in self.plan.pods.items() if n not in self.applied_pods]
         for pod in new:
-            api.create(workload_pod(pod, self.ns))
+            api.create(workload_pod(pod, self.ns, self.runtime))
             self.applied_pods[pod.name] = PodPlan(
-                pod.name, pod.node, pod.containers, pod.inits, "running"
+                pod.name, pod.node, pod.containers, pod.inits, "running", pod.overhead
             )
         self._wait_running(new)
         for name, pod in self.plan.pods.items():
@@ -516,6 +539,7 @@ class Truth:
         for pod in self.plan.pods.values():
             lines.append(
                 f"  {pod.name}: containers={pod.containers} inits={pod.inits} fate={pod.fate}"
+                f" overhead={pod.overhead}"
             )
         return "\n".join(lines)
 
@@ -535,6 +559,7 @@ class Truth:
             with contextlib.suppress(ApiError):
                 force_delete(api, f"{GPUCLASSES}/{name}")
         api.request("DELETE", f"/api/v1/namespaces/{self.ns}")
+        api.request("DELETE", f"/apis/node.k8s.io/v1/runtimeclasses/{self.runtime}")
 
 
 # -- the tests ----------------------------------------------------------------------------------
@@ -556,11 +581,12 @@ EVERY_CASE = {
 
 def test_the_scenarios_hold_every_case() -> None:
     """The seeds below are not lucky or unlucky draws: together their rounds hold every
-    case (and the sidecar row holds sidecars), so the end-to-end test reaches them."""
+    case (and only the extras row holds sidecars and overhead), so the end-to-end test
+    reaches them."""
     seen: set[str] = set()
-    for seed, sidecars in SCENARIOS:
-        held = set().union(*(features(plan) for plan, _ in scenario(seed, "x", sidecars=sidecars)))
-        assert ("sidecar" in held) == sidecars, (seed, held)
+    for seed, extras in SCENARIOS:
+        held = set().union(*(features(plan) for plan, _ in scenario(seed, "x", extras=extras)))
+        assert ("sidecar" in held) == extras and ("overhead" in held) == extras, (seed, held)
         seen |= held
     assert seen >= EVERY_CASE, EVERY_CASE - seen
 
@@ -587,15 +613,15 @@ def reconciler(control_plane: ControlPlane) -> Iterator[ReconcilerProcess]:
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(
-    ("seed", "sidecars"),
+    ("seed", "extras"),
     [
         pytest.param(
             seed,
-            sidecars,
-            id=f"seed-{seed}" + ("-sidecars" if sidecars else ""),
-            marks=[SIDECAR_XFAIL] if sidecars else [],
+            extras,
+            id=f"seed-{seed}" + ("-sidecars-overhead" if extras else ""),
+            marks=[EXTRAS_XFAIL] if extras else [],
         )
-        for seed, sidecars in SCENARIOS
+        for seed, extras in SCENARIOS
     ],
 )
 def test_status_matches_what_the_scheduler_places(
@@ -605,10 +631,10 @@ def test_status_matches_what_the_scheduler_places(
     kwok_kubelet: Component,
     reconciler: ReconcilerProcess,
     seed: int,
-    sidecars: bool,
+    extras: bool,
 ) -> None:
     suffix = f"{seed}{secrets.token_hex(2)}"
-    rounds = scenario(seed, suffix, sidecars=sidecars)
+    rounds = scenario(seed, suffix, extras=extras)
     plan, changed = next(rounds)
     truth = Truth(control_plane, plan, suffix)
     probes_bound = 0
