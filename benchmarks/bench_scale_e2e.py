@@ -437,8 +437,8 @@ def vmi(index: int) -> RawObject:
 
 
 def gpus_of(stored: RawObject) -> list[str]:
-    devices = stored["spec"]["domain"]["devices"].get("gpus") or []
-    return [d["deviceName"] for d in devices]
+    devices = ((stored.get("spec") or {}).get("domain") or {}).get("devices") or {}
+    return [d["deviceName"] for d in devices.get("gpus") or []]
 
 
 def admission(plane: ControlPlane) -> tuple[list[float], list[float], int]:

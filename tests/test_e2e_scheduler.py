@@ -38,6 +38,7 @@ import pytest
 from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, eventually
 from tests.controlplane.components import (
+    KWOK_LABEL,
     Component,
     kwok_node,
     node_ready,
@@ -83,6 +84,8 @@ CLASS_TOLERATIONS: tuple[list[RawObject], ...] = (
     ],
 )
 Fate = Literal["running", "pending", "succeeded", "failed", "terminating"]
+LIFECYCLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+UNREACHABLE = ("node.kubernetes.io/unreachable", "NoSchedule")
 SETTLE = 60.0  # seconds for nodes, kwok and the reconciler to follow a change
 QUIET = 1.5  # a status unchanged this long has caught up (coalescing window 0.05 s)
 SCENARIOS = ((11, False), (23, False), (3, True))  # (seed, extras: sidecars and overhead)
@@ -124,6 +127,15 @@ class Plan:
     pods: dict[str, PodPlan] = field(default_factory=dict)
 
 
+def random_taints(rng: random.Random) -> list[RawObject]:
+    """A few taints of the pool, at most one per key and effect (the API server's rule)."""
+    taints: dict[tuple[str, str], RawObject] = {}
+    for taint in TAINT_POOL:
+        if rng.random() < 0.25:
+            taints.setdefault((taint["key"], taint["effect"]), taint)
+    return list(taints.values())
+
+
 def random_units(rng: random.Random, resources: Sequence[str]) -> dict[str, int]:
     return {r: rng.randint(0, 4) for r in resources if rng.random() < 0.7}
 
@@ -153,7 +165,7 @@ def random_plan(seed: int, suffix: str, *, extras: bool) -> Plan:
     plan = Plan([f"truth-{suffix}.example.com/gpu-{i}" for i in range(len(CLASS_TOLERATIONS))])
     for i in range(rng.randint(3, 6)):
         name = f"truth-{suffix}-n{i}"
-        taints = [t for t in TAINT_POOL if rng.random() < 0.25]
+        taints = random_taints(rng)
         plan.nodes[name] = NodePlan(
             name,
             random_units(rng, plan.resources),
@@ -191,7 +203,7 @@ def churn(plan: Plan, rng: random.Random, round_: int, *, extras: bool) -> dict[
     cordon = rng.choice(nodes)
     cordon.cordoned = not cordon.cordoned
     tainted = rng.choice(nodes)
-    tainted.taints = [t for t in TAINT_POOL if rng.random() < 0.25]
+    tainted.taints = random_taints(rng)
     resized = rng.choice(nodes)
     resized.units = random_units(rng, plan.resources)
     changed.update(
@@ -278,6 +290,8 @@ def workload_pod(plan: PodPlan, ns: str, runtime: str) -> RawObject:
 def probe_pod(
     name: str, ns: str, resource: str, units: int, tolerations: Sequence[RawObject]
 ) -> RawObject:
+    """A Pod asking for `units` of one resource. Like every Pod here it has priority 0, so a
+    refused probe preempts nothing (only Pods of lower priority can be preempted)."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -285,7 +299,6 @@ def probe_pod(
         "spec": {
             "containers": [container("probe", {resource: units})],
             "tolerations": [dict(t) for t in tolerations],
-            "preemptionPolicy": "Never",  # a refused probe must not evict anything
             "terminationGracePeriodSeconds": 0,
         },
     }
@@ -387,7 +400,7 @@ class Truth:
 
     def _managed(self, node: str) -> bool:
         stored = self.api.get("v1", "Node", node) or {}
-        return "kwok.x-k8s.io/node" in ((stored.get("metadata") or {}).get("annotations") or {})
+        return KWOK_LABEL in ((stored.get("metadata") or {}).get("labels") or {})
 
     def sync_nodes(self) -> None:
         """Cordons, taints, allocatable and readiness as planned (readiness through kwok)."""
@@ -410,25 +423,27 @@ class Truth:
     def settle(self) -> None:
         """Wait for the node lifecycle controller and kwok, then for a quiet status."""
 
+        astray: list[str] = []
+
         def nodes_as_planned() -> bool:
+            astray.clear()
             for node in self.plan.nodes.values():
                 stored = self.api.get("v1", "Node", node.name)
                 keys = {
                     (t["key"], t["effect"])
                     for t in ((stored or {}).get("spec") or {}).get("taints") or []
                 }
-                lifecycle = {k for k in keys if k[0].startswith("node.kubernetes.io/not-ready")}
-                lifecycle |= {k for k in keys if k[0].startswith("node.kubernetes.io/unreachable")}
+                lifecycle = {k for k in keys if k[0] in LIFECYCLE_TAINTS}
                 if node.ready and (not node_ready(stored) or lifecycle):
-                    return False
-                if not node.ready and (
-                    node_ready(stored)
-                    or ("node.kubernetes.io/unreachable", "NoSchedule") not in keys
-                ):
-                    return False
-            return True
+                    astray.append(f"{node.name} should be Ready, has taints {sorted(keys)}")
+                if not node.ready and (node_ready(stored) or UNREACHABLE not in keys):
+                    astray.append(f"{node.name} should be NotReady, has taints {sorted(keys)}")
+            return not astray
 
-        eventually(nodes_as_planned, timeout=SETTLE, what="nodes Ready/NotReady as planned")
+        try:
+            eventually(nodes_as_planned, timeout=SETTLE, what="nodes Ready/NotReady as planned")
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}: {astray}") from None
         last: list[Any] = [None]
         since = [time.monotonic()]
 

@@ -11,12 +11,14 @@ scheduler does start these three next to it (fixtures in plugin.py):
   `unschedulable` taints) with short grace periods; it acts with its own identity,
   which gets the bootstrap `system:controller:node-controller` role bound to it
   (no service-account tokens exist: the ServiceAccount admission plugin is off);
-- **kwok** playing the kubelet for the Nodes annotated `kwok.x-k8s.io/node: fake`
+- **kwok** playing the kubelet for the Nodes labelled `kwok.x-k8s.io/node: fake`
   (other tests' hand-written Nodes are left alone): it makes them Ready, renews
   their Leases, and runs their Pods with kwok's default Stages
-  (tests/controlplane/kwok/stages.yaml). A Node whose annotation is removed stops
-  heartbeating, as when a kubelet dies, so the node lifecycle controller marks it
-  NotReady.
+  (tests/controlplane/kwok/stages.yaml). A Node whose label is removed leaves
+  kwok's watch (a label selector, applied by the API server), so its heartbeat
+  stops, as when a kubelet dies, and the node lifecycle controller marks it
+  NotReady. (An annotation selector would not do: kwok applies it only when it
+  first sees a Node, and keeps renewing the Lease after the annotation goes.)
 
 Each component is one process group in the plane's folder with its own log, is
 ready once it answers (`/healthz`, or a canary Node made Ready for kwok), and
@@ -50,8 +52,8 @@ from tests.controlplane.cluster import (
 HERE = Path(__file__).resolve().parent
 KWOK_STAGES = HERE / "kwok" / "stages.yaml"
 COMPONENT_BINARIES = ("kube-scheduler", "kube-controller-manager", "kwok")
-KWOK_ANNOTATION = "kwok.x-k8s.io/node"
-KWOK_MANAGED = {KWOK_ANNOTATION: "fake"}
+KWOK_LABEL = "kwok.x-k8s.io/node"
+KWOK_MANAGED = {KWOK_LABEL: "fake"}
 SCHEDULER_USER = "system:kube-scheduler"
 CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 KWOK_USER = "gpuclass-test-kwok"
@@ -250,7 +252,7 @@ def kwok(
     lease_seconds: int = FAST_LIFECYCLE.lease_seconds,
     flags: Sequence[str] = (),
 ) -> Component:
-    """kwok managing the Nodes annotated `kwok.x-k8s.io/node: fake` and their Pods.
+    """kwok managing the Nodes labelled `kwok.x-k8s.io/node: fake` and their Pods.
 
     Ready once a canary Node it manages turns Ready (the canary is deleted again)."""
     _bind(plane.admin, "gpuclass-test:kwok", "cluster-admin", KWOK_USER)
@@ -259,7 +261,7 @@ def kwok(
         str(plane.assets / "kwok"),
         f"--kubeconfig={user.kubeconfig}",
         f"--config={KWOK_STAGES}",
-        f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
+        f"--manage-nodes-with-label-selector={KWOK_LABEL}=fake",
         f"--node-lease-duration-seconds={lease_seconds}",
         "--cidr=10.16.0.0/12",
         "--node-ip=10.15.0.1",
@@ -293,9 +295,7 @@ def kwok_node(
 ) -> RawObject:
     """A Node kwok will manage. Its allocatable (beside cpu/memory/pods defaults) is set
     through /status by :func:`set_allocatable` once it exists."""
-    meta: RawObject = {"name": name, "annotations": dict(KWOK_MANAGED)}
-    if labels:
-        meta["labels"] = dict(labels)
+    meta: RawObject = {"name": name, "labels": {**(labels or {}), **KWOK_MANAGED}}
     spec: RawObject = {}
     if taints:
         spec["taints"] = [dict(t) for t in taints]
@@ -315,7 +315,7 @@ def set_allocatable(api: Api, name: str, amounts: Mapping[str, int | str | None]
 
 def set_kwok_managed(api: Api, name: str, managed: bool) -> RawObject:
     """Hand a Node to kwok, or take it away (its heartbeats stop: it goes NotReady)."""
-    body = {"metadata": {"annotations": {KWOK_ANNOTATION: "fake" if managed else None}}}
+    body = {"metadata": {"labels": {KWOK_LABEL: "fake" if managed else None}}}
     return api.call("PATCH", f"/api/v1/nodes/{name}", body=body, content_type=MERGE)
 
 

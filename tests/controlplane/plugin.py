@@ -163,7 +163,7 @@ def node_lifecycle_controller(control_plane: ControlPlane) -> Iterator[Component
 
 @pytest.fixture(scope="module")
 def kwok_kubelet(control_plane: ControlPlane) -> Iterator[Component]:
-    """kwok playing the kubelet of every Node annotated `kwok.x-k8s.io/node: fake`."""
+    """kwok playing the kubelet of every Node labelled `kwok.x-k8s.io/node: fake`."""
     _components(control_plane)
     with components.kwok(control_plane) as process:
         yield process
