@@ -62,7 +62,7 @@ fixtures: $(STAMP) ## regenerate golden responses (review the diff)
 controlplane: ## build (or reuse) kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, etcd and kwok from their Go modules
 	bash tests/controlplane/build.sh
 
-bench: $(STAMP) ## print the benchmark figures (needs wrk for the webhook one)
+bench: $(STAMP) ## print the benchmark figures (needs wrk for the webhook one; the scale run ~15 min)
 	$(BIN)/python benchmarks/bench_decision.py
 	$(BIN)/python benchmarks/bench_status.py
 	$(BIN)/python benchmarks/bench_reconciler.py
@@ -70,6 +70,7 @@ bench: $(STAMP) ## print the benchmark figures (needs wrk for the webhook one)
 	$(BIN)/python benchmarks/bench_attack.py
 	$(BIN)/python benchmarks/bench_admission_overhead.py
 	$(BIN)/python benchmarks/bench_e2e_reconciler.py
+	$(BIN)/python benchmarks/bench_scale_e2e.py
 
 clean: ## remove the virtualenv and caches (not the control-plane cache)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

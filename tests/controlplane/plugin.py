@@ -5,6 +5,10 @@ project's GPUClass CRD (charts/gpuclass/templates/crd-gpuclass.yaml, plain YAML)
 and the KubeVirt CRDs of tests/controlplane/crds/, waits until they are
 Established and served, and stops everything when the session ends.
 
+`kube_scheduler`, `node_lifecycle_controller` and `kwok_kubelet` (module scope) start
+those components against it (tests/controlplane/components.py) for the modules
+that ask; a missing binary skips, or fails like the plane itself.
+
 The binaries are located (or built, first time only) once collection is over and
 only if a selected test uses the fixture, so a long first build is not charged to
 one test's timeout. Missing binaries skip those tests, or fail them when
@@ -26,8 +30,10 @@ from typing import Any
 
 import pytest
 
+from tests.controlplane import components
 from tests.controlplane.api import Api, RawObject
 from tests.controlplane.cluster import AssetsUnavailable, ControlPlane, find_assets
+from tests.controlplane.components import Component, missing_binaries
 from tests.controlplane.webhooks import register_webhooks, remove_webhooks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,3 +144,40 @@ def webhook_registry(control_plane: ControlPlane) -> Iterator[WebhookRegistry]:
     registry = WebhookRegistry(control_plane.admin)
     yield registry
     registry.remove()
+
+
+# -- scheduler, controllers and kwok (tests/controlplane/components.py) --------------------------
+
+
+def _components(plane: ControlPlane) -> None:
+    """Skip (or fail, in CI) a test whose component binaries were not built."""
+    missing = missing_binaries(plane.assets)
+    if missing:
+        _unavailable(
+            f"{', '.join(missing)} not in {plane.assets} (tests/controlplane/build.sh builds them)"
+        )
+
+
+@pytest.fixture(scope="module")
+def kube_scheduler(control_plane: ControlPlane) -> Iterator[Component]:
+    """kube-scheduler against the session's control plane, for one test module."""
+    _components(control_plane)
+    with components.scheduler(control_plane) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def node_lifecycle_controller(control_plane: ControlPlane) -> Iterator[Component]:
+    """kube-controller-manager running only the node lifecycle controller (short grace
+    periods: a silent Node is NotReady ~10 s later), for one test module."""
+    _components(control_plane)
+    with components.controller_manager(control_plane) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def kwok_kubelet(control_plane: ControlPlane) -> Iterator[Component]:
+    """kwok playing the kubelet of every Node labelled `kwok.x-k8s.io/node: fake`."""
+    _components(control_plane)
+    with components.kwok(control_plane) as process:
+        yield process
