@@ -559,3 +559,13 @@ def test_reader_role_lets_bound_tenants_list_but_not_change_gpuclasses(
         assert stranger.request("GET", GPUCLASSES).status_code == 403
     for obj in reader:
         control_plane.admin.delete(obj)
+
+
+def test_every_values_example_in_the_docs_renders() -> None:
+    import re
+
+    text = (CHART.parent.parent / "docs" / "chart-values.md").read_text()
+    examples = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    assert len(examples) >= 3
+    for example in examples:
+        assert render_objects(yaml.safe_load(example)), example
