@@ -31,6 +31,9 @@ pytestmark = pytest.mark.controlplane
 GPUCLASSES = "/apis/cozystack.io/v1alpha1/gpuclasses"
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 COLUMNS = ["Name", "Mode", "Resource", "Free", "MaxFreePerNode", "Ready", "Age"]
+# `kubectl get -o wide` adds the priority-1 columns
+WIDE = ["Name", "Mode", "Profile", "Resource", "Free", "MaxFreePerNode", "MaxUnitsPerNode"]
+WIDE += ["Ready", "Reason", "Age"]
 RECONCILER = "system:serviceaccount:cozy-system:gpuclass-reconciler"
 
 
@@ -54,9 +57,9 @@ def namespace(name: str) -> RawObject:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
 
 
-def with_status(plane: ControlPlane, name: str) -> RawObject:
+def with_status(plane: ControlPlane, name: str, **spec: Any) -> RawObject:
     """Create a class and write a status through the status subresource, as the reconciler does."""
-    created = plane.admin.create(gpuclass(name))
+    created = plane.admin.create(gpuclass(name, **spec))
     created["status"] = {
         "free": 3,
         "maxFreePerNode": 2,
@@ -138,10 +141,70 @@ def test_printer_columns_through_the_table_api(control_plane: ControlPlane) -> N
         "GET", GPUCLASSES, params={"fieldSelector": f"metadata.name={name}"}, accept=TABLE
     )
     assert table["kind"] == "Table"
-    assert [c["name"] for c in table["columnDefinitions"]] == COLUMNS
+    definitions = table["columnDefinitions"]
+    assert [c["name"] for c in definitions] == WIDE
+    assert [c["name"] for c in definitions if c["priority"] == 0] == COLUMNS
     [row] = table["rows"]
-    assert row["cells"][:6] == [name, "passthrough", f"example.com/{name}", 3, 2, "True"]
-    assert row["cells"][6].endswith("s")  # age, e.g. "1s"
+    cells = dict(zip(WIDE, row["cells"], strict=True))
+    assert {k: v for k, v in cells.items() if k not in {"Profile", "Age"}} == {
+        "Name": name,
+        "Mode": "passthrough",
+        "Resource": f"example.com/{name}",
+        "Free": 3,
+        "MaxFreePerNode": 2,
+        "MaxUnitsPerNode": 4,
+        "Ready": "True",
+        "Reason": "Ready",
+    }
+    assert cells["Profile"] in (None, "")  # passthrough has no profile
+    assert cells["Age"].endswith("s")  # age, e.g. "1s"
+
+
+def _kubectl(plane: ControlPlane, *args: str) -> str:
+    """The kubectl built with the control plane (same version as the API server)."""
+    done = subprocess.run(
+        [str(plane.assets / "kubectl"), "--kubeconfig", str(plane.admin_kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout
+
+
+def test_kubectl_get_wide_adds_profile_units_and_reason(control_plane: ControlPlane) -> None:
+    name = unique_name("wide")
+    with_status(control_plane, name, mode="vgpu", profile="A100-2-10C")
+    header, line = _kubectl(control_plane, "get", "gpuc", name, "-o", "wide").splitlines()
+    assert header.split() == [c.upper() for c in WIDE]
+    assert line.split()[:9] == [
+        name, "vgpu", "A100-2-10C", f"example.com/{name}", "3", "2", "4", "True", "Ready"
+    ]  # fmt: skip
+    plain = _kubectl(control_plane, "get", "gpuc", name).splitlines()[0]
+    assert plain.split() == [c.upper() for c in COLUMNS]
+
+
+@pytest.mark.parametrize(
+    ("field", "words"),
+    [
+        pytest.param("gpuclasses.spec.mode", "passthrough", id="mode"),
+        pytest.param("gpuclasses.spec.profile", "vGPU profile", id="profile"),
+        pytest.param(
+            "gpuclasses.spec.source.devicePlugin.resourceName", "Extended resource", id="resource"
+        ),
+        pytest.param("gpuclasses.spec.tolerations.operator", "Exists", id="toleration-operator"),
+        pytest.param("gpuclasses.status.maxUnitsPerNode", "allocatable", id="status"),
+        pytest.param("gpuclasses.status.conditions.reason", "CamelCase", id="condition-reason"),
+    ],
+)
+def test_kubectl_explain_describes_the_fields(
+    control_plane: ControlPlane, field: str, words: str
+) -> None:
+    explained = _kubectl(control_plane, "explain", field)
+    assert "DESCRIPTION:" in explained
+    description = explained.split("DESCRIPTION:", 1)[1]
+    assert words in description
+    assert "<empty>" not in description
 
 
 # -- users, RBAC, admission plugins -----------------------------------------------------------

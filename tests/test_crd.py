@@ -306,23 +306,63 @@ def test_crd_identity() -> None:
     assert names.API_VERSION == "cozystack.io/v1alpha1"
 
 
+# (name, type, jsonPath, priority): priority 1 columns appear only with `kubectl get -o wide`.
+PRINTER_COLUMNS = [
+    ("Mode", "string", ".spec.mode", 0),
+    ("Profile", "string", ".spec.profile", 1),
+    ("Resource", "string", ".spec.source.devicePlugin.resourceName", 0),
+    ("Free", "integer", ".status.free", 0),
+    ("MaxFreePerNode", "integer", ".status.maxFreePerNode", 0),
+    ("MaxUnitsPerNode", "integer", ".status.maxUnitsPerNode", 1),
+    ("Ready", "string", '.status.conditions[?(@.type=="Ready")].status', 0),
+    ("Reason", "string", '.status.conditions[?(@.type=="Ready")].reason', 1),
+    ("Age", "date", ".metadata.creationTimestamp", 0),
+]
+
+
 def test_printer_columns() -> None:
-    columns = [(c["name"], c["type"], c["jsonPath"]) for c in VERSION["additionalPrinterColumns"]]
-    assert columns == [
-        ("Mode", "string", ".spec.mode"),
-        ("Resource", "string", ".spec.source.devicePlugin.resourceName"),
-        ("Free", "integer", ".status.free"),
-        ("MaxFreePerNode", "integer", ".status.maxFreePerNode"),
-        ("Ready", "string", '.status.conditions[?(@.type=="Ready")].status'),
-        ("Age", "date", ".metadata.creationTimestamp"),
+    columns = [
+        (c["name"], c["type"], c["jsonPath"], c.get("priority", 0))
+        for c in VERSION["additionalPrinterColumns"]
     ]
+    assert columns == PRINTER_COLUMNS
     # Every column points at a field the schema (and so the model) has.
-    assert "mode" in SPEC["properties"]
+    assert {"mode", "profile"} <= set(SPEC["properties"])
     assert (
         "resourceName" in SPEC["properties"]["source"]["properties"]["devicePlugin"]["properties"]
     )
-    assert {"free", "maxFreePerNode"} <= set(STATUS["properties"])
+    assert {"free", "maxFreePerNode", "maxUnitsPerNode"} <= set(STATUS["properties"])
+    condition = STATUS["properties"]["conditions"]["items"]["properties"]
+    assert {"status", "reason"} <= set(condition)
     assert "Ready" in names.CONDITION_TYPES
+
+
+def _fields(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """Every node of the schema, as `kubectl explain` walks it (array items included)."""
+    found = [(path or "<root>", node)]
+    for key, child in node.get("properties", {}).items():
+        found.extend(_fields(child, f"{path}.{key}"))
+    if "items" in node:
+        found.extend(_fields(node["items"], f"{path}[]"))
+    return found
+
+
+def test_every_field_has_a_description_for_kubectl_explain() -> None:
+    fields = _fields(SCHEMA)
+    assert len(fields) >= 39
+    # The API server refuses a description on metadata (it explains ObjectMeta itself).
+    assert "description" not in SCHEMA["properties"]["metadata"]
+    missing = [
+        path
+        for path, node in fields
+        if path != ".metadata" and not str(node.get("description", "")).strip()
+    ]
+    assert not missing, f"no description: {missing}"
+
+
+def test_descriptions_name_the_immutable_fields() -> None:
+    for key in ("vendor", "model", "mode", "profile"):
+        assert "Immutable" in SPEC["properties"][key]["description"], key
 
 
 @pytest.mark.parametrize(

@@ -104,12 +104,25 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s.%s.svc" (include "gpuclass.webhook.fullname" .) .Release.Namespace -}}
 {{- end -}}
 
-{{/* image reference: call with (dict "image" .Values.x.image "root" $) */}}
+{{/*
+image reference: call with (dict "image" .Values.x.image "root" $).
+global.imageRegistry replaces the registry of the repository: its first path component when that
+names a host (has a "." or ":", or is "localhost", as Docker decides), else it is prefixed.
+*/}}
 {{- define "gpuclass.image" -}}
+{{- $repository := .image.repository -}}
+{{- with (.root.Values.global | default dict).imageRegistry -}}
+{{- $parts := splitList "/" $repository -}}
+{{- $first := first $parts -}}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) -}}
+{{- $parts = rest $parts -}}
+{{- end -}}
+{{- $repository = printf "%s/%s" (trimSuffix "/" .) (join "/" $parts) -}}
+{{- end -}}
 {{- if .image.digest -}}
-{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- printf "%s@%s" $repository .image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .image.repository (default .root.Chart.AppVersion .image.tag) -}}
+{{- printf "%s:%s" $repository (default .root.Chart.AppVersion .image.tag) -}}
 {{- end -}}
 {{- end -}}
 
@@ -140,10 +153,16 @@ seccompProfile:
 {{/*
 Scheduling of a replicated component: call with (dict "root" $ "component" "webhook" "values" .Values.webhook).
 Anti-affinity spreads replicas over nodes (soft by default so that a one-node cluster still runs);
-topology spread balances them over zones and nodes.
+topology spread balances them over zones and nodes. A component's `affinity` and
+`topologySpreadConstraints` values replace these defaults as a whole (a constraint without a
+labelSelector gets the component's selector, without which it would count no Pod).
 */}}
 {{- define "gpuclass.scheduling" -}}
 {{- $selector := include "gpuclass.selectorLabels" (dict "root" .root "component" .component) | fromYaml -}}
+{{- if .values.affinity }}
+affinity:
+  {{- toYaml .values.affinity | nindent 2 }}
+{{- else }}
 affinity:
   {{- with .values.nodeAffinity }}
   nodeAffinity:
@@ -165,7 +184,17 @@ affinity:
             matchLabels:
               {{- toYaml $selector | nindent 14 }}
     {{- end }}
-{{- if .values.topologySpread }}
+{{- end }}
+{{- if .values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- range .values.topologySpreadConstraints }}
+  {{- $constraint := deepCopy . }}
+  {{- if not (hasKey $constraint "labelSelector") }}
+  {{- $_ := set $constraint "labelSelector" (dict "matchLabels" $selector) }}
+  {{- end }}
+  - {{- toYaml $constraint | nindent 4 }}
+  {{- end }}
+{{- else if .values.topologySpread }}
 topologySpreadConstraints:
   - maxSkew: 1
     topologyKey: topology.kubernetes.io/zone
