@@ -407,10 +407,13 @@ def test_kubectl_get_gpuclasses_shows_the_reconciled_figures(
     expect_figures(world, name, (3, 3, 5))
 
     table = world.admin.call("GET", f"{GPUCLASSES}/{name}", accept=TABLE)
-    columns = [c["name"] for c in table["columnDefinitions"]]
+    definitions = table["columnDefinitions"]
+    columns = [c["name"] for c in definitions if c["priority"] == 0]  # `-o wide` adds the rest
     assert columns == ["Name", "Mode", "Resource", "Free", "MaxFreePerNode", "Ready", "Age"]
     [row] = table["rows"]
-    assert row["cells"][:6] == [name, "passthrough", res, 3, 3, "True"]
+    cells = dict(zip([c["name"] for c in definitions], row["cells"], strict=True))
+    assert [cells[c] for c in columns[:6]] == [name, "passthrough", res, 3, 3, "True"]
+    assert (cells["MaxUnitsPerNode"], cells["Reason"]) == (5, "Ready")
 
     shown = subprocess.run(
         [
