@@ -1,12 +1,9 @@
 """The reconciler's only kubernetes_asyncio adapter: :class:`reconciler.ports.KubeAPI` over HTTP.
 
-kubernetes_asyncio supplies the configured client (kubeconfig or in-cluster, auth,
-TLS); requests go through `ApiClient.call_api` with `_preload_content=False` and
-bodies are parsed with orjson. Objects stay raw dicts: deserialising 150,000 Pods
-into generated models would cost seconds and hundreds of MB, and we read a handful
-of fields. Watches are read line by line here rather than through
-`kubernetes_asyncio.watch.Watch`, which retries a 410 once with the same stale
-version, caps a line at aiohttp's readline limit and builds models per event.
+Lists, watches and raw requests are the shared :class:`shared.runtime.kubeclient.RawClient`
+(the webhook uses the same one); this module adds what the reconciler watches and
+the few writes it makes (status and finalizer merge patches, licence-copy Secrets,
+Events, the Lease).
 
 Server-side selectors keep what enters the process small: Pods only when bound and
 not finished, Secrets only in the licence namespace or carrying our managed-by label.
@@ -14,19 +11,15 @@ not finished, Secrets only in the licence namespace or carrying our managed-by l
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
 from urllib.parse import quote
 
-import aiohttp
-import orjson
 from kubernetes_asyncio import client, config
 
-from reconciler.ports import ApiError, ListPage, RawObject, WatchEvent
-from reconciler.ratelimit import TokenBucket
+from reconciler.ports import ApiError, RawObject
 from reconciler.settings import ReconcilerSettings
 from shared import names
-from shared.clusterstate import Source
+from shared.runtime.kubeclient import RawClient
+from shared.runtime.ratelimit import TokenBucket
 
 POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed,spec.nodeName!="
 MANAGED_SELECTOR = f"{names.MANAGED_BY_LABEL}={names.MANAGED_BY_VALUE}"
@@ -34,12 +27,11 @@ MERGE_PATCH = "application/merge-patch+json"
 CLASSES = f"/apis/{names.GROUP}/{names.VERSION}/{names.PLURAL}"
 FIELD_MANAGER = "gpuclass-reconciler"
 """Named on every write (managedFields show who owns what)."""
-WRITE_METHODS = frozenset({"PATCH", "POST", "PUT"})
 
 
 def collections(
     *, licence_namespace: str, kubevirt_namespace: str
-) -> dict[Source, tuple[str, dict[str, str]]]:
+) -> dict[str, tuple[str, dict[str, str]]]:
     """Path and selectors of each watched collection."""
     lic, kv = quote(licence_namespace, safe=""), quote(kubevirt_namespace, safe="")
     return {
@@ -58,21 +50,9 @@ def _q(value: str) -> str:
     return quote(value, safe="")
 
 
-async def _error(response: aiohttp.ClientResponse) -> ApiError:
-    try:
-        status = orjson.loads(await response.read())
-    except (orjson.JSONDecodeError, aiohttp.ClientError):
-        status = {}
-    if not isinstance(status, dict):
-        status = {}
-    return ApiError(
-        response.status,
-        str(status.get("reason") or response.reason or ""),
-        str(status.get("message") or ""),
-    )
+class KubeAdapter(RawClient):
+    """The shared raw client (lists, watches, requests) plus the reconciler's few writes."""
 
-
-class KubeAdapter:
     def __init__(
         self,
         api: client.ApiClient,
@@ -84,15 +64,14 @@ class KubeAdapter:
         request_timeout: float = 60.0,
         limiter: TokenBucket | None = None,
     ) -> None:
-        self.api = api
-        self.limiter = limiter or TokenBucket(0, 1)
-        self.paths = collections(
-            licence_namespace=licence_namespace, kubevirt_namespace=kubevirt_namespace
-        )
-        self.page_size, self.watch_timeout, self.request_timeout = (
-            page_size,
-            watch_timeout,
-            request_timeout,
+        super().__init__(
+            api,
+            collections(licence_namespace=licence_namespace, kubevirt_namespace=kubevirt_namespace),
+            field_manager=FIELD_MANAGER,
+            page_size=page_size,
+            watch_timeout=watch_timeout,
+            request_timeout=request_timeout,
+            limiter=limiter,
         )
 
     @classmethod
@@ -112,97 +91,6 @@ class KubeAdapter:
             watch_timeout=settings.watch_timeout_seconds,
             limiter=TokenBucket(settings.kube_api_qps, settings.kube_api_burst),
         )
-
-    async def _open(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: dict[str, str] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-        timeout: Any = None,
-    ) -> aiohttp.ClientResponse:
-        """Send a request; a non-2xx answer or a transport failure becomes an ApiError.
-
-        Every request waits for the rate limiter; every write names our field manager.
-        """
-        await self.limiter.acquire()
-        params = dict(query or {})
-        if method in WRITE_METHODS:
-            params["fieldManager"] = FIELD_MANAGER
-        try:
-            response: aiohttp.ClientResponse = await self.api.call_api(
-                path,
-                method,
-                query_params=list(params.items()),
-                header_params={"Content-Type": content_type, "Accept": "application/json"},
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=timeout or self.request_timeout,
-            )
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise ApiError(0, type(exc).__name__, str(exc)) from exc
-        if not 200 <= response.status < 300:
-            error = await _error(response)
-            response.release()
-            raise error
-        return response
-
-    async def _json(self, method: str, path: str, **kwargs: Any) -> RawObject:
-        response = await self._open(method, path, **kwargs)
-        try:
-            data = orjson.loads(await response.read())
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise ApiError(0, type(exc).__name__, str(exc)) from exc
-        finally:
-            response.release()
-        return data if isinstance(data, dict) else {}
-
-    # -- list and watch ------------------------------------------------------------------------------
-
-    async def list_pages(self, source: Source) -> AsyncIterator[ListPage]:
-        path, selectors = self.paths[source]
-        token = ""
-        while True:
-            query = {**selectors, "limit": str(self.page_size)}
-            if token:
-                query["continue"] = token
-            body = await self._json("GET", path, query=query)
-            meta = body.get("metadata") or {}
-            token = str(meta.get("continue") or "")
-            items = body.get("items") or []
-            yield ListPage(items, str(meta.get("resourceVersion") or ""), last=not token)
-            if not token:
-                return
-
-    async def watch(self, source: Source, resource_version: str) -> AsyncIterator[WatchEvent]:
-        path, selectors = self.paths[source]
-        query = {
-            **selectors,
-            "watch": "true",
-            "resourceVersion": resource_version,
-            "allowWatchBookmarks": "true",
-            "timeoutSeconds": str(self.watch_timeout),
-        }
-        timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=30, sock_read=self.watch_timeout + 30
-        )
-        response = await self._open("GET", path, query=query, timeout=timeout)
-        buffer = bytearray()
-        try:
-            async for chunk in response.content.iter_any():
-                buffer += chunk
-                while (end := buffer.find(b"\n")) >= 0:
-                    line = bytes(buffer[:end])
-                    del buffer[: end + 1]
-                    if line.strip():
-                        yield _event(line)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise ApiError(0, type(exc).__name__, str(exc) or "watch dropped") from exc
-        finally:
-            response.release()
 
     # -- writes -----------------------------------------------------------------------------------------
 
@@ -260,22 +148,3 @@ class KubeAdapter:
 
     async def replace_lease(self, namespace: str, name: str, body: RawObject) -> RawObject:
         return await self._json("PUT", self._lease(namespace, name), body=body)
-
-    async def close(self) -> None:
-        await self.api.close()
-
-
-def _event(line: bytes) -> WatchEvent:
-    try:
-        event = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        raise ApiError(0, "BadWatchEvent", f"not JSON: {exc}") from exc
-    obj = event.get("object") if isinstance(event, dict) else None
-    kind = event.get("type") if isinstance(event, dict) else None
-    if not isinstance(obj, dict) or not isinstance(kind, str):
-        raise ApiError(0, "BadWatchEvent", "a watch event needs type and object")
-    if kind == "ERROR":
-        raise ApiError(
-            int(obj.get("code") or 500), str(obj.get("reason") or ""), str(obj.get("message") or "")
-        )
-    return WatchEvent(kind, obj)

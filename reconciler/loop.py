@@ -23,11 +23,11 @@ from reconciler.metrics import ReconcilerMetrics
 from reconciler.ports import KubeAPI
 from reconciler.recording import RecordingKube
 from reconciler.settings import ReconcilerSettings
-from reconciler.streams import StreamRunner
-from reconciler.sync import SyncView
 from reconciler.worker import Worker
 from shared.clusterstate import SOURCES, ClusterState, Source
 from shared.runtime.clock import now_rfc3339
+from shared.runtime.listwatch import Reflector
+from shared.runtime.syncview import SyncView
 
 log = logging.getLogger("gpuclass.reconciler")
 
@@ -50,7 +50,7 @@ class Reconciler:
         self.elector: LeaderElector | None = None
         self.worker: Worker | None = None
         self.http: Server | None = None
-        self.sync = SyncView(
+        self.sync: SyncView[Source] = SyncView(
             SOURCES,
             clock=time.monotonic,
             stale_after=settings.relist_deadline_seconds,
@@ -60,7 +60,7 @@ class Reconciler:
         self._complete = False
         self.stale_reason: str | None = None
         """Set by the `--objects` reload while the files cannot be read (last good state served)."""
-        self.streams: StreamRunner | None = None
+        self.streams: Reflector[Source] | None = None
         self.metrics.ready.set_function(lambda: 1 if self.ready else 0)
         for source in SOURCES:
             self.metrics.synced.labels(source).set_function(
@@ -116,8 +116,8 @@ class Reconciler:
         )
         return self.worker
 
-    def _streams(self, api: KubeAPI, worker: Worker) -> StreamRunner:
-        self.streams = StreamRunner(
+    def _streams(self, api: KubeAPI, worker: Worker) -> Reflector[Source]:
+        self.streams = Reflector(
             api,
             self.state,
             sync=self.sync,

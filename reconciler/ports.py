@@ -11,43 +11,12 @@ knowing the client library.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from shared.clusterstate import Source
+from shared.runtime.listwatch import ApiError, ListPage, RawObject, WatchEvent
 
-RawObject = dict[str, Any]
-
-
-class ApiError(Exception):
-    """An API call that failed: `status` is the HTTP code, 0 when the server was not reached."""
-
-    def __init__(self, status: int, reason: str = "", message: str = "") -> None:
-        super().__init__(f"{status} {reason}: {message}" if message else f"{status} {reason}")
-        self.status = status
-        self.reason = reason
-        self.message = message
-
-    @property
-    def gone(self) -> bool:
-        """410: the watch's resourceVersion (or a list's continue token) expired; re-list."""
-        return self.status == 410
-
-
-@dataclass(frozen=True, slots=True)
-class ListPage:
-    """One page of a list; the last page's `resource_version` is where the watch starts."""
-
-    items: list[RawObject]
-    resource_version: str = ""
-    last: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class WatchEvent:
-    type: str
-    """ADDED, MODIFIED, DELETED or BOOKMARK (errors are raised as ApiError)."""
-    object: RawObject = field(default_factory=dict)
+__all__ = ["ApiError", "KubeAPI", "ListPage", "RawObject", "WatchEvent"]
 
 
 class KubeAPI(Protocol):

@@ -13,7 +13,7 @@ recompute per class), takes the whole dirty set and, per item:
 Nothing is written before every source has completed its first list (the marks
 wait). A deletion — a finalizer removal, a licence-copy delete — also needs the
 sources it depends on synced now and at least as recent as the object it
-releases (:meth:`reconciler.sync.SyncView.behind`); otherwise it waits, and a
+releases (:meth:`shared.runtime.syncview.SyncView.behind`); otherwise it waits, and a
 source whose watch has not brought it that far is re-listed (at most every
 `relist_interval` seconds).
 
@@ -37,9 +37,9 @@ from reconciler.events import EventRecorder
 from reconciler.leader import Leadership
 from reconciler.metrics import ReconcilerMetrics
 from reconciler.ports import ApiError, KubeAPI
-from reconciler.sync import SyncView
 from shared.clusterstate import ClassEntry, ClusterState, Source, StatusContext
 from shared.inuse import finalizer_change
+from shared.runtime.syncview import SyncView
 from shared.statusdiff import status_patch, transitions
 
 log = logging.getLogger("gpuclass.reconciler.worker")
@@ -63,7 +63,7 @@ class Worker:
         coalesce_seconds: float = 0.2,
         backoff: KeyedBackoff | None = None,
         on_pass: Callable[[], None] = lambda: None,
-        sync: SyncView | None = None,
+        sync: SyncView[Source] | None = None,
         request_relist: Callable[[Source], None] = lambda source: None,
         relist_interval: float = 10.0,
         dry_run: bool = False,

@@ -569,6 +569,33 @@ def test_a_used_class_stays_deleting_until_its_last_vmi_is_gone(world: World) ->
     )
 
 
+def test_a_renamed_class_stays_held_by_vms_admitted_under_its_old_name(world: World) -> None:
+    res, renamed = world.resource("before"), world.resource("after")
+    name = world.new_class(gpuclass(unique_name("rec-rename"), res))
+    world.permitted.permit(world.admin, [renamed])
+    machine = world.create(vmi(unique_name("rec-vm"), world.tenant, classes=[name], devices=[res]))
+    settle(world, name, lambda o: FINALIZER in o["metadata"].get("finalizers", []), "finalizer")
+
+    world.admin.call(  # allowed with a warning (CONTRACT.md section 5): a rename
+        "PATCH",
+        f"{GPUCLASSES}/{name}",
+        body={"spec": {"source": {"devicePlugin": {"resourceName": renamed}}}},
+        content_type=MERGE,
+    )
+    world.admin.delete(gpuclass(name, renamed))
+    world.node({renamed: 2})  # the reconciler has seen the rename and deletion once it counts this
+    deleting = expect_figures(world, name, (2, 2, 2))
+    assert deleting["metadata"].get("deletionTimestamp")
+    assert FINALIZER in deleting["metadata"]["finalizers"]  # the old VM still holds it
+
+    world.admin.delete(machine)
+    eventually(
+        lambda: get_class(world.admin, name) is None,
+        timeout=SETTLE,
+        what="the class gone once its VM admitted under the old name is",
+    )
+
+
 def test_a_class_nothing_uses_is_deleted_at_once(world: World) -> None:
     res = world.resource("unused")
     unused = world.new_class(gpuclass(unique_name("rec-unused"), res))

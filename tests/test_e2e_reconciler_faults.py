@@ -346,3 +346,61 @@ def test_an_api_server_restart_with_compacted_history_releases_nothing(
             f"\n[kube-apiserver restarted, etcd compacted to {compacted}] re-lists: "
             f"{len(relists)} (410 Gone: {len(gone)}); released: {released}"
         )
+
+
+def test_a_leader_killed_between_a_status_write_and_a_copy_write_is_caught_up(
+    faulty: Faulty,
+) -> None:
+    """kill -9 while its copy create is in flight (held by the proxy, never delivered): the next
+    leader writes the missing copy and releases nothing."""
+    world = left_behind(faulty, "kill")
+    base = f"flt-kill-{faulty.suffix}"
+    late, resource = f"{base}-late", f"flt-{faulty.suffix}.example.com/kill-late"
+    source = f"{base}-src"  # left_behind made it
+    copy = (faulty.spare, f"gpuclass-license-{late}")
+    first = ReconcilerProcess(
+        faulty.kubeconfig, pod_name=f"{base}-a", timings=FAST, args=["--vgpu-entitled"]
+    )
+    second: ReconcilerProcess | None = None
+    try:
+        eventually(first.ready, timeout=60, what="/readyz")
+        converged(faulty, world)
+        held = faulty.proxy.add(
+            Rule(
+                lambda m, p, q: m == "POST" and p == f"/api/v1/namespaces/{copy[0]}/secrets",
+                hold=8.0,
+                status=503,  # answered by the proxy: the create never reaches the API server
+            )
+        )
+        faulty.permitted.permit(faulty.admin, [resource])
+        faulty.create(
+            vmi(f"{base}-vm", copy[0], classes=[late], devices=[resource], licence_copy=copy[1])
+        )
+        faulty.create(licensed_class(late, resource, source))
+        eventually(lambda: held.used == 1 or None, timeout=SETTLE, what="the copy create in flight")
+        status_first = (get_class(faulty.admin, late) or {}).get("status") or {}
+        assert "free" in status_first, "the status is written before the copy"
+        first.kill()
+        killed_at = time.monotonic()
+        assert not copy_exists(faulty.admin, copy)
+        second = ReconcilerProcess(
+            faulty.kubeconfig, pod_name=f"{base}-b", timings=FAST, args=["--vgpu-entitled"]
+        )
+        eventually(
+            lambda: copy_exists(faulty.admin, copy), timeout=SETTLE, what="the copy caught up"
+        )
+        assert finalizers(faulty.admin, late) == [FINALIZER]
+        for name in world.held:
+            assert finalizers(faulty.admin, name) == [FINALIZER]
+        assert copy_exists(faulty.admin, world.copy)
+        released = [e for e in faulty.proxy.writes(killed_at) if e.deletion]
+        assert released == [], [str(e) for e in released]
+        print(
+            f"\n[leader killed with its copy create in flight] the next leader wrote: "
+            f"{[str(e) for e in faulty.proxy.writes(killed_at) if late in e.path or copy[0] in e.path]}"
+            f"; released: {released}"
+        )
+    finally:
+        first.kill() if first.alive else None
+        if second is not None:
+            second.stop()

@@ -21,8 +21,8 @@ from kubernetes_asyncio import client
 
 from reconciler.kube import MANAGED_SELECTOR, POD_FIELD_SELECTOR, KubeAdapter
 from reconciler.ports import ApiError
-from reconciler.ratelimit import TokenBucket
 from shared.runtime.kubeclient import user_agent
+from shared.runtime.ratelimit import TokenBucket
 
 Seen = list[dict[str, Any]]
 

@@ -25,9 +25,9 @@ from reconciler.loop import Reconciler
 from reconciler.memory import MemoryKube
 from reconciler.ports import ApiError, ListPage, WatchEvent
 from reconciler.settings import ReconcilerSettings
-from reconciler.sync import SyncView, version_reached
 from shared import names
 from shared.clusterstate import SOURCES, Source
+from shared.runtime.syncview import SyncView, version_reached
 from tests.test_reconciler_objects import gpuclass, kubevirt, namespace, node, pod, secret, vmi
 
 R = "example.com/gpu"

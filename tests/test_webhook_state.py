@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 
 from shared.catalog import Policy
-from shared.runtime.listwatch import Expired, RawObject
+from shared.runtime.listwatch import ApiError, ListPage, RawObject, WatchEvent
 from webhook.state import ClusterState
+
+Expired = ApiError(410, "Expired", "too old resource version")
 
 
 def gpuclass(name: str, resource: str, rv: str = "1") -> RawObject:
@@ -33,7 +35,8 @@ def gpuclass(name: str, resource: str, rv: str = "1") -> RawObject:
 
 
 class ScriptedSource:
-    """Each list() returns the next listing; each watch() replays the next script of events, then ends."""
+    """One resource: each list returns the next listing (one page); each watch replays the
+    next script of events, then ends (the last one stays open and quiet)."""
 
     def __init__(
         self, name: str, listings: list[list[RawObject]], watches: list[list[Any]]
@@ -44,20 +47,33 @@ class ScriptedSource:
         self.list_calls = 0
         self.watch_versions: list[str] = []
 
-    async def list(self) -> tuple[list[RawObject], str]:
+    async def list_pages(self) -> AsyncIterator[ListPage]:
         self.list_calls += 1
         index = min(self.list_calls - 1, len(self.listings) - 1)
-        return [dict(o) for o in self.listings[index]], str(100 * self.list_calls)
+        yield ListPage([dict(o) for o in self.listings[index]], str(100 * self.list_calls))
 
-    async def watch(self, resource_version: str) -> AsyncIterator[tuple[str, RawObject]]:
+    async def watch(self, resource_version: str) -> AsyncIterator[WatchEvent]:
         self.watch_versions.append(resource_version)
         script = self.watches.pop(0) if self.watches else []
         for step in script:
             if isinstance(step, Exception):
                 raise step
-            yield step
+            yield WatchEvent(*step)
         if not self.watches:
             await asyncio.sleep(3600)  # a quiet, open watch
+
+
+class ScriptedClient:
+    """The list/watch seam of the shared reflector, one scripted source per resource."""
+
+    def __init__(self, sources: list[ScriptedSource]) -> None:
+        self.sources = {s.name: s for s in sources}
+
+    def list_pages(self, resource: str) -> AsyncIterator[ListPage]:
+        return self.sources[resource].list_pages()
+
+    def watch(self, resource: str, resource_version: str) -> AsyncIterator[WatchEvent]:
+        return self.sources[resource].watch(resource_version)
 
 
 def static(name: str, items: list[RawObject]) -> ScriptedSource:
@@ -87,12 +103,15 @@ def make_state(classes: ScriptedSource, restarts: list[tuple[str, str]]) -> Clus
             }
         },
     }
-    return ClusterState(
+    client = ScriptedClient(
         [
             classes,
             static("namespaces", [{"metadata": {"name": "tenant-a", "labels": {"l": "v"}}}]),
             static("kubevirts", [kubevirt]),
-        ],
+        ]
+    )
+    return ClusterState(
+        client,
         Policy(),
         on_restart=lambda resource, reason: restarts.append((resource, reason)),
     )
@@ -126,7 +145,7 @@ def test_expired_watch_relists_from_scratch() -> None:
     source = ScriptedSource(
         "gpuclasses",
         [[gpuclass("a", "x.com/a")], [gpuclass("c", "x.com/c")]],
-        [[("ADDED", gpuclass("b", "x.com/b", "101")), Expired("too old resource version")]],
+        [[("ADDED", gpuclass("b", "x.com/b", "101")), Expired]],
     )
     restarts: list[tuple[str, str]] = []
     state = make_state(source, restarts)

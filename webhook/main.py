@@ -32,11 +32,11 @@ log = logging.getLogger("gpuclass.webhook")
 
 async def _cluster_state(settings: WebhookSettings, metrics: WebhookMetrics) -> CatalogState:
     from shared.runtime.kubeclient import api_client
-    from webhook.kube import webhook_sources
+    from webhook.kube import FIELD_MANAGER, webhook_client
 
-    api = await api_client(settings.kubeconfig, binary="gpuclass-webhook")
+    api = await api_client(settings.kubeconfig, binary=FIELD_MANAGER)
     return ClusterState(
-        webhook_sources(api, kubevirt_namespace=settings.kubevirt_namespace),
+        webhook_client(api, kubevirt_namespace=settings.kubevirt_namespace),
         settings.policy(),
         on_restart=lambda resource, reason: metrics.watch_restarts.labels(resource, reason).inc(),
     )

@@ -10,15 +10,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from shared import names
 from shared.catalog import Catalog, Policy, build_catalog
+from shared.clusterstate import Key, object_key
 from shared.runtime.filesource import FileSource
-from shared.runtime.listwatch import ListWatchSource, RawObject, list_watch
+from shared.runtime.listwatch import ListWatchClient, RawObject, Reflector
+from shared.runtime.syncview import SyncView
 from shared.snapshot import ClassRecord, Snapshot, compact_class, permitted_resources
+
+RESOURCES = ("gpuclasses", "namespaces", "kubevirts")
 
 log = logging.getLogger(__name__)
 
@@ -77,34 +81,37 @@ class FileState:
 class ClusterState:
     """The catalog from list+watch caches of GPUClasses, Namespaces and the KubeVirt CR.
 
-    Capacity figures are the reconciler's stored status; the webhook does not watch Pods.
+    The cache is a :class:`shared.runtime.listwatch.Store` kept by the shared
+    reflector (the reconciler's loop): paged lists swapped in whole, 410 re-lists,
+    backoff with jitter, a sync state per resource. The catalog is rebuilt once every
+    resource has been listed, then on each change. Capacity figures are the
+    reconciler's stored status; the webhook does not watch Pods.
     """
 
     def __init__(
         self,
-        sources: Sequence[ListWatchSource],
+        source: ListWatchClient[str],
         policy: Policy,
         on_restart: Callable[[str, str], None] = lambda resource, reason: None,
+        *,
+        resources: Sequence[str] = RESOURCES,
     ) -> None:
-        self._sources = list(sources)
+        self._resources = tuple(resources)
         self._policy = policy
-        self._on_restart = on_restart
-        self._objects: dict[str, dict[str, RawObject | ClassRecord]] = {
-            s.name: {} for s in self._sources
+        self._objects: dict[str, dict[Key, RawObject | ClassRecord]] = {
+            r: {} for r in self._resources
         }
-        self._listed: set[str] = set()
+        self._sync: SyncView[str] = SyncView(self._resources, clock=time.monotonic)
+        self._reflector: Reflector[str] = Reflector(
+            source, self, sync=self._sync, on_change=self._rebuild, on_restart=on_restart
+        )
         self._tasks: list[asyncio.Task[None]] = []
         self.catalog = Catalog(policy=policy)
         self.synced = False
         self.updated_at = 0.0
 
     @staticmethod
-    def _key(obj: RawObject) -> str:
-        meta = obj.get("metadata") or {}
-        return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-    @staticmethod
-    def _compact(name: str, obj: RawObject) -> RawObject | ClassRecord | None:
+    def _compact(name: str, obj: Mapping[str, Any]) -> RawObject | ClassRecord | None:
         """Keep what the catalog needs: class records, namespace labels, KubeVirt CRs as they are."""
         if name == "gpuclasses":
             return compact_class(obj)
@@ -115,24 +122,30 @@ class ClusterState:
                 "name": meta.get("name"),
                 "labels": {k: v for k, v in labels.items() if isinstance(v, str)},
             }
-        return obj
+        return dict(obj)
 
-    def _reset(self, name: str, items: list[RawObject]) -> None:
-        self._objects[name] = {
-            self._key(o): c for o in items if (c := self._compact(name, o)) is not None
-        }
-        self._listed.add(name)
-        self._rebuild()
+    # -- the Store the reflector keeps ---------------------------------------------------------
 
-    def _event(self, name: str, event_type: str, obj: RawObject) -> None:
-        if event_type == "DELETED":
-            self._objects[name].pop(self._key(obj), None)
-        elif (compact := self._compact(name, obj)) is not None:
-            self._objects[name][self._key(obj)] = compact
-        self._rebuild()
+    def upsert(self, resource: str, obj: Mapping[str, Any]) -> None:
+        key = object_key(obj)
+        compact = self._compact(resource, obj) if key is not None else None
+        if key is not None and compact is not None:
+            self._objects[resource][key] = compact
+
+    def delete(self, resource: str, obj: Mapping[str, Any]) -> None:
+        key = object_key(obj)
+        if key is not None:
+            self._objects[resource].pop(key, None)
+
+    def sweep(self, resource: str, seen: set[Key]) -> None:
+        store = self._objects[resource]
+        for key in [k for k in store if k not in seen]:
+            del store[key]
+
+    # -- the catalog -----------------------------------------------------------------------------
 
     def _rebuild(self) -> None:
-        if len(self._listed) < len(self._sources):
+        if not self._sync.all_listed():
             return
         snapshot = Snapshot()
         for record in self._objects.get("gpuclasses", {}).values():
@@ -158,23 +171,14 @@ class ClusterState:
 
     async def run(self) -> None:
         self._tasks = [
-            asyncio.create_task(self._watch(source), name=f"watch-{source.name}")
-            for source in self._sources
+            asyncio.create_task(self._reflector.run(resource), name=f"watch-{resource}")
+            for resource in self._resources
         ]
         try:
             await asyncio.gather(*self._tasks)
         finally:
             for task in self._tasks:
                 task.cancel()
-
-    async def _watch(self, source: ListWatchSource) -> None:
-        name = source.name
-        await list_watch(
-            source,
-            on_reset=lambda items: self._reset(name, items),
-            on_event=lambda event_type, obj: self._event(name, event_type, obj),
-            on_restart=lambda reason: self._on_restart(name, reason),
-        )
 
     def healthy(self) -> bool:
         return bool(self._tasks) and not any(t.done() for t in self._tasks)

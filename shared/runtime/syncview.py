@@ -1,4 +1,4 @@
-"""Which sources the reconciler's view is complete for, and how fresh each one is.
+"""Which watched resources a cache is complete for, and how fresh each one is.
 
 A write is only as good as the view it was decided on. This module keeps, per
 source (list/watch stream), what client-go's reflector keeps in its `HasSynced`
@@ -20,18 +20,21 @@ flag and last-sync resourceVersion:
 
 resourceVersions are compared by :func:`shared.clusterstate.version_reached`.
 
-No I/O: the stream runner reports, the worker and the probes ask; the clock is
-passed in.
+No I/O: the reflector (shared.runtime.listwatch) reports; the reconciler's worker,
+the webhook's catalog and both binaries' probes ask; the clock is passed in.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
-from shared.clusterstate import Source, version_reached
+from shared.clusterstate import version_reached
 
 __all__ = ["SourceSync", "SyncView", "version_reached"]
+
+R = TypeVar("R", bound=str)
 
 
 @dataclass(slots=True)
@@ -43,12 +46,12 @@ class SourceSync:
 
 
 @dataclass(slots=True)
-class SyncView:
-    sources: tuple[Source, ...]
+class SyncView(Generic[R]):
+    sources: tuple[R, ...]
     clock: Callable[[], float]
     stale_after: float = 120.0
-    on_change: Callable[[Source], None] = lambda source: None
-    state: dict[Source, SourceSync] = field(default_factory=dict)
+    on_change: Callable[[R], None] = lambda source: None
+    state: dict[R, SourceSync] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         now = self.clock()
@@ -57,7 +60,7 @@ class SyncView:
 
     # -- reported by the streams ----------------------------------------------------------------
 
-    def relisting(self, source: Source) -> None:
+    def relisting(self, source: R) -> None:
         """A (re-)list started: the source is not synced until it completes."""
         entry = self.state[source]
         if entry.synced or entry.unsynced_since is None:
@@ -65,7 +68,7 @@ class SyncView:
         entry.synced = False
         self.on_change(source)
 
-    def listed(self, source: Source, version: str) -> None:
+    def listed(self, source: R, version: str) -> None:
         """The whole list is in; the view of this source is complete at `version`."""
         entry = self.state[source]
         entry.listed_once = entry.synced = True
@@ -73,7 +76,7 @@ class SyncView:
         entry.version = version or entry.version
         self.on_change(source)
 
-    def progressed(self, source: Source, version: str) -> None:
+    def progressed(self, source: R, version: str) -> None:
         """A watch event or bookmark: the view of this source has reached `version`."""
         entry = self.state[source]
         if version and version_reached(version, entry.version):
@@ -87,10 +90,10 @@ class SyncView:
         """Every source has completed its first list: writes may start."""
         return all(entry.listed_once for entry in self.state.values())
 
-    def synced(self, source: Source) -> bool:
+    def synced(self, source: R) -> bool:
         return self.state[source].synced
 
-    def behind(self, sources: Iterable[Source], required: str) -> tuple[Source, ...]:
+    def behind(self, sources: Iterable[R], required: str) -> tuple[R, ...]:
         """The sources that keep a deletion of an object at `required` waiting (none: go)."""
         return tuple(
             s
@@ -98,8 +101,8 @@ class SyncView:
             if not self.state[s].synced or not version_reached(self.state[s].version, required)
         )
 
-    def stale(self) -> tuple[Source, ...]:
-        """Sources that have been without a complete list for longer than `stale_after`."""
+    def stale(self) -> tuple[R, ...]:
+        """Rs that have been without a complete list for longer than `stale_after`."""
         now = self.clock()
         return tuple(
             s
