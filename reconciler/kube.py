@@ -22,10 +22,10 @@ import aiohttp
 import orjson
 from kubernetes_asyncio import client, config
 
-from reconciler.ports import ApiError, ListPage, RawObject, WatchEvent
-from reconciler.settings import ReconcilerSettings
-from shared import names
-from shared.clusterstate import Source
+from gpuclass.reconciler.ports import ApiError, ListPage, RawObject, WatchEvent
+from gpuclass.reconciler.settings import ReconcilerSettings
+from gpuclass.shared import names
+from gpuclass.shared.clusterstate import Source
 
 POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed,spec.nodeName!="
 MANAGED_SELECTOR = f"{names.MANAGED_BY_LABEL}={names.MANAGED_BY_VALUE}"
@@ -91,7 +91,7 @@ class KubeAdapter:
 
     @classmethod
     async def connect(cls, settings: ReconcilerSettings) -> KubeAdapter:
-        from shared.runtime.kubeclient import api_client
+        from gpuclass.shared.runtime.kubeclient import api_client
 
         try:
             api = await api_client(settings.kubeconfig)

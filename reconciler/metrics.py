@@ -14,8 +14,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from shared import names
-from shared.availability import Figures
+from gpuclass.shared import names
+from gpuclass.shared.availability import Figures
 
 CONDITION_STATUSES = ("True", "False", "Unknown")
 

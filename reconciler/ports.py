@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from shared.clusterstate import Source
+from gpuclass.shared.clusterstate import Source
 
 RawObject = dict[str, Any]
 

@@ -7,7 +7,7 @@ import socket
 
 from pydantic import Field
 
-from shared.runtime.settings import CommonSettings
+from gpuclass.shared.runtime.settings import CommonSettings
 
 
 class ReconcilerSettings(CommonSettings):

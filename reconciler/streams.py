@@ -17,8 +17,8 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 
-from reconciler.ports import ApiError, KubeAPI
-from shared.clusterstate import ClusterState, Key, Source, object_key, resource_version
+from gpuclass.reconciler.ports import ApiError, KubeAPI
+from gpuclass.shared.clusterstate import ClusterState, Key, Source, object_key, resource_version
 
 log = logging.getLogger("gpuclass.reconciler.streams")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from shared import names
+from gpuclass.shared import names
 
 
 def tenant_chain(namespace: str) -> list[str] | None:

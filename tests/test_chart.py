@@ -21,6 +21,7 @@ import pytest
 import yaml
 from cryptography import x509
 
+from gpuclass.webhook import paths
 from tests.chart_helpers import (
     CHART,
     NAMESPACE,
@@ -42,7 +43,6 @@ from tests.chart_helpers import (
     webhooks,
     workloads,
 )
-from webhook import paths
 
 MONITORING_ON = {
     "monitoring": {
@@ -757,9 +757,9 @@ def test_settings_reach_both_binaries_as_flags(entitled: bool) -> None:
 def test_the_binaries_accept_the_rendered_flags(
     values: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from reconciler.settings import ReconcilerSettings
-    from shared.runtime.settings import parse_settings
-    from webhook.settings import WebhookSettings
+    from gpuclass.reconciler.settings import ReconcilerSettings
+    from gpuclass.shared.runtime.settings import parse_settings
+    from gpuclass.webhook.settings import WebhookSettings
 
     for variable in [v for v in os.environ if v.startswith("GPUCLASS_")]:
         monkeypatch.delenv(variable)

@@ -19,8 +19,8 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio import client
 
-from reconciler.kube import MANAGED_SELECTOR, POD_FIELD_SELECTOR, KubeAdapter
-from reconciler.ports import ApiError
+from gpuclass.reconciler.kube import MANAGED_SELECTOR, POD_FIELD_SELECTOR, KubeAdapter
+from gpuclass.reconciler.ports import ApiError
 
 Seen = list[dict[str, Any]]
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from shared.catalog import Policy
-from shared.runtime.listwatch import Expired, RawObject
-from webhook.state import ClusterState
+from gpuclass.shared.catalog import Policy
+from gpuclass.shared.runtime.listwatch import Expired, RawObject
+from gpuclass.webhook.state import ClusterState
 
 
 def gpuclass(name: str, resource: str, rv: str = "1") -> RawObject:

@@ -25,11 +25,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import Response
 
-from shared.admission import Denied, encode_response, render_response
-from shared.review import GPUCLASS, POD, VMI, MalformedReview, decide
-from webhook import paths
-from webhook.metrics import WebhookMetrics
-from webhook.state import CatalogState
+from gpuclass.shared.admission import Denied, encode_response, render_response
+from gpuclass.shared.review import GPUCLASS, POD, VMI, MalformedReview, decide
+from gpuclass.webhook import paths
+from gpuclass.webhook.metrics import WebhookMetrics
+from gpuclass.webhook.state import CatalogState
 
 log = logging.getLogger("gpuclass.webhook")
 

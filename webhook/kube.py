@@ -14,8 +14,8 @@ import orjson
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from shared import names
-from shared.runtime.listwatch import Expired, RawObject
+from gpuclass.shared import names
+from gpuclass.shared.runtime.listwatch import Expired, RawObject
 
 WATCH_TIMEOUT_SECONDS = 290
 

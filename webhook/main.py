@@ -17,14 +17,14 @@ from types import FrameType
 
 import uvicorn
 
-from shared.runtime.loader import LoadError
-from shared.runtime.logs import setup_logging
-from shared.runtime.settings import parse_settings
-from shared.runtime.tls import ReloadingContext, self_signed
-from webhook.app import AppContext, create_app
-from webhook.metrics import WebhookMetrics
-from webhook.settings import WebhookSettings
-from webhook.state import CatalogState, ClusterState, FileState
+from gpuclass.shared.runtime.loader import LoadError
+from gpuclass.shared.runtime.logs import setup_logging
+from gpuclass.shared.runtime.settings import parse_settings
+from gpuclass.shared.runtime.tls import ReloadingContext, self_signed
+from gpuclass.webhook.app import AppContext, create_app
+from gpuclass.webhook.metrics import WebhookMetrics
+from gpuclass.webhook.settings import WebhookSettings
+from gpuclass.webhook.state import CatalogState, ClusterState, FileState
 
 log = logging.getLogger("gpuclass.webhook")
 
@@ -38,8 +38,8 @@ class Server(uvicorn.Server):
 
 
 async def _cluster_state(settings: WebhookSettings, metrics: WebhookMetrics) -> CatalogState:
-    from shared.runtime.kubeclient import api_client
-    from webhook.kube import webhook_sources
+    from gpuclass.shared.runtime.kubeclient import api_client
+    from gpuclass.webhook.kube import webhook_sources
 
     api = await api_client(settings.kubeconfig)
     return ClusterState(

@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from shared.catalog import Catalog, Policy, build_catalog
-from shared.runtime.filesource import FileSource
-from shared.runtime.listwatch import ListWatchSource, RawObject, list_watch
-from shared.snapshot import ClassRecord, Snapshot, compact_class, permitted_resources
+from gpuclass.shared.catalog import Catalog, Policy, build_catalog
+from gpuclass.shared.runtime.filesource import FileSource
+from gpuclass.shared.runtime.listwatch import ListWatchSource, RawObject, list_watch
+from gpuclass.shared.snapshot import ClassRecord, Snapshot, compact_class, permitted_resources
 
 log = logging.getLogger(__name__)
 

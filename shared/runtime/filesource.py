@@ -11,8 +11,8 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from shared.runtime.loader import LoadError, files_under, load_snapshot
-from shared.snapshot import Snapshot
+from gpuclass.shared.runtime.loader import LoadError, files_under, load_snapshot
+from gpuclass.shared.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 

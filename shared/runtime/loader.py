@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import yaml
 
-from shared.snapshot import Snapshot, SnapshotBuilder
+from gpuclass.shared.snapshot import Snapshot, SnapshotBuilder
 
 _YamlLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
 # Kubernetes' YAML decoder keeps unquoted timestamps as strings; PyYAML would make them
