@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# mypy reads the source under its installed name, gpuclass.*: a folder of links maps it.
+TYPECHECK := build/typecheck/gpuclass
 
 .DEFAULT_GOAL := help
 .PHONY: help venv system-deps demo test test-fast lint format types fixtures controlplane bench clean
@@ -17,6 +19,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP) ## create .venv with gpuclass and its test tools
+
+$(TYPECHECK):
+	mkdir -p $(TYPECHECK)
+	for p in shared webhook reconciler; do ln -sfn ../../../$$p $(TYPECHECK)/$$p; done
 
 demo: $(STAMP) ## run the offline CLI on examples/: status, then sample reviews
 	@echo "== gpuclass status --objects examples   (JSON summarised as a table)"
@@ -35,7 +41,7 @@ system-deps: ## install system tools the tests use (Debian prometheus for promto
 	    (apt-get install -y -q prometheus >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q prometheus >/dev/null)); \
 	  else echo "promtool missing: install the prometheus package (alert tests will be skipped)"; fi; }
 
-test: $(STAMP) system-deps ## install what the tests need, lint, type-check and run every test (what CI runs)
+test: $(STAMP) system-deps $(TYPECHECK) ## install what the tests need, lint, type-check and run every test (what CI runs)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -52,7 +58,7 @@ format: $(STAMP) ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-types: $(STAMP) ## mypy --strict
+types: $(STAMP) $(TYPECHECK) ## mypy --strict
 	$(BIN)/mypy
 
 fixtures: $(STAMP) ## regenerate golden responses (review the diff)
@@ -72,5 +78,6 @@ bench: $(STAMP) ## print the benchmark figures (needs wrk for the webhook one; t
 	$(BIN)/python benchmarks/bench_e2e_reconciler.py
 	$(BIN)/python benchmarks/bench_scale_e2e.py
 
-clean: ## remove the virtualenv and caches (not the control-plane cache)
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+clean: ## remove the virtualenv, caches and every build output (not the control-plane cache)
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
+	find . -name __pycache__ -type d -prune -not -path './.git/*' -exec rm -rf {} +

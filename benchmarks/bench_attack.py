@@ -30,10 +30,10 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from shared.admission import encode_response  # noqa: E402
-from shared.catalog import Policy  # noqa: E402
-from shared.cli import offline_catalog  # noqa: E402
-from shared.review import review  # noqa: E402
+from gpuclass.shared.admission import encode_response  # noqa: E402
+from gpuclass.shared.catalog import Policy  # noqa: E402
+from gpuclass.shared.cli import offline_catalog  # noqa: E402
+from gpuclass.shared.review import review  # noqa: E402
 from tests.attack_clients import PeakRss, rss_mb  # noqa: E402
 from tests.webhook_process import WebhookProcess  # noqa: E402
 

@@ -36,10 +36,10 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from shared.admission import encode_response  # noqa: E402
-from shared.catalog import Catalog, Policy  # noqa: E402
-from shared.cli import offline_catalog  # noqa: E402
-from shared.review import review  # noqa: E402
+from gpuclass.shared.admission import encode_response  # noqa: E402
+from gpuclass.shared.catalog import Catalog, Policy  # noqa: E402
+from gpuclass.shared.cli import offline_catalog  # noqa: E402
+from gpuclass.shared.review import review  # noqa: E402
 
 RUNS = max(int(os.environ.get("BENCH_RUNS", "20000")), 10_000)
 WARMUP = 1_000

@@ -42,13 +42,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.gencluster import DEDICATED, iter_cluster, pod
 from benchmarks.gencluster import resource as resource_name
-from reconciler.leader import AlwaysLeader
-from reconciler.loop import Reconciler
-from reconciler.memory import KIND_OF_SOURCE, apply_merge_patch
-from reconciler.ports import ListPage, RawObject, WatchEvent
-from reconciler.settings import ReconcilerSettings
-from shared import names
-from shared.clusterstate import Source
+from gpuclass.reconciler.leader import AlwaysLeader
+from gpuclass.reconciler.loop import Reconciler
+from gpuclass.reconciler.memory import KIND_OF_SOURCE, apply_merge_patch
+from gpuclass.reconciler.ports import ListPage, RawObject, WatchEvent
+from gpuclass.reconciler.settings import ReconcilerSettings
+from gpuclass.shared import names
+from gpuclass.shared.clusterstate import Source
 
 NODES = int(os.environ.get("BENCH_NODES", 5000))
 PODS = int(os.environ.get("BENCH_PODS", 150_000))

@@ -53,10 +53,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_e2e_reconciler import ClassWatch, percentile  # noqa: E402
-from reconciler.kube import KubeAdapter  # noqa: E402
-from reconciler.loop import Reconciler  # noqa: E402
-from reconciler.settings import ReconcilerSettings  # noqa: E402
-from shared.clusterstate import SOURCES  # noqa: E402
+from gpuclass.reconciler.kube import KubeAdapter  # noqa: E402
+from gpuclass.reconciler.loop import Reconciler  # noqa: E402
+from gpuclass.reconciler.settings import ReconcilerSettings  # noqa: E402
+from gpuclass.shared.clusterstate import SOURCES  # noqa: E402
 from tests.controlplane.api import Api, ApiError, RawObject  # noqa: E402
 from tests.controlplane.cluster import ControlPlane, User, eventually, find_assets  # noqa: E402
 from tests.controlplane.components import kwok, kwok_node, set_allocatable  # noqa: E402

@@ -18,12 +18,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Hashable
 
-from reconciler.events import EventRecorder
-from reconciler.metrics import ReconcilerMetrics
-from reconciler.ports import ApiError, KubeAPI
-from shared import names
-from shared.clusterstate import ClusterState, Source
-from shared.licences import CopyAction, secret_body
+from gpuclass.reconciler.events import EventRecorder
+from gpuclass.reconciler.metrics import ReconcilerMetrics
+from gpuclass.reconciler.ports import ApiError, KubeAPI
+from gpuclass.shared import names
+from gpuclass.shared.clusterstate import ClusterState, Source
+from gpuclass.shared.licences import CopyAction, secret_body
 
 log = logging.getLogger("gpuclass.reconciler.copies")
 

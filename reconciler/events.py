@@ -11,9 +11,9 @@ import logging
 from collections.abc import Callable
 from typing import Literal
 
-from reconciler.ports import ApiError, KubeAPI, RawObject
-from shared import names
-from shared.clusterstate import ClusterState
+from gpuclass.reconciler.ports import ApiError, KubeAPI, RawObject
+from gpuclass.shared import names
+from gpuclass.shared.clusterstate import ClusterState
 
 log = logging.getLogger("gpuclass.reconciler.events")
 

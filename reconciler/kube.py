@@ -15,11 +15,11 @@ from urllib.parse import quote
 
 from kubernetes_asyncio import client, config
 
-from reconciler.ports import ApiError, RawObject
-from reconciler.settings import ReconcilerSettings
-from shared import names
-from shared.runtime.kubeclient import RawClient
-from shared.runtime.ratelimit import TokenBucket
+from gpuclass.reconciler.ports import ApiError, RawObject
+from gpuclass.reconciler.settings import ReconcilerSettings
+from gpuclass.shared import names
+from gpuclass.shared.runtime.kubeclient import RawClient
+from gpuclass.shared.runtime.ratelimit import TokenBucket
 
 POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed,spec.nodeName!="
 MANAGED_SELECTOR = f"{names.MANAGED_BY_LABEL}={names.MANAGED_BY_VALUE}"
@@ -76,7 +76,7 @@ class KubeAdapter(RawClient):
 
     @classmethod
     async def connect(cls, settings: ReconcilerSettings) -> KubeAdapter:
-        from shared.runtime.kubeclient import api_client
+        from gpuclass.shared.runtime.kubeclient import api_client
 
         try:
             api = await api_client(settings.kubeconfig, binary=FIELD_MANAGER)

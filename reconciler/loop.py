@@ -16,18 +16,18 @@ import logging
 import time
 from collections.abc import Callable
 
-from reconciler.events import EventRecorder
-from reconciler.http import Server, create_app, server
-from reconciler.leader import AlwaysLeader, LeaderElector, Leadership
-from reconciler.metrics import ReconcilerMetrics
-from reconciler.ports import KubeAPI
-from reconciler.recording import RecordingKube
-from reconciler.settings import ReconcilerSettings
-from reconciler.worker import Worker
-from shared.clusterstate import SOURCES, ClusterState, Source
-from shared.runtime.clock import now_rfc3339
-from shared.runtime.listwatch import Reflector
-from shared.runtime.syncview import SyncView
+from gpuclass.reconciler.events import EventRecorder
+from gpuclass.reconciler.http import Server, create_app, server
+from gpuclass.reconciler.leader import AlwaysLeader, LeaderElector, Leadership
+from gpuclass.reconciler.metrics import ReconcilerMetrics
+from gpuclass.reconciler.ports import KubeAPI
+from gpuclass.reconciler.recording import RecordingKube
+from gpuclass.reconciler.settings import ReconcilerSettings
+from gpuclass.reconciler.worker import Worker
+from gpuclass.shared.clusterstate import SOURCES, ClusterState, Source
+from gpuclass.shared.runtime.clock import now_rfc3339
+from gpuclass.shared.runtime.listwatch import Reflector
+from gpuclass.shared.runtime.syncview import SyncView
 
 log = logging.getLogger("gpuclass.reconciler")
 
@@ -73,7 +73,7 @@ class Reconciler:
 
     async def _connect(self) -> KubeAPI:
         if self.api is None:
-            from reconciler.kube import KubeAdapter  # the only kubernetes_asyncio import
+            from gpuclass.reconciler.kube import KubeAdapter  # the only kubernetes_asyncio import
 
             self.api = await KubeAdapter.connect(self.settings)
         if self.settings.dry_run and not isinstance(self.api, RecordingKube):

@@ -19,13 +19,13 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from reconciler.loop import Reconciler
-from reconciler.offline import file_reconciler, run_once
-from reconciler.ports import ApiError
-from reconciler.settings import ReconcilerSettings
-from shared.runtime.loader import LoadError
-from shared.runtime.logs import setup_logging
-from shared.runtime.settings import parse_settings
+from gpuclass.reconciler.loop import Reconciler
+from gpuclass.reconciler.offline import file_reconciler, run_once
+from gpuclass.reconciler.ports import ApiError
+from gpuclass.reconciler.settings import ReconcilerSettings
+from gpuclass.shared.runtime.loader import LoadError
+from gpuclass.shared.runtime.logs import setup_logging
+from gpuclass.shared.runtime.settings import parse_settings
 
 log = logging.getLogger("gpuclass.reconciler")
 

@@ -17,9 +17,9 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.ports import ApiError, ListPage, RawObject, WatchEvent
-from shared import names
-from shared.clusterstate import Key, Source, object_key
+from gpuclass.reconciler.ports import ApiError, ListPage, RawObject, WatchEvent
+from gpuclass.shared import names
+from gpuclass.shared.clusterstate import Key, Source, object_key
 
 KIND_OF_SOURCE: dict[Source, str] = {
     "gpuclasses": names.KIND,

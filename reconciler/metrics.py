@@ -14,8 +14,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
-from shared import names
-from shared.availability import Figures
+from gpuclass.shared import names
+from gpuclass.shared.availability import Figures
 
 # No `<counter>_created` gauges, as in the webhook: nothing reads them, they double the series count.
 disable_created_metrics()  # type: ignore[no-untyped-call]

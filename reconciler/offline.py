@@ -19,13 +19,13 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from reconciler.leader import AlwaysLeader
-from reconciler.loop import Reconciler
-from reconciler.memory import MemoryKube
-from reconciler.recording import RecordingKube
-from reconciler.settings import ReconcilerSettings
-from shared.runtime.filesource import Stamp, stamp_of
-from shared.runtime.loader import LoadError, iter_stored_objects
+from gpuclass.reconciler.leader import AlwaysLeader
+from gpuclass.reconciler.loop import Reconciler
+from gpuclass.reconciler.memory import MemoryKube
+from gpuclass.reconciler.recording import RecordingKube
+from gpuclass.reconciler.settings import ReconcilerSettings
+from gpuclass.shared.runtime.filesource import Stamp, stamp_of
+from gpuclass.shared.runtime.loader import LoadError, iter_stored_objects
 
 log = logging.getLogger("gpuclass.reconciler.offline")
 
@@ -82,7 +82,7 @@ async def run_once(settings: ReconcilerSettings) -> dict[str, Any]:
         recorder = RecordingKube(memory_cluster(settings), forward=True)
         reconciler = Reconciler(settings, api=recorder, leadership=AlwaysLeader(), serve_http=False)
     else:
-        from reconciler.kube import KubeAdapter
+        from gpuclass.reconciler.kube import KubeAdapter
 
         recorder = RecordingKube(await KubeAdapter.connect(settings), forward=not settings.dry_run)
         leadership = AlwaysLeader() if settings.dry_run or not settings.leader_elect else None

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from shared.clusterstate import Source
-from shared.runtime.listwatch import ApiError, ListPage, RawObject, WatchEvent
+from gpuclass.shared.clusterstate import Source
+from gpuclass.shared.runtime.listwatch import ApiError, ListPage, RawObject, WatchEvent
 
 __all__ = ["ApiError", "KubeAPI", "ListPage", "RawObject", "WatchEvent"]
 

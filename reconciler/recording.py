@@ -16,9 +16,9 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from reconciler.ports import KubeAPI, ListPage, RawObject, WatchEvent
-from shared import names
-from shared.clusterstate import Source
+from gpuclass.reconciler.ports import KubeAPI, ListPage, RawObject, WatchEvent
+from gpuclass.shared import names
+from gpuclass.shared.clusterstate import Source
 
 log = logging.getLogger("gpuclass.reconciler.dryrun")
 

@@ -8,7 +8,7 @@ from typing import Self
 
 from pydantic import Field, model_validator
 
-from shared.runtime.settings import CommonSettings
+from gpuclass.shared.runtime.settings import CommonSettings
 
 
 class ReconcilerSettings(CommonSettings):

@@ -31,16 +31,16 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from reconciler.backoff import KeyedBackoff
-from reconciler.copies import CopyWriter
-from reconciler.events import EventRecorder
-from reconciler.leader import Leadership
-from reconciler.metrics import ReconcilerMetrics
-from reconciler.ports import ApiError, KubeAPI
-from shared.clusterstate import ClassEntry, ClusterState, Source, StatusContext
-from shared.inuse import finalizer_change
-from shared.runtime.syncview import SyncView
-from shared.statusdiff import status_patch, transitions
+from gpuclass.reconciler.backoff import KeyedBackoff
+from gpuclass.reconciler.copies import CopyWriter
+from gpuclass.reconciler.events import EventRecorder
+from gpuclass.reconciler.leader import Leadership
+from gpuclass.reconciler.metrics import ReconcilerMetrics
+from gpuclass.reconciler.ports import ApiError, KubeAPI
+from gpuclass.shared.clusterstate import ClassEntry, ClusterState, Source, StatusContext
+from gpuclass.shared.inuse import finalizer_change
+from gpuclass.shared.runtime.syncview import SyncView
+from gpuclass.shared.statusdiff import status_patch, transitions
 
 log = logging.getLogger("gpuclass.reconciler.worker")
 

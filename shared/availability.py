@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shared import names
-from shared.k8s import tolerates_all
-from shared.snapshot import ClassRecord, NodeRecord, Snapshot
+from gpuclass.shared import names
+from gpuclass.shared.k8s import tolerates_all
+from gpuclass.shared.snapshot import ClassRecord, NodeRecord, Snapshot
 
 
 @dataclass(frozen=True, slots=True)

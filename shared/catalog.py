@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from shared import names
-from shared.availability import UsageIndex, class_state, compute_figures, conflict_winners
-from shared.snapshot import ClassRecord, Snapshot
+from gpuclass.shared import names
+from gpuclass.shared.availability import UsageIndex, class_state, compute_figures, conflict_winners
+from gpuclass.shared.snapshot import ClassRecord, Snapshot
 
 
 @dataclass(frozen=True, slots=True)

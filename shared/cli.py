@@ -18,14 +18,14 @@ from typing import Any
 
 import orjson
 
-from shared import names
-from shared.admission import encode_response
-from shared.availability import compute_all
-from shared.catalog import Catalog, Policy, build_catalog
-from shared.review import MalformedReview, review
-from shared.runtime.clock import now_rfc3339
-from shared.runtime.loader import LoadError, iter_named_objects, load_snapshot
-from shared.validation import validate_class
+from gpuclass.shared import names
+from gpuclass.shared.admission import encode_response
+from gpuclass.shared.availability import compute_all
+from gpuclass.shared.catalog import Catalog, Policy, build_catalog
+from gpuclass.shared.review import MalformedReview, review
+from gpuclass.shared.runtime.clock import now_rfc3339
+from gpuclass.shared.runtime.loader import LoadError, iter_named_objects, load_snapshot
+from gpuclass.shared.validation import validate_class
 
 MAX_REVIEW_BYTES = 7 * 1024 * 1024
 

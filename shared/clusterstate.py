@@ -27,11 +27,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from shared import names
-from shared.availability import Figures, compute_figures, compute_status, conflict_winners
-from shared.inuse import uses_class
-from shared.licences import CopyAction, desired_copies, plan_copies
-from shared.snapshot import (
+from gpuclass.shared import names
+from gpuclass.shared.availability import Figures, compute_figures, compute_status, conflict_winners
+from gpuclass.shared.inuse import uses_class
+from gpuclass.shared.licences import CopyAction, desired_copies, plan_copies
+from gpuclass.shared.snapshot import (
     ClassRecord,
     NodeRecord,
     PodRecord,
@@ -43,8 +43,8 @@ from shared.snapshot import (
     compact_secret,
     permitted_resources,
 )
-from shared.usage import UsageCounters
-from shared.vmiuse import VMIUse, compact_vmi_use
+from gpuclass.shared.usage import UsageCounters
+from gpuclass.shared.vmiuse import VMIUse, compact_vmi_use
 
 Source = Literal[
     "gpuclasses",

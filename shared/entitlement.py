@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from shared import k8s, names
+from gpuclass.shared import k8s, names
 
 
 def tenant_chain(namespace: str) -> list[str] | None:

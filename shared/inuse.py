@@ -18,9 +18,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from shared import names
-from shared.snapshot import ClassRecord
-from shared.vmiuse import VMIUse
+from gpuclass.shared import names
+from gpuclass.shared.snapshot import ClassRecord
+from gpuclass.shared.vmiuse import VMIUse
 
 
 def uses_class(vmi: VMIUse, class_name: str) -> bool:

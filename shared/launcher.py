@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from shared import names
-from shared.admission import Allowed, Decision
-from shared.catalog import Catalog
-from shared.patches import PatchBuilder
-from shared.resolution import TOLERATIONS, annotation
-from shared.selection import parse_selection
+from gpuclass.shared import names
+from gpuclass.shared.admission import Allowed, Decision
+from gpuclass.shared.catalog import Catalog
+from gpuclass.shared.patches import PatchBuilder
+from gpuclass.shared.resolution import TOLERATIONS, annotation
+from gpuclass.shared.selection import parse_selection
 
 
 def is_launcher(request: Mapping[str, Any], catalog: Catalog) -> bool:

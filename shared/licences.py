@@ -24,10 +24,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from shared import names
-from shared.entitlement import entitlement_problem
-from shared.snapshot import ClassRecord, Redacted, SecretRecord
-from shared.vmiuse import VMIUse
+from gpuclass.shared import names
+from gpuclass.shared.entitlement import entitlement_problem
+from gpuclass.shared.snapshot import ClassRecord, Redacted, SecretRecord
+from gpuclass.shared.vmiuse import VMIUse
 
 SecretKey = tuple[str, str]
 """(namespace, name)."""

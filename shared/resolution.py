@@ -14,13 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shared import names
-from shared.admission import Allowed, Cause, Decision, Denied, forbidden, invalid
-from shared.catalog import Catalog, Offer
-from shared.entitlement import entitlement_problem
-from shared.patches import PatchBuilder
-from shared.secretrefs import secret_refs
-from shared.selection import ANNOTATION_PATH, MAX_INT_DIGITS, ClassEntry, parse_selection
+from gpuclass.shared import names
+from gpuclass.shared.admission import Allowed, Cause, Decision, Denied, forbidden, invalid
+from gpuclass.shared.catalog import Catalog, Offer
+from gpuclass.shared.entitlement import entitlement_problem
+from gpuclass.shared.patches import PatchBuilder
+from gpuclass.shared.secretrefs import secret_refs
+from gpuclass.shared.selection import ANNOTATION_PATH, MAX_INT_DIGITS, ClassEntry, parse_selection
 
 GPUS = ("spec", "domain", "devices", "gpus")
 HOST_DEVICES = ("spec", "domain", "devices", "hostDevices")

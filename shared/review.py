@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from shared import names
-from shared.admission import Allowed, Decision, Denied, render_response
-from shared.catalog import Catalog
-from shared.launcher import admit_launcher_pod
-from shared.resolution import admit_vmi
-from shared.validation import validate_class
+from gpuclass.shared import names
+from gpuclass.shared.admission import Allowed, Decision, Denied, render_response
+from gpuclass.shared.catalog import Catalog
+from gpuclass.shared.launcher import admit_launcher_pod
+from gpuclass.shared.resolution import admit_vmi
+from gpuclass.shared.validation import validate_class
 
 API_VERSIONS: Final = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from shared import k8s, names
-from shared.admission import Cause, invalid, json_kind
+from gpuclass.shared import k8s, names
+from gpuclass.shared.admission import Cause, invalid, json_kind
 
 ANNOTATION_PATH = f"metadata.annotations[{names.SELECTION_ANNOTATION}]"
 _KNOWN_KEYS = frozenset({"className", "name", "count"})

@@ -16,10 +16,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from shared.k8s import Taint, quantity_units
-from shared.models import GPUClassSpec, GPUClassStatus
-from shared.validation import validate_class
-from shared.vmiuse import VMIUse, compact_vmi_use
+from gpuclass.shared.k8s import Taint, quantity_units
+from gpuclass.shared.models import GPUClassSpec, GPUClassStatus
+from gpuclass.shared.validation import validate_class
+from gpuclass.shared.vmiuse import VMIUse, compact_vmi_use
 
 ACTIVE_POD_PHASES = frozenset({"Pending", "Running"})
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from shared.availability import UsageIndex
-from shared.snapshot import NodeRecord, PodRecord
+from gpuclass.shared.availability import UsageIndex
+from gpuclass.shared.snapshot import NodeRecord, PodRecord
 
 
 class _NodesByResource(Mapping[str, tuple[NodeRecord, ...]]):

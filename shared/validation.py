@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from shared import k8s
-from shared.admission import Cause, clip_warning, invalid, json_kind
-from shared.models import IDENTITY_FIELDS, GPUClassSpec
+from gpuclass.shared import k8s
+from gpuclass.shared.admission import Cause, clip_warning, invalid, json_kind
+from gpuclass.shared.models import IDENTITY_FIELDS, GPUClassSpec
 
 _TYPE_MESSAGES = {
     "missing": "required",

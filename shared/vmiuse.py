@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shared import names
-from shared.selection import parse_selection
+from gpuclass.shared import names
+from gpuclass.shared.selection import parse_selection
 
 
 @dataclass(frozen=True, slots=True)

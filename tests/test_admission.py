@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from shared.admission import (
+from gpuclass.shared.admission import (
     Allowed,
     Cause,
     Denied,
@@ -20,9 +20,9 @@ from shared.admission import (
     invalid,
     render_response,
 )
-from shared.catalog import Catalog, Policy
-from shared.cli import offline_catalog
-from shared.review import POD, VMI, MalformedReview, review
+from gpuclass.shared.catalog import Catalog, Policy
+from gpuclass.shared.cli import offline_catalog
+from gpuclass.shared.review import POD, VMI, MalformedReview, review
 from tests.conftest import OBJECTS
 
 V1 = "admission.k8s.io/v1"

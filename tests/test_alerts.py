@@ -250,8 +250,8 @@ def test_documented_api_server_metrics_are_the_ones_the_alerts_read() -> None:
 
 
 def test_exported_metrics_are_the_ones_the_binaries_register() -> None:
-    from reconciler.metrics import ReconcilerMetrics
-    from webhook.metrics import WebhookMetrics
+    from gpuclass.reconciler.metrics import ReconcilerMetrics
+    from gpuclass.webhook.metrics import WebhookMetrics
 
     registered: set[str] = set()
     for metrics in (WebhookMetrics(), ReconcilerMetrics()):

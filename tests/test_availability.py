@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from shared.availability import compute_all
-from shared.snapshot import Snapshot, SnapshotBuilder
+from gpuclass.shared.availability import compute_all
+from gpuclass.shared.snapshot import Snapshot, SnapshotBuilder
 
 R = "example.com/gpu"
 NS = "cozy-system"

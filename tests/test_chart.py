@@ -22,6 +22,7 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from gpuclass.webhook import paths
 from tests.chart_helpers import (
     CHART,
     NAMESPACE,
@@ -43,7 +44,6 @@ from tests.chart_helpers import (
     webhooks,
     workloads,
 )
-from webhook import paths
 
 MONITORING_ON = {
     "monitoring": {
@@ -865,9 +865,9 @@ def test_settings_reach_both_binaries_as_flags(entitled: bool) -> None:
 def test_the_binaries_accept_the_rendered_flags(
     values: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from reconciler.settings import ReconcilerSettings
-    from shared.runtime.settings import parse_settings
-    from webhook.settings import WebhookSettings
+    from gpuclass.reconciler.settings import ReconcilerSettings
+    from gpuclass.shared.runtime.settings import parse_settings
+    from gpuclass.webhook.settings import WebhookSettings
 
     for variable in [v for v in os.environ if v.startswith("GPUCLASS_")]:
         monkeypatch.delenv(variable)
@@ -1368,8 +1368,8 @@ def test_values_yaml_is_plain_yaml() -> None:
 
 def test_webhook_limits_and_shutdown_reach_the_binary_and_the_pod() -> None:
     """The limits are the binary's flags; the grace period covers preStop, drain and in-flight."""
-    from shared.runtime.settings import parse_settings
-    from webhook.settings import WebhookSettings
+    from gpuclass.shared.runtime.settings import parse_settings
+    from gpuclass.webhook.settings import WebhookSettings
 
     values = {
         "webhook": {

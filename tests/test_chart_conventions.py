@@ -17,6 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from gpuclass.webhook import paths
 from tests.chart_helpers import (
     CHART,
     RawObject,
@@ -32,7 +33,6 @@ from tests.chart_helpers import (
     workloads,
 )
 from tests.controlplane import ControlPlane, eventually, unique_name
-from webhook import paths
 
 GPUCLASSES = "/apis/cozystack.io/v1alpha1/gpuclasses"
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
-from shared.catalog import Policy
-from shared.cli import main, offline_catalog
-from shared.review import review
+from gpuclass.shared.catalog import Policy
+from gpuclass.shared.cli import main, offline_catalog
+from gpuclass.shared.review import review
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

@@ -20,8 +20,8 @@ import yaml
 from pydantic import BaseModel, Field
 from pydantic.fields import FieldInfo
 
-from shared import k8s, names
-from shared.models import (
+from gpuclass.shared import k8s, names
+from gpuclass.shared.models import (
     Condition,
     DevicePlugin,
     GPUClassSpec,

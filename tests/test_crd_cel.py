@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from shared import k8s
-from shared.validation import validate_class
+from gpuclass.shared import k8s
+from gpuclass.shared.validation import validate_class
 from tests.controlplane import ControlPlane, status_causes, unique_name
 from tests.controlplane.api import ApiError, RawObject
 

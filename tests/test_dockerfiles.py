@@ -176,8 +176,8 @@ def test_the_build_context_holds_what_pip_install_needs(component: str) -> None:
                 copied.update(s.rstrip("/") for s in sources)
     assert "pyproject.toml" in copied
     assert PYPROJECT["project"]["readme"] in copied
-    for package in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]:
-        assert package.rstrip("*") in copied
+    for folder in PYPROJECT["tool"]["setuptools"]["package-dir"].values():
+        assert folder in copied
 
 
 def test_the_build_stage_installs_the_project_into_the_venv_the_runtime_copies(

@@ -24,10 +24,10 @@ import jsonpatch
 import pytest
 import yaml
 
-from shared.catalog import Catalog, Policy
-from shared.cli import main as cli_main
-from shared.cli import offline_catalog
-from shared.review import review
+from gpuclass.shared.catalog import Catalog, Policy
+from gpuclass.shared.cli import main as cli_main
+from gpuclass.shared.cli import offline_catalog
+from gpuclass.shared.review import review
 from tests.conftest import FIXTURES, OBJECTS, GoldenCase, golden_cases
 
 CASES = list(golden_cases())

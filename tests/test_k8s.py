@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from shared import k8s
-from shared.k8s import Taint
+from gpuclass.shared import k8s
+from gpuclass.shared.k8s import Taint
 
 OK = None
 

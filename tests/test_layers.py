@@ -14,6 +14,7 @@ The packages are walked as they are on disk, so the test holds for whatever exis
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,11 +23,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT / "shared"
 
+PACKAGE = "gpuclass"  # the one import name the three folders install under (pyproject.toml)
 CORE_FORBIDDEN = (
-    "webhook",
-    "reconciler",
-    "shared.runtime",
-    "shared.cli",
+    "gpuclass.webhook",
+    "gpuclass.reconciler",
+    "gpuclass.shared.runtime",
+    "gpuclass.shared.cli",
     "fastapi",
     "uvicorn",
     "starlette",
@@ -41,7 +43,7 @@ def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
-    return ".".join(parts)
+    return ".".join([PACKAGE, *parts])
 
 
 def imported_modules(source: str, module: str, *, is_package: bool = False) -> Iterator[str]:
@@ -136,12 +138,38 @@ def test_core_sets_up_no_logging(path: Path) -> None:
 
 @pytest.mark.parametrize("path", python_files("webhook"), ids=rel)
 def test_webhook_does_not_import_reconciler(path: Path) -> None:
-    assert violations(path, ("reconciler",)) == []
+    assert violations(path, ("gpuclass.reconciler",)) == []
 
 
 @pytest.mark.parametrize("path", python_files("reconciler"), ids=rel)
 def test_reconciler_does_not_import_webhook(path: Path) -> None:
-    assert violations(path, ("webhook",)) == []
+    assert violations(path, ("gpuclass.webhook",)) == []
+
+
+# Installed, the folders exist only as gpuclass.shared, gpuclass.webhook, gpuclass.reconciler:
+# a bare `import shared` would find PyPI's package of that name, or nothing.
+BARE_NAMES = ("shared", "webhook", "reconciler")
+PROJECT_PYTHON = [
+    *ALL,
+    *sorted((ROOT / "tests").rglob("*.py")),
+    *sorted((ROOT / "benchmarks").rglob("*.py")),
+    *sorted((ROOT / "examples").rglob("*.py")),
+]
+
+
+@pytest.mark.parametrize("path", PROJECT_PYTHON, ids=rel)
+def test_nothing_imports_the_bare_folder_names(path: Path) -> None:
+    assert violations(path, BARE_NAMES) == []
+
+
+TESTS = sorted((ROOT / "tests").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", TESTS, ids=rel)
+def test_tests_share_builders_not_test_modules(path: Path) -> None:
+    """Helpers shared by several test files live in modules such as tests/builders.py, never in a test_ module."""
+    found = imported_modules(path.read_text(), "tests.x")
+    assert sorted({n for n in found if re.match(r"(gpuclass\.)?tests\.(.+\.)?test_", n)}) == []
 
 
 @pytest.mark.parametrize("path", [p for p in ALL if rel(p) not in KUBE_ADAPTERS], ids=rel)
@@ -155,52 +183,61 @@ def test_only_the_adapters_import_kubernetes_asyncio(path: Path) -> None:
 @pytest.mark.parametrize(
     ("source", "module", "found"),
     [
-        pytest.param("import fastapi", "shared.x", ["fastapi"], id="plain-import"),
+        pytest.param("import fastapi", "gpuclass.shared.x", ["fastapi"], id="plain-import"),
         pytest.param(
             "from starlette.requests import Request",
-            "shared.x",
+            "gpuclass.shared.x",
             ["starlette.requests", "starlette.requests.Request"],
             id="from-import",
         ),
         pytest.param(
-            "from shared import runtime",
-            "shared.x",
-            ["shared.runtime"],
+            "from gpuclass.shared import runtime",
+            "gpuclass.shared.x",
+            ["gpuclass.shared.runtime"],
             id="from-package-import-submodule",
         ),
         pytest.param(
-            "from shared.runtime.loader import load_snapshot",
-            "shared.x",
-            ["shared.runtime.loader", "shared.runtime.loader.load_snapshot"],
+            "from gpuclass.shared.runtime.loader import load_snapshot",
+            "gpuclass.shared.x",
+            ["gpuclass.shared.runtime.loader", "gpuclass.shared.runtime.loader.load_snapshot"],
             id="deep",
         ),
-        pytest.param("from . import cli", "shared.x", ["shared.cli"], id="relative-sibling"),
+        pytest.param(
+            "from . import cli", "gpuclass.shared.x", ["gpuclass.shared.cli"], id="relative-sibling"
+        ),
         pytest.param(
             "from .runtime import clock",
-            "shared.x",
-            ["shared.runtime", "shared.runtime.clock"],
+            "gpuclass.shared.x",
+            ["gpuclass.shared.runtime", "gpuclass.shared.runtime.clock"],
             id="relative-subpackage",
         ),
         pytest.param(
-            "from .. import webhook", "shared.x.y", ["shared.webhook"], id="relative-two-levels"
+            "from .. import webhook",
+            "gpuclass.shared.x.y",
+            ["gpuclass.shared.webhook"],
+            id="relative-two-levels",
         ),
-        pytest.param("def f():\n    import httpx\n", "shared.x", ["httpx"], id="inside-function"),
+        pytest.param(
+            "def f():\n    import httpx\n", "gpuclass.shared.x", ["httpx"], id="inside-function"
+        ),
         pytest.param(
             "import importlib\nimportlib.import_module('uvicorn')",
-            "shared.x",
+            "gpuclass.shared.x",
             ["uvicorn"],
             id="import-module",
         ),
         pytest.param(
             "__import__('kubernetes_asyncio.client')",
-            "shared.x",
+            "gpuclass.shared.x",
             ["kubernetes_asyncio.client"],
             id="dunder-import",
         ),
-        pytest.param("import logging.config", "shared.x", ["logging.config"], id="logging-config"),
         pytest.param(
-            "import logging\nimport httpxx\nfrom shared import names",
-            "shared.x",
+            "import logging.config", "gpuclass.shared.x", ["logging.config"], id="logging-config"
+        ),
+        pytest.param(
+            "import logging\nimport httpxx\nfrom gpuclass.shared import names",
+            "gpuclass.shared.x",
             [],
             id="near-misses-pass",
         ),
@@ -208,7 +245,7 @@ def test_only_the_adapters_import_kubernetes_asyncio(path: Path) -> None:
 )
 def test_checker_finds_forbidden_imports(source: str, module: str, found: list[str]) -> None:
     names = imported_modules(source, module)
-    forbidden = (*CORE_FORBIDDEN, "shared.webhook")
+    forbidden = (*CORE_FORBIDDEN, "gpuclass.shared.webhook")
     assert sorted({n for n in names for f in forbidden if matches(n, f)}) == found
 
 

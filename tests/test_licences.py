@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
-from shared import names
-from shared.licences import (
+from gpuclass.shared import names
+from gpuclass.shared.licences import (
     CopyPlan,
     desired_copies,
     gridd_conf,
     plan_copies,
     secret_body,
 )
-from shared.snapshot import Redacted, SecretRecord, compact_class
-from shared.vmiuse import VMIUse, compact_vmi_use, licence_volume_secret
+from gpuclass.shared.snapshot import Redacted, SecretRecord, compact_class
+from gpuclass.shared.vmiuse import VMIUse, compact_vmi_use, licence_volume_secret
 
 TOKEN = base64.b64encode(b"not-a-real-token").decode()
 LICENSED = compact_class(

@@ -21,13 +21,13 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from shared import k8s
-from shared.catalog import Policy
-from shared.cli import main as cli_main
-from shared.cli import offline_catalog
-from shared.entitlement import tenant_chain
-from shared.review import review
-from shared.validation import validate_class
+from gpuclass.shared import k8s
+from gpuclass.shared.catalog import Policy
+from gpuclass.shared.cli import main as cli_main
+from gpuclass.shared.cli import offline_catalog
+from gpuclass.shared.entitlement import tenant_chain
+from gpuclass.shared.review import review
+from gpuclass.shared.validation import validate_class
 from tests.conftest import OBJECTS
 
 ROOT = Path(__file__).resolve().parent.parent

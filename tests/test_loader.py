@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from shared.availability import conflict_winners
-from shared.runtime.loader import (
+from gpuclass.shared.availability import conflict_winners
+from gpuclass.shared.runtime.loader import (
     LoadError,
     files_under,
     iter_named_objects,
     iter_objects,
     load_snapshot,
 )
-from shared.snapshot import Redacted
+from gpuclass.shared.snapshot import Redacted
 
 TOKEN = "c2VjcmV0LXRva2VuLXZhbHVl"  # base64 of a made-up token
 

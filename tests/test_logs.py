@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from shared.runtime.logs import MAX_FIELD_CHARS, MAX_MESSAGE_CHARS, setup_logging
+from gpuclass.shared.runtime.logs import MAX_FIELD_CHARS, MAX_MESSAGE_CHARS, setup_logging
 
 
 @pytest.fixture

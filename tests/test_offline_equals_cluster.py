@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 import yaml
 
-from reconciler.main import main as reconciler_main
-from shared.cli import main as gpuclass_main
-from shared.runtime.loader import load_snapshot
+from gpuclass.reconciler.main import main as reconciler_main
+from gpuclass.shared.cli import main as gpuclass_main
+from gpuclass.shared.runtime.loader import load_snapshot
 from tests.conftest import OBJECTS, ROOT
 from tests.test_reconciler_offline import keep_logging  # noqa: F401  (autouse fixture)
 from tests.test_stored_class_verdict import review_file, vmi_request

@@ -27,9 +27,9 @@ import httpx
 import pytest
 import yaml
 
+from gpuclass.webhook import paths
 from tests.conftest import ROOT, golden_cases
 from tests.webhook_process import WebhookProcess
-from webhook import paths
 
 PROMETHEUS = shutil.which("prometheus")
 DASHBOARD = ROOT / "charts" / "gpuclass" / "files" / "dashboard.json"

@@ -21,10 +21,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from shared.admission import encode_response
-from shared.catalog import Policy
-from shared.cli import offline_catalog
-from shared.review import MalformedReview, review
+from gpuclass.shared.admission import encode_response
+from gpuclass.shared.catalog import Policy
+from gpuclass.shared.cli import offline_catalog
+from gpuclass.shared.review import MalformedReview, review
 from tests.conftest import OBJECTS
 
 CATALOG = offline_catalog(OBJECTS, Policy(vgpu_entitled=True))

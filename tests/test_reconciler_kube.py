@@ -19,10 +19,10 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio import client
 
-from reconciler.kube import MANAGED_SELECTOR, POD_FIELD_SELECTOR, KubeAdapter
-from reconciler.ports import ApiError
-from shared.runtime.kubeclient import user_agent
-from shared.runtime.ratelimit import TokenBucket
+from gpuclass.reconciler.kube import MANAGED_SELECTOR, POD_FIELD_SELECTOR, KubeAdapter
+from gpuclass.reconciler.ports import ApiError
+from gpuclass.shared.runtime.kubeclient import user_agent
+from gpuclass.shared.runtime.ratelimit import TokenBucket
 
 Seen = list[dict[str, Any]]
 

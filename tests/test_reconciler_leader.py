@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from reconciler.leader import LeaderElector
-from reconciler.memory import MemoryKube
-from reconciler.ports import ApiError
+from gpuclass.reconciler.leader import LeaderElector
+from gpuclass.reconciler.memory import MemoryKube
+from gpuclass.reconciler.ports import ApiError
 
 KEY = ("ns", "lease")
 

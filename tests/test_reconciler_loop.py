@@ -14,13 +14,13 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from reconciler.leader import AlwaysLeader, Leadership
-from reconciler.loop import Reconciler
-from reconciler.memory import MemoryKube
-from reconciler.ports import ApiError
-from reconciler.recording import RecordingKube
-from reconciler.settings import ReconcilerSettings
-from shared import names
+from gpuclass.reconciler.leader import AlwaysLeader, Leadership
+from gpuclass.reconciler.loop import Reconciler
+from gpuclass.reconciler.memory import MemoryKube
+from gpuclass.reconciler.ports import ApiError
+from gpuclass.reconciler.recording import RecordingKube
+from gpuclass.reconciler.settings import ReconcilerSettings
+from gpuclass.shared import names
 from tests.test_reconciler_objects import (
     TOKEN,
     gpuclass,
@@ -614,7 +614,7 @@ def test_renamed_class_keeps_its_finalizer_while_vms_admitted_under_the_old_name
 
 
 def test_a_late_write_response_never_rolls_the_view_back() -> None:
-    from shared.clusterstate import ClusterState
+    from gpuclass.shared.clusterstate import ClusterState
 
     state = ClusterState()
     state.upsert(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from shared import names
+from gpuclass.shared import names
 
 RawObject = dict[str, Any]
 TOKEN = base64.b64encode(b"synthetic-token-not-real").decode()
@@ -196,7 +196,7 @@ def vmi(
 
 
 def test_builders_compact_as_intended() -> None:
-    from shared.snapshot import compact_class, compact_node, compact_pod
+    from gpuclass.shared.snapshot import compact_class, compact_node, compact_pod
 
     record = compact_class(gpuclass("c", "example.com/gpu", licence="src"))
     assert record is not None and record.spec is not None and record.spec.license is not None

@@ -20,12 +20,12 @@ import httpx
 import pytest
 import yaml
 
-from reconciler.main import main
-from reconciler.offline import file_reconciler
-from reconciler.settings import ReconcilerSettings
-from shared import names
-from shared.availability import compute_all
-from shared.runtime.loader import load_snapshot
+from gpuclass.reconciler.main import main
+from gpuclass.reconciler.offline import file_reconciler
+from gpuclass.reconciler.settings import ReconcilerSettings
+from gpuclass.shared import names
+from gpuclass.shared.availability import compute_all
+from gpuclass.shared.runtime.loader import load_snapshot
 from tests.conftest import ROOT
 from tests.test_reconciler_objects import vmi
 

@@ -22,12 +22,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from shared.availability import compute_all
-from shared.clusterstate import ClusterState, Source, object_key
-from shared.inuse import classes_in_use
-from shared.licences import desired_copies, plan_copies
-from shared.snapshot import SnapshotBuilder
-from shared.vmiuse import compact_vmi_use
+from gpuclass.shared.availability import compute_all
+from gpuclass.shared.clusterstate import ClusterState, Source, object_key
+from gpuclass.shared.inuse import classes_in_use
+from gpuclass.shared.licences import desired_copies, plan_copies
+from gpuclass.shared.snapshot import SnapshotBuilder
+from gpuclass.shared.vmiuse import compact_vmi_use
 from tests.test_reconciler_objects import gpuclass, kubevirt, namespace, node, pod, secret, vmi
 
 RESOURCES = ["example.com/r1", "example.com/r2"]

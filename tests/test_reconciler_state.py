@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from shared import names
-from shared.clusterstate import ClusterState, Source
+from gpuclass.shared import names
+from gpuclass.shared.clusterstate import ClusterState, Source
 from tests.test_reconciler_objects import gpuclass, kubevirt, node, pod, secret
 
 R = "example.com/gpu"

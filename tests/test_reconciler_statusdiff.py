@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from reconciler.memory import apply_merge_patch
-from shared.statusdiff import merge_patch, status_patch, transitions
+from gpuclass.reconciler.memory import apply_merge_patch
+from gpuclass.shared.statusdiff import merge_patch, status_patch, transitions
 
 
 def cond(type_: str, status: str, reason: str = "R") -> dict[str, Any]:

@@ -20,14 +20,14 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconciler.leader import AlwaysLeader
-from reconciler.loop import Reconciler
-from reconciler.memory import MemoryKube
-from reconciler.ports import ApiError, ListPage, WatchEvent
-from reconciler.settings import ReconcilerSettings
-from shared import names
-from shared.clusterstate import SOURCES, Source
-from shared.runtime.syncview import SyncView, version_reached
+from gpuclass.reconciler.leader import AlwaysLeader
+from gpuclass.reconciler.loop import Reconciler
+from gpuclass.reconciler.memory import MemoryKube
+from gpuclass.reconciler.ports import ApiError, ListPage, WatchEvent
+from gpuclass.reconciler.settings import ReconcilerSettings
+from gpuclass.shared import names
+from gpuclass.shared.clusterstate import SOURCES, Source
+from gpuclass.shared.runtime.syncview import SyncView, version_reached
 from tests.test_reconciler_objects import gpuclass, kubevirt, namespace, node, pod, secret, vmi
 
 R = "example.com/gpu"

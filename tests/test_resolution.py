@@ -17,10 +17,10 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from shared.admission import Allowed, Decision, Denied
-from shared.catalog import Catalog, Policy, build_catalog
-from shared.resolution import admit_vmi
-from shared.snapshot import SnapshotBuilder
+from gpuclass.shared.admission import Allowed, Decision, Denied
+from gpuclass.shared.catalog import Catalog, Policy, build_catalog
+from gpuclass.shared.resolution import admit_vmi
+from gpuclass.shared.snapshot import SnapshotBuilder
 
 ANN_KEY = "gpu.cozystack.io/classes"
 ANN = f"metadata.annotations[{ANN_KEY}]"

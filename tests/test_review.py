@@ -16,9 +16,9 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from shared.catalog import Policy
-from shared.cli import offline_catalog
-from shared.review import MalformedReview, review
+from gpuclass.shared.catalog import Policy
+from gpuclass.shared.cli import offline_catalog
+from gpuclass.shared.review import MalformedReview, review
 from tests.conftest import OBJECTS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from shared.admission import Denied, render_response
-from shared.catalog import Catalog
-from shared.resolution import admit_vmi_create
-from shared.selection import NO_SELECTION, ClassEntry, parse_selection
+from gpuclass.shared.admission import Denied, render_response
+from gpuclass.shared.catalog import Catalog
+from gpuclass.shared.resolution import admit_vmi_create
+from gpuclass.shared.selection import NO_SELECTION, ClassEntry, parse_selection
 
 ANN = "metadata.annotations[gpu.cozystack.io/classes]"
 

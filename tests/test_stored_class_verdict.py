@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from shared.cli import main
+from gpuclass.shared.cli import main
 
 RESOURCE = "example.com/stored-gpu"
 

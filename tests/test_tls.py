@@ -22,7 +22,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from shared.runtime.tls import CertFiles, ReloadingContext, self_signed
+from gpuclass.shared.runtime.tls import CertFiles, ReloadingContext, self_signed
 
 
 class Listener:

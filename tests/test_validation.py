@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from shared.admission import MAX_WARNING_CHARS, Cause
-from shared.validation import Verdict, validate_class
+from gpuclass.shared.admission import MAX_WARNING_CHARS, Cause
+from gpuclass.shared.validation import Verdict, validate_class
 
 Expected = list[tuple[str, str, str]]  # (field path, message substring, code)
 

@@ -22,14 +22,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from shared.admission import encode_response
-from shared.catalog import Policy
-from shared.cli import offline_catalog
-from shared.review import review
+from gpuclass.shared.admission import encode_response
+from gpuclass.shared.catalog import Policy
+from gpuclass.shared.cli import offline_catalog
+from gpuclass.shared.review import review
+from gpuclass.webhook import paths
 from tests.attack_clients import PeakRss
 from tests.conftest import OBJECTS
 from tests.webhook_process import ROOT, WebhookProcess
-from webhook import paths
 
 CHART_MEMORY_LIMIT_MB = 256
 MARGIN_MB = 64

@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gpuclass.webhook import paths
 from tests.conftest import OBJECTS
 from tests.webhook_process import WebhookProcess
-from webhook import paths
 
 OBJECT_ARGS = [a for p in OBJECTS for a in ("--objects", p)]
 ROOT = Path(__file__).resolve().parent.parent
@@ -246,7 +246,7 @@ def test_a_client_leaving_mid_body_is_logged_at_debug_only(server: WebhookProces
 
 
 def test_every_setting_is_documented_with_its_flag() -> None:
-    from webhook.settings import WebhookSettings
+    from gpuclass.webhook.settings import WebhookSettings
 
     documented = (ROOT / "docs" / "webhook.md").read_text()
     flags = ["--" + name.replace("_", "-") for name in WebhookSettings.model_fields]

@@ -19,14 +19,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from shared.admission import encode_response
-from shared.catalog import Catalog, Policy
-from shared.cli import offline_catalog
-from shared.review import review
-from shared.runtime.tls import self_signed
+from gpuclass.shared.admission import encode_response
+from gpuclass.shared.catalog import Catalog, Policy
+from gpuclass.shared.cli import offline_catalog
+from gpuclass.shared.review import review
+from gpuclass.shared.runtime.tls import self_signed
+from gpuclass.webhook import paths
 from tests.conftest import OBJECTS, GoldenCase, golden_cases
 from tests.webhook_process import WebhookProcess
-from webhook import paths
 
 CASES = list(golden_cases())
 ENDPOINT = {

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from shared.catalog import Policy
-from shared.runtime.listwatch import ApiError, ListPage, RawObject, WatchEvent
-from webhook.state import ClusterState
+from gpuclass.shared.catalog import Policy
+from gpuclass.shared.runtime.listwatch import ApiError, ListPage, RawObject, WatchEvent
+from gpuclass.webhook.state import ClusterState
 
 Expired = ApiError(410, "Expired", "too old resource version")
 

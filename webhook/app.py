@@ -30,12 +30,12 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from shared.admission import Denied, encode_response, render_response
-from shared.review import GPUCLASS, POD, VMI, MalformedReview, decide
-from webhook import paths
-from webhook.limits import BodyLimits, BodyRefused, read_body
-from webhook.metrics import WebhookMetrics
-from webhook.state import CatalogState
+from gpuclass.shared.admission import Denied, encode_response, render_response
+from gpuclass.shared.review import GPUCLASS, POD, VMI, MalformedReview, decide
+from gpuclass.webhook import paths
+from gpuclass.webhook.limits import BodyLimits, BodyRefused, read_body
+from gpuclass.webhook.metrics import WebhookMetrics
+from gpuclass.webhook.state import CatalogState
 
 log = logging.getLogger("gpuclass.webhook")
 

@@ -13,8 +13,8 @@ from urllib.parse import quote
 
 from kubernetes_asyncio import client
 
-from shared import names
-from shared.runtime.kubeclient import RawClient
+from gpuclass.shared import names
+from gpuclass.shared.runtime.kubeclient import RawClient
 
 FIELD_MANAGER = "gpuclass-webhook"
 

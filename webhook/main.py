@@ -16,23 +16,23 @@ from pathlib import Path
 
 import uvicorn
 
-from shared.runtime.loader import LoadError
-from shared.runtime.logs import setup_logging
-from shared.runtime.settings import parse_settings
-from shared.runtime.tls import ReloadingContext, self_signed
-from webhook.app import AppContext, create_app
-from webhook.limits import BodyBudget, BodyLimits
-from webhook.metrics import WebhookMetrics
-from webhook.server import ConnectionLimits, WebhookServer, shrink_tls_buffers
-from webhook.settings import WebhookSettings
-from webhook.state import CatalogState, ClusterState, FileState
+from gpuclass.shared.runtime.loader import LoadError
+from gpuclass.shared.runtime.logs import setup_logging
+from gpuclass.shared.runtime.settings import parse_settings
+from gpuclass.shared.runtime.tls import ReloadingContext, self_signed
+from gpuclass.webhook.app import AppContext, create_app
+from gpuclass.webhook.limits import BodyBudget, BodyLimits
+from gpuclass.webhook.metrics import WebhookMetrics
+from gpuclass.webhook.server import ConnectionLimits, WebhookServer, shrink_tls_buffers
+from gpuclass.webhook.settings import WebhookSettings
+from gpuclass.webhook.state import CatalogState, ClusterState, FileState
 
 log = logging.getLogger("gpuclass.webhook")
 
 
 async def _cluster_state(settings: WebhookSettings, metrics: WebhookMetrics) -> CatalogState:
-    from shared.runtime.kubeclient import api_client
-    from webhook.kube import FIELD_MANAGER, webhook_client
+    from gpuclass.shared.runtime.kubeclient import api_client
+    from gpuclass.webhook.kube import FIELD_MANAGER, webhook_client
 
     api = await api_client(settings.kubeconfig, binary=FIELD_MANAGER)
     return ClusterState(

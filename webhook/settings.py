@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
 
-from shared.runtime.settings import CommonSettings
+from gpuclass.shared.runtime.settings import CommonSettings
 
 
 class WebhookSettings(CommonSettings):

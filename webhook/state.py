@@ -14,13 +14,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from shared import names
-from shared.catalog import Catalog, Policy, build_catalog
-from shared.clusterstate import Key, object_key
-from shared.runtime.filesource import FileSource
-from shared.runtime.listwatch import ListWatchClient, RawObject, Reflector
-from shared.runtime.syncview import SyncView
-from shared.snapshot import ClassRecord, Snapshot, compact_class, permitted_resources
+from gpuclass.shared import names
+from gpuclass.shared.catalog import Catalog, Policy, build_catalog
+from gpuclass.shared.clusterstate import Key, object_key
+from gpuclass.shared.runtime.filesource import FileSource
+from gpuclass.shared.runtime.listwatch import ListWatchClient, RawObject, Reflector
+from gpuclass.shared.runtime.syncview import SyncView
+from gpuclass.shared.snapshot import ClassRecord, Snapshot, compact_class, permitted_resources
 
 RESOURCES = ("gpuclasses", "namespaces", "kubevirts")
 

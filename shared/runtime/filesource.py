@@ -11,9 +11,9 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from shared.names import DEFAULT_KUBEVIRT_NAMESPACE
-from shared.runtime.loader import LoadError, files_under, load_snapshot
-from shared.snapshot import Snapshot
+from gpuclass.shared.names import DEFAULT_KUBEVIRT_NAMESPACE
+from gpuclass.shared.runtime.loader import LoadError, files_under, load_snapshot
+from gpuclass.shared.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 

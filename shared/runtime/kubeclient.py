@@ -27,8 +27,8 @@ import aiohttp
 import orjson
 from kubernetes_asyncio import client, config
 
-from shared.runtime.listwatch import ApiError, ListPage, RawObject, WatchEvent
-from shared.runtime.ratelimit import TokenBucket
+from gpuclass.shared.runtime.listwatch import ApiError, ListPage, RawObject, WatchEvent
+from gpuclass.shared.runtime.ratelimit import TokenBucket
 
 WRITE_METHODS = frozenset({"PATCH", "POST", "PUT"})
 Collections = Mapping[str, tuple[str, Mapping[str, str]]]

@@ -27,8 +27,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from shared.clusterstate import Key, object_key, resource_version
-from shared.runtime.syncview import SyncView
+from gpuclass.shared.clusterstate import Key, object_key, resource_version
+from gpuclass.shared.runtime.syncview import SyncView
 
 log = logging.getLogger("gpuclass.listwatch")
 

@@ -23,8 +23,8 @@ from typing import Any
 import orjson
 import yaml
 
-from shared import names
-from shared.snapshot import Snapshot, SnapshotBuilder
+from gpuclass.shared import names
+from gpuclass.shared.snapshot import Snapshot, SnapshotBuilder
 
 _YamlLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
 # Kubernetes' YAML decoder keeps unquoted timestamps as strings; PyYAML would make them

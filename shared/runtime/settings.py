@@ -13,8 +13,8 @@ from typing import Annotated, Literal, TypeVar
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, CliApp, NoDecode, SettingsConfigDict
 
-from shared import names
-from shared.catalog import Policy
+from gpuclass.shared import names
+from gpuclass.shared.catalog import Policy
 
 S = TypeVar("S", bound="CommonSettings")
 

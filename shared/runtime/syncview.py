@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from shared.clusterstate import version_reached
+from gpuclass.shared.clusterstate import version_reached
 
 __all__ = ["SourceSync", "SyncView", "version_reached"]
 

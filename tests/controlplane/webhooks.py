@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gpuclass.webhook import paths
 from tests.controlplane.api import Api, RawObject
-from webhook import paths
 
 Kind = Literal["Mutating", "Validating"]
 TEST_LABEL = {"app.kubernetes.io/part-of": "gpuclass-tests"}
