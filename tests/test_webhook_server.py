@@ -122,7 +122,7 @@ def test_a_review_of_another_kind_is_refused_by_the_endpoint(
     pod_case = next(c for c in CASES if c.name == "pod-launcher-gets-class-tolerations")
     response = post(servers[True], paths.MUTATE_VMIS, json.dumps(pod_case.request).encode())
     assert response.status_code == 400
-    assert "admits VirtualMachineInstance" in response.json()["error"]
+    assert "admits kubevirt.io/VirtualMachineInstance, not core/Pod" in response.json()["error"]
 
 
 def test_server_survives_bad_input_and_logs_no_payload(servers: dict[bool, WebhookProcess]) -> None:
