@@ -77,6 +77,20 @@ def read_until_closed(sock: ssl.SSLSocket, within: float) -> tuple[bytes, float]
     return data, time.monotonic() - started
 
 
+def answered_then_cut(server: WebhookProcess, reason: str) -> float:
+    """Post a good review (it must be allowed), then read how many connections `reason` cut."""
+    with client(server) as http:
+        response = http.post(
+            server.url + paths.MUTATE_VMIS,
+            content=review_body(paths.MUTATE_VMIS),
+            headers={"content-type": "application/json"},
+        )
+        assert response.status_code == 200 and response.json()["response"]["allowed"]
+        metrics = http.get(server.url + paths.METRICS).text
+    prefix = f'gpuclass_webhook_connections_cut_total{{reason="{reason}"}}'
+    return float(next(x for x in metrics.splitlines() if x.startswith(prefix)).split()[-1])
+
+
 def json_error(raw: bytes) -> tuple[int, dict[str, object]]:
     head, _, body = raw.partition(b"\r\n\r\n")
     status = int(head.split(b" ", 2)[1])
@@ -197,21 +211,7 @@ def test_over_the_connection_cap_the_longest_idle_connection_gives_way(
 ) -> None:
     idle = [tls_socket(server) for _ in range(25)]  # the cap is 20
     try:
-        with client(server) as http:
-            response = http.post(
-                server.url + paths.MUTATE_VMIS,
-                content=review_body(paths.MUTATE_VMIS),
-                headers={"content-type": "application/json"},
-            )
-            assert response.status_code == 200 and response.json()["response"]["allowed"]
-            metrics = http.get(server.url + paths.METRICS).text
-        assert 'gpuclass_webhook_connections_cut_total{reason="idle_evicted"}' in metrics
-        line = next(
-            x
-            for x in metrics.splitlines()
-            if x.startswith('gpuclass_webhook_connections_cut_total{reason="idle_evicted"}')
-        )
-        assert float(line.split()[-1]) >= 5
+        assert answered_then_cut(server, "idle_evicted") >= 5
     finally:
         for sock in idle:
             sock.close()
@@ -265,20 +265,7 @@ def test_over_the_in_flight_cap_the_slowest_body_gives_way(server: WebhookProces
         for sock in slow:
             sock.sendall(head)
             time.sleep(0.05)
-        with client(server) as http:
-            response = http.post(
-                server.url + paths.MUTATE_VMIS,
-                content=review_body(paths.MUTATE_VMIS),
-                headers={"content-type": "application/json"},
-            )
-            assert response.status_code == 200 and response.json()["response"]["allowed"]
-            metrics = http.get(server.url + paths.METRICS).text
-        line = next(
-            x
-            for x in metrics.splitlines()
-            if x.startswith('gpuclass_webhook_connections_cut_total{reason="slow_body_evicted"}')
-        )
-        assert float(line.split()[-1]) >= 3
+        assert answered_then_cut(server, "slow_body_evicted") >= 3
     finally:
         for sock in slow:
             sock.close()
