@@ -42,25 +42,38 @@ def _is_reference_object(key: str) -> bool:
     return key == "secret" or key.endswith("SecretRef") or key == "secretRef"
 
 
-def secret_refs(spec: object, prefix: str = "spec") -> tuple[SecretRef, ...]:
-    """Every Secret reference in `spec`, in document order."""
-    found: list[SecretRef] = []
+def _render(parts: list[str | int]) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
 
-    def walk(node: object, path: str, named_object: bool) -> None:
+
+def secret_refs(spec: object, prefix: str = "spec") -> tuple[SecretRef, ...]:
+    """Every Secret reference in `spec`, in document order.
+
+    Runs on every VMI CREATE and UPDATE, so the path is kept as a stack of parts and
+    turned into text only for the (rare) references found.
+    """
+    found: list[SecretRef] = []
+    parts: list[str | int] = []
+
+    def walk(node: object, named_object: bool, pull_secrets: bool) -> None:
         if isinstance(node, dict):
             for key, value in node.items():
                 if not isinstance(key, str):
                     continue
-                where = f"{path}.{key}"
                 if isinstance(value, str):
                     if key in NAME_KEYS or (named_object and key == "name"):
-                        found.append(SecretRef(where, value))
-                else:
-                    walk(value, where, _is_reference_object(key))
+                        found.append(SecretRef(prefix + _render([*parts, key]), value))
+                elif isinstance(value, dict | list):
+                    parts.append(key)
+                    walk(value, _is_reference_object(key), key == "imagePullSecrets")
+                    parts.pop()
         elif isinstance(node, list):
             for i, item in enumerate(node):
-                # imagePullSecrets: [{name: ...}] (Pod style) names Secrets by its entries.
-                walk(item, f"{path}[{i}]", path.endswith(".imagePullSecrets"))
+                if isinstance(item, dict | list):
+                    parts.append(i)
+                    # imagePullSecrets: [{name: ...}] (Pod style) names Secrets by its entries.
+                    walk(item, pull_secrets, False)
+                    parts.pop()
 
-    walk(spec, prefix, False)
+    walk(spec, False, False)
     return tuple(found)

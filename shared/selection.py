@@ -8,6 +8,7 @@ look classes up (that is :mod:`shared.resolution`'s job).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 import orjson
@@ -105,13 +106,24 @@ MAX_INT_DIGITS = 40
 _HUGE = int("1" + "0" * MAX_INT_DIGITS)
 
 
-def _load(raw: str) -> object:
-    """Parse the annotation with the standard parser, integers kept as integers.
+_LONG_NUMBER = re.compile(r"\d{20}")
+"""20 digits or more: possibly an integer of 2**64 or more."""
 
-    orjson reads an integer of 2**64 or more as a float, so a count like
+
+def _load(raw: str) -> object:
+    """Parse the annotation, integers kept as integers.
+
+    orjson (fast) reads an integer of 2**64 or more as a float, so a count like
     18446744073709551616 would be refused as "not a whole number"; it is a whole
-    number, and far too many units (the limit cause). NaN and Infinity are not JSON.
+    number, and far too many units (the limit cause). Text with such a long digit
+    run, or that orjson refuses, goes to the standard parser, which keeps them
+    exact. NaN and Infinity are not JSON for either.
     """
+    if not _LONG_NUMBER.search(raw):
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
     return json.loads(raw, parse_int=_parse_int, parse_constant=_no_constant)
 
 
