@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
+BUSY = "server busy: too many request bodies in flight; retry"
+
 
 class BodyRefused(Exception):
     """The body was not read to the end; `status` and `reason` say why. The connection closes."""
@@ -39,6 +41,11 @@ class BodyBudget:
     reserve: int
     used: int = 0
 
+    def has_room(self, size: int) -> bool:
+        """Whether a body of `size` could be held now (checked from Content-Length, unreserved)."""
+        ceiling = self.limit if size <= self.small_bytes else self.limit - self.reserve
+        return self.used + size <= ceiling
+
     def take(self, size: int, *, body_so_far: int) -> bool:
         ceiling = self.limit if body_so_far <= self.small_bytes else self.limit - self.reserve
         if self.used + size > ceiling:
@@ -60,8 +67,11 @@ class BodyLimits:
 async def read_body(request: Request, limits: BodyLimits) -> bytes:
     """The whole body, or BodyRefused; starlette's ClientDisconnect passes through."""
     declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limits.max_bytes:
-        raise BodyRefused(413, f"request body larger than {limits.max_bytes} bytes")
+    if declared and declared.isdigit():
+        if int(declared) > limits.max_bytes:
+            raise BodyRefused(413, f"request body larger than {limits.max_bytes} bytes")
+        if not limits.budget.has_room(int(declared)):  # refuse before reading a byte of it
+            raise BodyRefused(503, BUSY)
     chunks: list[bytes] = []
     held = 0
     try:
@@ -70,7 +80,7 @@ async def read_body(request: Request, limits: BodyLimits) -> bytes:
                 if held + len(chunk) > limits.max_bytes:
                     raise BodyRefused(413, f"request body larger than {limits.max_bytes} bytes")
                 if not limits.budget.take(len(chunk), body_so_far=held + len(chunk)):
-                    raise BodyRefused(503, "server busy: too many request bodies in flight")
+                    raise BodyRefused(503, BUSY)
                 held += len(chunk)
                 chunks.append(chunk)
     except TimeoutError:
