@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from webhook.limits import BodyBudget
+from gpuclass.webhook.limits import BodyBudget
 
 KIB = 1024
 
