@@ -2,6 +2,6 @@
 
 Layers (docs/reconciler.md): `kube.py` is the only kubernetes_asyncio adapter
 behind the `ports.KubeAPI` Protocol; `streams` list and watch into
-`shared.clusterstate`; `worker` recomputes with the pure core and writes only
+`reconciler.cache`; `worker` recomputes with the pure core and writes only
 what changed; `leader` holds the Lease; `offline` runs the same loop on files.
 """

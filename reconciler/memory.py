@@ -18,20 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuclass.reconciler.ports import ApiError, ListPage, RawObject, WatchEvent
+from gpuclass.reconciler.sources import SPECS, Source, selected
 from gpuclass.shared import names
-from gpuclass.shared.clusterstate import Key, Source, object_key
+from gpuclass.shared.meta import Key, object_key
 
-KIND_OF_SOURCE: dict[Source, str] = {
-    "gpuclasses": names.KIND,
-    "nodes": "Node",
-    "pods": "Pod",
-    "kubevirts": "KubeVirt",
-    "licence-secrets": "Secret",
-    "managed-secrets": "Secret",
-    "namespaces": "Namespace",
-    "vmis": "VirtualMachineInstance",
-}
-KINDS = frozenset(KIND_OF_SOURCE.values()) | {"Lease"}
+KINDS = frozenset(spec.kind for spec in SPECS.values()) | {"Lease"}
 HISTORY = 10_000
 
 
@@ -146,24 +137,19 @@ class MemoryKube:
     # -- reads -------------------------------------------------------------------------------------
 
     def matches(self, source: Source, obj: Mapping[str, Any]) -> bool:
-        """The server-side selectors of each source (see reconciler/kube.py)."""
-        meta = _meta(obj)
-        if source == "pods":
-            spec, status = obj.get("spec") or {}, obj.get("status") or {}
-            return bool(spec.get("nodeName")) and status.get("phase") not in ("Succeeded", "Failed")
-        if source == "kubevirts":
-            return meta.get("namespace") == self.kubevirt_namespace
-        if source == "licence-secrets":
-            return meta.get("namespace") == self.licence_namespace
-        if source == "managed-secrets":
-            return (meta.get("labels") or {}).get(names.MANAGED_BY_LABEL) == names.MANAGED_BY_VALUE
-        return True
+        """The server-side scope and selectors of each source (:func:`reconciler.sources.selected`)."""
+        return selected(
+            SPECS[source],
+            obj,
+            licence_namespace=self.licence_namespace,
+            kubevirt_namespace=self.kubevirt_namespace,
+        )
 
     async def list_pages(self, source: Source) -> AsyncIterator[ListPage]:
         self._check("list")
         items = [
             copy.deepcopy(o)
-            for o in self.store[KIND_OF_SOURCE[source]].values()
+            for o in self.store[SPECS[source].kind].values()
             if self.matches(source, o)
         ]
         version = str(self.version)
@@ -197,7 +183,7 @@ class MemoryKube:
     def _offer(
         self, source: Source, queue: asyncio.Queue[WatchEvent | ApiError | None], change: Change
     ) -> None:
-        if change.kind != KIND_OF_SOURCE[source]:
+        if change.kind != SPECS[source].kind:
             return
         before = change.old is not None and self.matches(source, change.old)
         after = change.new is not None and self.matches(source, change.new)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from gpuclass.shared.clusterstate import Source
+from gpuclass.reconciler.sources import Source
 from gpuclass.shared.runtime.listwatch import ApiError, ListPage, RawObject, WatchEvent
 
 __all__ = ["ApiError", "KubeAPI", "ListPage", "RawObject", "WatchEvent"]
