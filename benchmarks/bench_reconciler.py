@@ -2,7 +2,7 @@
 
 Cluster: `benchmarks/gencluster.py` with 5,000 nodes, 150,000 pods, 64 classes
 (BENCH_NODES, BENCH_PODS, BENCH_CLASSES override). The loop runs as in production —
-`Manager.load()` (the streams' re-list path, page by page), the `Worker`, the pure
+`Manager.load()` (the informers' re-list path, page by page), the `Worker`, the pure
 core — against an adapter that serves the generated objects a page at a time (so
 the raw cluster never sits in memory at once, as with a real API server) and keeps
 only the 64 GPUClass objects to apply status writes to.
