@@ -4,8 +4,10 @@ It keeps raw objects by kind, stamps resourceVersions, serves lists in pages and
 watches from a version (replaying a bounded history, 410 Gone when the version is
 older), and checks what the real server checks for our writes: resourceVersion
 preconditions (409), AlreadyExists (409), NotFound (404), no new finalizers on a
-deleting object (422), and the chart's ValidatingAdmissionPolicy on Secrets
-(403). Tests inject failures through `errors`; every write is recorded in
+deleting object (422), deletion held by finalizers, no-op writes that keep the
+resourceVersion, and the chart's ValidatingAdmissionPolicy on Secrets (403).
+`tests/test_kubeapi_contract.py` runs one script of requests against it and against a
+real kube-apiserver with the chart applied, and expects the same answers. Tests inject failures through `errors`; every write is recorded in
 `writes` (the offline `--once` output is built from it).
 """
 
@@ -24,6 +26,9 @@ from gpuclass.shared.meta import Key, object_key
 
 KINDS = frozenset(spec.kind for spec in SPECS.values()) | {"Lease"}
 HISTORY = 10_000
+DELETION_TIMESTAMP = "2026-01-01T00:00:00Z"
+"""Stamped on an object deleted while finalizers hold it (the fake has no clock)."""
+COPY_ANNOTATION_PREFIX = "gpuclass.cozystack.io/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +42,11 @@ class Change:
 def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
+
+
+def _unversioned(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta = {k: v for k, v in _meta(obj).items() if k != "resourceVersion"}
+    return {**obj, "metadata": meta}
 
 
 def apply_merge_patch(target: Any, patch: Any) -> Any:
@@ -101,9 +111,21 @@ class MemoryKube:
         return stored
 
     def remove(self, kind: str, namespace: str, name: str) -> None:
-        """Delete an object as another client would."""
-        if (namespace, name) in self.store[kind]:
+        """Delete an object as another client would: one held by finalizers is only marked."""
+        current = self.store[kind].get((namespace, name))
+        if current is None:
+            return
+        if not _meta(current).get("finalizers"):
             self._put(kind, (namespace, name), None)
+        elif not _meta(current).get("deletionTimestamp"):
+            marked = copy.deepcopy(current)
+            marked["metadata"]["deletionTimestamp"] = DELETION_TIMESTAMP
+            self._put(kind, (namespace, name), marked)
+
+    def compact(self) -> None:
+        """Forget the change history, as etcd's compaction does: older watches get 410 Gone."""
+        self.history.clear()
+        self.oldest = self.version
 
     def expire_watches(self) -> None:
         for _, queue in self.watchers:
@@ -212,6 +234,8 @@ class MemoryKube:
 
     def _put(self, kind: str, key: Key, new: RawObject | None) -> RawObject | None:
         old = self.store[kind].get(key)
+        if old is not None and new is not None and _unversioned(new) == _unversioned(old):
+            return copy.deepcopy(old)  # a no-op write: the server keeps the resourceVersion
         if new is None:
             self.store[kind].pop(key, None)
             self.version += 1
@@ -260,13 +284,18 @@ class MemoryKube:
         self.writes.append(("finalizers", {"name": name, "finalizers": list(finalizers)}))
         if meta.get("deletionTimestamp") and not finalizers:
             self._put(names.KIND, ("", name), None)
-            return None
+            return updated  # the server answers with the object as it was when released
         return self._put(names.KIND, ("", name), updated)
 
     def _admit_secret(
         self, name: str, new: Mapping[str, Any] | None, old: Mapping[str, Any] | None
     ) -> None:
-        """The chart's ValidatingAdmissionPolicy: licence-copy names, labelled, and labelled before."""
+        """The chart's ValidatingAdmissionPolicy (charts/gpuclass/templates/licence-copy-policy.yaml).
+
+        Licence-copy names only; the new object labelled ours, of type Opaque, with exactly
+        the token and gridd.conf keys, no stringData and no annotation outside
+        gpuclass.cozystack.io/; the stored object labelled ours before an update or delete.
+        """
 
         def labelled(obj: Mapping[str, Any] | None) -> bool:
             return (
@@ -275,9 +304,21 @@ class MemoryKube:
                 == names.MANAGED_BY_VALUE
             )
 
+        def well_formed(obj: Mapping[str, Any]) -> bool:
+            data = obj.get("data")
+            annotations = _meta(obj).get("annotations") or {}
+            return (
+                labelled(obj)
+                and obj.get("type") == "Opaque"
+                and isinstance(data, dict)
+                and set(data) == {names.TOKEN_KEY, names.GRIDD_KEY}
+                and "stringData" not in obj
+                and all(str(k).startswith(COPY_ANNOTATION_PREFIX) for k in annotations)
+            )
+
         if (
             not name.startswith(names.LICENSE_COPY_PREFIX)
-            or (new is not None and not labelled(new))
+            or (new is not None and not well_formed(new))
             or (old is not None and not labelled(old))
         ):
             raise ApiError(

@@ -20,6 +20,7 @@ containers, images, the KubeVirt licence volume) sit beside the process plumbing
 from __future__ import annotations
 
 import base64
+import copy
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -237,23 +238,27 @@ def example_class(name: str, **spec: Any) -> RawObject:
     }
 
 
+STORED_STATUS: RawObject = {
+    "free": 3,
+    "maxFreePerNode": 2,
+    "maxUnitsPerNode": 4,
+    "conditions": [
+        {
+            "type": "Ready",
+            "status": "True",
+            "reason": "Ready",
+            "message": "ok",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+    ],
+}
+"""A status as the reconciler writes it (its figures and a Ready condition)."""
+
+
 def with_status(plane: ControlPlane, name: str, **spec: Any) -> RawObject:
     """Create a class and write a status through the status subresource, as the reconciler does."""
     created = plane.admin.create(example_class(name, **spec))
-    created["status"] = {
-        "free": 3,
-        "maxFreePerNode": 2,
-        "maxUnitsPerNode": 4,
-        "conditions": [
-            {
-                "type": "Ready",
-                "status": "True",
-                "reason": "Ready",
-                "message": "ok",
-                "lastTransitionTime": "2026-01-01T00:00:00Z",
-            }
-        ],
-    }
+    created["status"] = copy.deepcopy(STORED_STATUS)
     return plane.admin.call("PUT", f"{GPUCLASSES}/{name}/status", body=created)
 
 
