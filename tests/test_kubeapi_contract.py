@@ -201,9 +201,18 @@ async def script(backend: Backend, ns: str, suffix: str) -> list[tuple[str, str]
 
 
 async def _first_event(api: KubeAPI, since: str) -> object:
-    async for event in api.watch("gpuclasses", since):
-        return event
-    return None
+    """The watch's first event; a 429 (a server still starting after a restart) is retried,
+    as every client retries it, up to 30 times."""
+    for _ in range(30):
+        try:
+            async for event in api.watch("gpuclasses", since):
+                return event
+            return None
+        except ApiError as exc:
+            if exc.status != 429:
+                raise
+            await asyncio.sleep(1)
+    raise AssertionError("the API server kept answering 429")
 
 
 def test_the_fake_answers_as_kubernetes_does() -> None:
