@@ -2,7 +2,7 @@
 
 Cluster: `benchmarks/gencluster.py` with 5,000 nodes, 150,000 pods, 64 classes
 (BENCH_NODES, BENCH_PODS, BENCH_CLASSES override). The loop runs as in production —
-`Reconciler.load()` (the streams' re-list path, page by page), the `Worker`, the pure
+`Manager.load()` (the informers' re-list path, page by page), the `Worker`, the pure
 core — against an adapter that serves the generated objects a page at a time (so
 the raw cluster never sits in memory at once, as with a real API server) and keeps
 only the 64 GPUClass objects to apply status writes to.
@@ -43,12 +43,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.gencluster import DEDICATED, iter_cluster, pod
 from benchmarks.gencluster import resource as resource_name
 from gpuclass.reconciler.leader import AlwaysLeader
-from gpuclass.reconciler.loop import Reconciler
-from gpuclass.reconciler.memory import KIND_OF_SOURCE, apply_merge_patch
+from gpuclass.reconciler.manager import Manager
+from gpuclass.reconciler.memory import apply_merge_patch
 from gpuclass.reconciler.ports import ListPage, RawObject, WatchEvent
 from gpuclass.reconciler.settings import ReconcilerSettings
+from gpuclass.reconciler.sources import SPECS, Source
 from gpuclass.shared import names
-from gpuclass.shared.clusterstate import Source
 
 NODES = int(os.environ.get("BENCH_NODES", 5000))
 PODS = int(os.environ.get("BENCH_PODS", 150_000))
@@ -96,7 +96,7 @@ class GeneratedKube:
 
     async def list_pages(self, source: Source) -> AsyncIterator[ListPage]:
         page: list[RawObject] = []
-        for obj in iter_cluster(NODES, PODS, CLASSES, SEED, kinds=(KIND_OF_SOURCE[source],)):
+        for obj in iter_cluster(NODES, PODS, CLASSES, SEED, kinds=(SPECS[source].kind,)):
             if served(source, obj):
                 page.append(obj)
             if len(page) == PAGE:
@@ -224,7 +224,7 @@ def unrelated_events(rng: Random) -> list[bytes]:
     return lines[:EVENTS]
 
 
-async def apply_lines(reconciler: Reconciler, lines: list[bytes], *, batch: int) -> float:
+async def apply_lines(reconciler: Manager, lines: list[bytes], *, batch: int) -> float:
     """Parse and apply each watch line, with a worker pass every `batch` lines; seconds taken."""
     state, worker = reconciler.state, reconciler.worker
     assert worker is not None
@@ -248,7 +248,7 @@ async def main() -> None:
     settings = ReconcilerSettings(
         leader_elect=False, vgpu_entitled=True, coalesce_seconds=0.0, log_level="error"
     )
-    reconciler = Reconciler(
+    reconciler = Manager(
         settings,
         api=kube,
         leadership=AlwaysLeader(),

@@ -54,9 +54,9 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_e2e_reconciler import ClassWatch, percentile  # noqa: E402
 from gpuclass.reconciler.kube import KubeAdapter  # noqa: E402
-from gpuclass.reconciler.loop import Reconciler  # noqa: E402
+from gpuclass.reconciler.manager import Manager  # noqa: E402
 from gpuclass.reconciler.settings import ReconcilerSettings  # noqa: E402
-from gpuclass.shared.clusterstate import SOURCES  # noqa: E402
+from gpuclass.reconciler.sources import SOURCES  # noqa: E402
 from tests.controlplane.api import Api, ApiError, RawObject  # noqa: E402
 from tests.controlplane.cluster import ControlPlane, User, eventually, find_assets  # noqa: E402
 from tests.controlplane.components import kwok, kwok_node, set_allocatable  # noqa: E402
@@ -239,7 +239,7 @@ async def plain_list(kubeconfig: Path) -> tuple[float, int]:
 
 async def initial_sync(kubeconfig: Path) -> float:
     """The reconciler's start-up: every list into its state, then the first full pass."""
-    reconciler = Reconciler(settings(kubeconfig), serve_http=False)
+    reconciler = Manager(settings(kubeconfig), serve_http=False)
     try:
         started = time.perf_counter()
         await reconciler.load()

@@ -18,11 +18,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Hashable
 
+from gpuclass.reconciler.cache import ClusterCache
 from gpuclass.reconciler.events import EventRecorder
 from gpuclass.reconciler.metrics import ReconcilerMetrics
 from gpuclass.reconciler.ports import ApiError, KubeAPI
+from gpuclass.reconciler.sources import Source
 from gpuclass.shared import names
-from gpuclass.shared.clusterstate import ClusterState, Source
 from gpuclass.shared.licences import CopyAction, secret_body
 
 log = logging.getLogger("gpuclass.reconciler.copies")
@@ -36,7 +37,7 @@ class CopyWriter:
     def __init__(
         self,
         api: KubeAPI,
-        state: ClusterState,
+        state: ClusterCache,
         events: EventRecorder,
         *,
         vgpu_entitled: bool,

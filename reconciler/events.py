@@ -11,9 +11,9 @@ import logging
 from collections.abc import Callable
 from typing import Literal
 
+from gpuclass.reconciler.cache import ClusterCache
 from gpuclass.reconciler.ports import ApiError, KubeAPI, RawObject
 from gpuclass.shared import names
-from gpuclass.shared.clusterstate import ClusterState
 
 log = logging.getLogger("gpuclass.reconciler.events")
 
@@ -55,7 +55,7 @@ def event_body(
 
 class EventRecorder:
     def __init__(
-        self, api: KubeAPI, state: ClusterState, *, now: Callable[[], str], instance: str
+        self, api: KubeAPI, state: ClusterCache, *, now: Callable[[], str], instance: str
     ) -> None:
         self.api, self.state, self.now, self.instance = api, state, now, instance
 

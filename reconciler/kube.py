@@ -5,8 +5,7 @@ Lists, watches and raw requests are the shared :class:`shared.runtime.kubeclient
 the few writes it makes (status and finalizer merge patches, licence-copy Secrets,
 Events, the Lease).
 
-Server-side selectors keep what enters the process small: Pods only when bound and
-not finished, Secrets only in the licence namespace or carrying our managed-by label.
+What it lists and watches, with which selectors, is :data:`reconciler.sources.SPECS`.
 """
 
 from __future__ import annotations
@@ -17,33 +16,13 @@ from kubernetes_asyncio import client, config
 
 from gpuclass.reconciler.ports import ApiError, RawObject
 from gpuclass.reconciler.settings import ReconcilerSettings
-from gpuclass.shared import names
+from gpuclass.reconciler.sources import CLASSES, collections
 from gpuclass.shared.runtime.kubeclient import RawClient
 from gpuclass.shared.runtime.ratelimit import TokenBucket
 
-POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed,spec.nodeName!="
-MANAGED_SELECTOR = f"{names.MANAGED_BY_LABEL}={names.MANAGED_BY_VALUE}"
 MERGE_PATCH = "application/merge-patch+json"
-CLASSES = f"/apis/{names.GROUP}/{names.VERSION}/{names.PLURAL}"
 FIELD_MANAGER = "gpuclass-reconciler"
 """Named on every write (managedFields show who owns what)."""
-
-
-def collections(
-    *, licence_namespace: str, kubevirt_namespace: str
-) -> dict[str, tuple[str, dict[str, str]]]:
-    """Path and selectors of each watched collection."""
-    lic, kv = quote(licence_namespace, safe=""), quote(kubevirt_namespace, safe="")
-    return {
-        "gpuclasses": (CLASSES, {}),
-        "nodes": ("/api/v1/nodes", {}),
-        "pods": ("/api/v1/pods", {"fieldSelector": POD_FIELD_SELECTOR}),
-        "kubevirts": (f"/apis/kubevirt.io/v1/namespaces/{kv}/kubevirts", {}),
-        "licence-secrets": (f"/api/v1/namespaces/{lic}/secrets", {}),
-        "managed-secrets": ("/api/v1/secrets", {"labelSelector": MANAGED_SELECTOR}),
-        "namespaces": ("/api/v1/namespaces", {}),
-        "vmis": ("/apis/kubevirt.io/v1/virtualmachineinstances", {}),
-    }
 
 
 def _q(value: str) -> str:

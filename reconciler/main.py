@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from gpuclass.reconciler.loop import Reconciler
+from gpuclass.reconciler.manager import Manager
 from gpuclass.reconciler.offline import file_reconciler, run_once
 from gpuclass.reconciler.ports import ApiError
 from gpuclass.reconciler.settings import ReconcilerSettings
@@ -36,7 +36,7 @@ async def serve(settings: ReconcilerSettings) -> None:
     if settings.objects:
         reconciler, reload = file_reconciler(settings)
     else:
-        reconciler = Reconciler(settings)
+        reconciler = Manager(settings)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, reconciler.stop)

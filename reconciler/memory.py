@@ -4,8 +4,10 @@ It keeps raw objects by kind, stamps resourceVersions, serves lists in pages and
 watches from a version (replaying a bounded history, 410 Gone when the version is
 older), and checks what the real server checks for our writes: resourceVersion
 preconditions (409), AlreadyExists (409), NotFound (404), no new finalizers on a
-deleting object (422), and the chart's ValidatingAdmissionPolicy on Secrets
-(403). Tests inject failures through `errors`; every write is recorded in
+deleting object (422), deletion held by finalizers, no-op writes that keep the
+resourceVersion, and the chart's ValidatingAdmissionPolicy on Secrets (403).
+`tests/test_kubeapi_contract.py` runs one script of requests against it and against a
+real kube-apiserver with the chart applied, and expects the same answers. Tests inject failures through `errors`; every write is recorded in
 `writes` (the offline `--once` output is built from it).
 """
 
@@ -18,21 +20,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuclass.reconciler.ports import ApiError, ListPage, RawObject, WatchEvent
+from gpuclass.reconciler.sources import SPECS, Source, selected
 from gpuclass.shared import names
-from gpuclass.shared.clusterstate import Key, Source, object_key
+from gpuclass.shared.meta import Key, object_key
 
-KIND_OF_SOURCE: dict[Source, str] = {
-    "gpuclasses": names.KIND,
-    "nodes": "Node",
-    "pods": "Pod",
-    "kubevirts": "KubeVirt",
-    "licence-secrets": "Secret",
-    "managed-secrets": "Secret",
-    "namespaces": "Namespace",
-    "vmis": "VirtualMachineInstance",
-}
-KINDS = frozenset(KIND_OF_SOURCE.values()) | {"Lease"}
+KINDS = frozenset(spec.kind for spec in SPECS.values()) | {"Lease"}
 HISTORY = 10_000
+DELETION_TIMESTAMP = "2026-01-01T00:00:00Z"
+"""Stamped on an object deleted while finalizers hold it (the fake has no clock)."""
+COPY_ANNOTATION_PREFIX = "gpuclass.cozystack.io/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +42,11 @@ class Change:
 def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
+
+
+def _unversioned(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta = {k: v for k, v in _meta(obj).items() if k != "resourceVersion"}
+    return {**obj, "metadata": meta}
 
 
 def apply_merge_patch(target: Any, patch: Any) -> Any:
@@ -110,9 +111,21 @@ class MemoryKube:
         return stored
 
     def remove(self, kind: str, namespace: str, name: str) -> None:
-        """Delete an object as another client would."""
-        if (namespace, name) in self.store[kind]:
+        """Delete an object as another client would: one held by finalizers is only marked."""
+        current = self.store[kind].get((namespace, name))
+        if current is None:
+            return
+        if not _meta(current).get("finalizers"):
             self._put(kind, (namespace, name), None)
+        elif not _meta(current).get("deletionTimestamp"):
+            marked = copy.deepcopy(current)
+            marked["metadata"]["deletionTimestamp"] = DELETION_TIMESTAMP
+            self._put(kind, (namespace, name), marked)
+
+    def compact(self) -> None:
+        """Forget the change history, as etcd's compaction does: older watches get 410 Gone."""
+        self.history.clear()
+        self.oldest = self.version
 
     def expire_watches(self) -> None:
         for _, queue in self.watchers:
@@ -146,24 +159,19 @@ class MemoryKube:
     # -- reads -------------------------------------------------------------------------------------
 
     def matches(self, source: Source, obj: Mapping[str, Any]) -> bool:
-        """The server-side selectors of each source (see reconciler/kube.py)."""
-        meta = _meta(obj)
-        if source == "pods":
-            spec, status = obj.get("spec") or {}, obj.get("status") or {}
-            return bool(spec.get("nodeName")) and status.get("phase") not in ("Succeeded", "Failed")
-        if source == "kubevirts":
-            return meta.get("namespace") == self.kubevirt_namespace
-        if source == "licence-secrets":
-            return meta.get("namespace") == self.licence_namespace
-        if source == "managed-secrets":
-            return (meta.get("labels") or {}).get(names.MANAGED_BY_LABEL) == names.MANAGED_BY_VALUE
-        return True
+        """The server-side scope and selectors of each source (:func:`reconciler.sources.selected`)."""
+        return selected(
+            SPECS[source],
+            obj,
+            licence_namespace=self.licence_namespace,
+            kubevirt_namespace=self.kubevirt_namespace,
+        )
 
     async def list_pages(self, source: Source) -> AsyncIterator[ListPage]:
         self._check("list")
         items = [
             copy.deepcopy(o)
-            for o in self.store[KIND_OF_SOURCE[source]].values()
+            for o in self.store[SPECS[source].kind].values()
             if self.matches(source, o)
         ]
         version = str(self.version)
@@ -197,7 +205,7 @@ class MemoryKube:
     def _offer(
         self, source: Source, queue: asyncio.Queue[WatchEvent | ApiError | None], change: Change
     ) -> None:
-        if change.kind != KIND_OF_SOURCE[source]:
+        if change.kind != SPECS[source].kind:
             return
         before = change.old is not None and self.matches(source, change.old)
         after = change.new is not None and self.matches(source, change.new)
@@ -226,6 +234,8 @@ class MemoryKube:
 
     def _put(self, kind: str, key: Key, new: RawObject | None) -> RawObject | None:
         old = self.store[kind].get(key)
+        if old is not None and new is not None and _unversioned(new) == _unversioned(old):
+            return copy.deepcopy(old)  # a no-op write: the server keeps the resourceVersion
         if new is None:
             self.store[kind].pop(key, None)
             self.version += 1
@@ -274,13 +284,18 @@ class MemoryKube:
         self.writes.append(("finalizers", {"name": name, "finalizers": list(finalizers)}))
         if meta.get("deletionTimestamp") and not finalizers:
             self._put(names.KIND, ("", name), None)
-            return None
+            return updated  # the server answers with the object as it was when released
         return self._put(names.KIND, ("", name), updated)
 
     def _admit_secret(
         self, name: str, new: Mapping[str, Any] | None, old: Mapping[str, Any] | None
     ) -> None:
-        """The chart's ValidatingAdmissionPolicy: licence-copy names, labelled, and labelled before."""
+        """The chart's ValidatingAdmissionPolicy (charts/gpuclass/templates/licence-copy-policy.yaml).
+
+        Licence-copy names only; the new object labelled ours, of type Opaque, with exactly
+        the token and gridd.conf keys, no stringData and no annotation outside
+        gpuclass.cozystack.io/; the stored object labelled ours before an update or delete.
+        """
 
         def labelled(obj: Mapping[str, Any] | None) -> bool:
             return (
@@ -289,9 +304,21 @@ class MemoryKube:
                 == names.MANAGED_BY_VALUE
             )
 
+        def well_formed(obj: Mapping[str, Any]) -> bool:
+            data = obj.get("data")
+            annotations = _meta(obj).get("annotations") or {}
+            return (
+                labelled(obj)
+                and obj.get("type") == "Opaque"
+                and isinstance(data, dict)
+                and set(data) == {names.TOKEN_KEY, names.GRIDD_KEY}
+                and "stringData" not in obj
+                and all(str(k).startswith(COPY_ANNOTATION_PREFIX) for k in annotations)
+            )
+
         if (
             not name.startswith(names.LICENSE_COPY_PREFIX)
-            or (new is not None and not labelled(new))
+            or (new is not None and not well_formed(new))
             or (old is not None and not labelled(old))
         ):
             raise ApiError(

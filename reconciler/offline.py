@@ -1,8 +1,8 @@
 """The offline twin (docs/contract.md section 7): the same loop, run against files instead of a cluster.
 
 With `--objects`, the files are loaded into a :class:`~reconciler.memory.MemoryKube`
-— an API server in a dict — and the ordinary :class:`~reconciler.loop.Reconciler`
-runs against it: the same streams, state, worker and writes. Nothing ever contacts
+— an API server in a dict — and the ordinary :class:`~reconciler.manager.Manager`
+runs against it: the same informers, cache, worker and writes. Nothing ever contacts
 a cluster. `--once` prints what the reconciler wrote into that in-memory cluster
 (what it *would* write to a real one); without `--once` the loop keeps serving
 `/metrics`, `/healthz` and `/readyz`, and the files are re-read when they change.
@@ -20,7 +20,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from gpuclass.reconciler.leader import AlwaysLeader
-from gpuclass.reconciler.loop import Reconciler
+from gpuclass.reconciler.manager import Manager
 from gpuclass.reconciler.memory import MemoryKube
 from gpuclass.reconciler.recording import RecordingKube
 from gpuclass.reconciler.settings import ReconcilerSettings
@@ -55,7 +55,7 @@ def memory_cluster(settings: ReconcilerSettings) -> MemoryKube:
     )
 
 
-def once_report(reconciler: Reconciler, recorder: RecordingKube) -> dict[str, Any]:
+def once_report(reconciler: Manager, recorder: RecordingKube) -> dict[str, Any]:
     state = reconciler.state
     context = state.status_context()
     now = reconciler.now()
@@ -80,13 +80,13 @@ async def run_once(settings: ReconcilerSettings) -> dict[str, Any]:
     """One full pass; returns the report. With `--objects`, against the files only."""
     if settings.objects:
         recorder = RecordingKube(memory_cluster(settings), forward=True)
-        reconciler = Reconciler(settings, api=recorder, leadership=AlwaysLeader(), serve_http=False)
+        reconciler = Manager(settings, api=recorder, leadership=AlwaysLeader(), serve_http=False)
     else:
         from gpuclass.reconciler.kube import KubeAdapter
 
         recorder = RecordingKube(await KubeAdapter.connect(settings), forward=not settings.dry_run)
         leadership = AlwaysLeader() if settings.dry_run or not settings.leader_elect else None
-        reconciler = Reconciler(settings, api=recorder, leadership=leadership, serve_http=False)
+        reconciler = Manager(settings, api=recorder, leadership=leadership, serve_http=False)
     try:
         await reconciler.sync_once()
         return once_report(reconciler, recorder)
@@ -96,7 +96,7 @@ async def run_once(settings: ReconcilerSettings) -> dict[str, Any]:
 
 def file_reconciler(
     settings: ReconcilerSettings,
-) -> tuple[Reconciler, Callable[[], Coroutine[Any, Any, None]]]:
+) -> tuple[Manager, Callable[[], Coroutine[Any, Any, None]]]:
     """A reconciler over the files, and the coroutine that re-reads them when they change.
 
     The coroutine never ends on bad files: whatever a reload raises (a node with
@@ -106,7 +106,7 @@ def file_reconciler(
     reloads fail the poll backs off (up to 30 s); a success resets it.
     """
     cluster = memory_cluster(settings)
-    reconciler = Reconciler(settings, api=cluster, leadership=AlwaysLeader())
+    reconciler = Manager(settings, api=cluster, leadership=AlwaysLeader())
     last: Stamp | None = stamp_of(settings.objects)
 
     async def reload() -> None:

@@ -1,6 +1,6 @@
 """The seam between the loop and the API server: a small Protocol and the values that cross it.
 
-Everything above this seam (streams, worker, leader election) takes a
+Everything above this seam (informers, worker, leader election) takes a
 :class:`KubeAPI`; `reconciler/kube.py` implements it with kubernetes_asyncio,
 `reconciler/memory.py` with a dict (the offline twin, and the tests' fake).
 Objects cross as raw dicts; failures as :class:`ApiError` with the HTTP status
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from gpuclass.shared.clusterstate import Source
+from gpuclass.reconciler.sources import Source
 from gpuclass.shared.runtime.listwatch import ApiError, ListPage, RawObject, WatchEvent
 
 __all__ = ["ApiError", "KubeAPI", "ListPage", "RawObject", "WatchEvent"]

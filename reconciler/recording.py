@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from gpuclass.reconciler.ports import KubeAPI, ListPage, RawObject, WatchEvent
+from gpuclass.reconciler.sources import Source
 from gpuclass.shared import names
-from gpuclass.shared.clusterstate import Source
 
 log = logging.getLogger("gpuclass.reconciler.dryrun")
 

@@ -1,6 +1,6 @@
 """The worker: coalesce dirty marks, recompute, and write only what changed.
 
-Events only mark work dirty (:class:`shared.clusterstate.Dirty`); the worker
+Events only mark work dirty (:class:`reconciler.cache.Dirty`); the worker
 wakes, waits a short coalescing window (so a burst of pod events costs one
 recompute per class), takes the whole dirty set and, per item:
 
@@ -20,7 +20,7 @@ source whose watch has not brought it that far is re-listed (at most every
 Every write first asks the Lease (`is_leader`), so a replica that lost it stops at
 once, and the per-object backoff, so a refused write is not retried in a storm.
 The watch writes the view; an object a write returns is taken only when it is newer
-than what the view holds (`ClusterState.absorb`), so a late response never rolls it back.
+than what the view holds (`ClusterCache.absorb`), so a late response never rolls it back.
 """
 
 from __future__ import annotations
@@ -32,12 +32,13 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from gpuclass.reconciler.backoff import KeyedBackoff
+from gpuclass.reconciler.cache import ClassEntry, ClusterCache, StatusContext
 from gpuclass.reconciler.copies import CopyWriter
 from gpuclass.reconciler.events import EventRecorder
 from gpuclass.reconciler.leader import Leadership
 from gpuclass.reconciler.metrics import ReconcilerMetrics
 from gpuclass.reconciler.ports import ApiError, KubeAPI
-from gpuclass.shared.clusterstate import ClassEntry, ClusterState, Source, StatusContext
+from gpuclass.reconciler.sources import Source
 from gpuclass.shared.inuse import finalizer_change
 from gpuclass.shared.runtime.syncview import SyncView
 from gpuclass.shared.statusdiff import status_patch, transitions
@@ -53,7 +54,7 @@ class Worker:
     def __init__(
         self,
         api: KubeAPI,
-        state: ClusterState,
+        state: ClusterCache,
         leadership: Leadership,
         metrics: ReconcilerMetrics,
         *,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,3 +60,13 @@ def golden_cases() -> Iterator[GoldenCase]:
 @pytest.fixture(scope="session")
 def update_fixtures(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-fixtures"))
+
+
+@pytest.fixture
+def keep_logging() -> Iterator[None]:
+    """main() points the root logger at the (captured) stderr; put the test runner's handlers back."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)

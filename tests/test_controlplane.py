@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from tests.builders import example_class as gpuclass
+from tests.builders import with_status
 from tests.controlplane import (
     ApiError,
     ControlPlane,
@@ -37,44 +39,8 @@ WIDE += ["Ready", "Reason", "Age"]
 RECONCILER = "system:serviceaccount:cozy-system:gpuclass-reconciler"
 
 
-def gpuclass(name: str, **spec: Any) -> RawObject:
-    body = {
-        "vendor": "example",
-        "model": "example-model",
-        "mode": "passthrough",
-        "source": {"devicePlugin": {"resourceName": f"example.com/{name}"}},
-        **spec,
-    }
-    return {
-        "apiVersion": "cozystack.io/v1alpha1",
-        "kind": "GPUClass",
-        "metadata": {"name": name},
-        "spec": body,
-    }
-
-
 def namespace(name: str) -> RawObject:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-
-
-def with_status(plane: ControlPlane, name: str, **spec: Any) -> RawObject:
-    """Create a class and write a status through the status subresource, as the reconciler does."""
-    created = plane.admin.create(gpuclass(name, **spec))
-    created["status"] = {
-        "free": 3,
-        "maxFreePerNode": 2,
-        "maxUnitsPerNode": 4,
-        "conditions": [
-            {
-                "type": "Ready",
-                "status": "True",
-                "reason": "Ready",
-                "message": "ok",
-                "lastTransitionTime": "2026-01-01T00:00:00Z",
-            }
-        ],
-    }
-    return plane.admin.call("PUT", f"{GPUCLASSES}/{name}/status", body=created)
 
 
 # -- the API server and the CRDs --------------------------------------------------------------

@@ -27,11 +27,12 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.builders import World
+from tests.builders import selecting_vmi as vmi
 from tests.chart_helpers import NAMESPACE, documents, render
 from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
 from tests.e2e_reconciler_helpers import PermittedDevices, gpuclass, namespace
-from tests.test_e2e_webhook import World, vmi
 from tests.webhook_process import WebhookProcess
 
 pytestmark = pytest.mark.controlplane

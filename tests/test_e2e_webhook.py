@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.builders import World
+from tests.builders import selecting_vmi as vmi
 from tests.chart_helpers import render_objects, webhook_for
 from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
@@ -26,44 +28,6 @@ from tests.webhook_process import WebhookProcess
 
 ANN = "gpu.cozystack.io/classes"
 CONTROLLER = "system:serviceaccount:cozy-kubevirt:kubevirt-controller"
-
-
-def vmi(namespace: str, selection: Any | None = None, **extra_spec: Any) -> RawObject:
-    meta: RawObject = {"name": unique_name("vm"), "namespace": namespace}
-    if selection is not None:
-        meta["annotations"] = {ANN: json.dumps(selection)}
-    spec = {
-        "domain": {
-            "devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]},
-            "memory": {"guest": "1Gi"},
-        },
-        "volumes": [{"name": "root", "containerDisk": {"image": "example.org/guest:1"}}],
-        **extra_spec,
-    }
-    return {
-        "apiVersion": "kubevirt.io/v1",
-        "kind": "VirtualMachineInstance",
-        "metadata": meta,
-        "spec": spec,
-    }
-
-
-class World:
-    """Names of the catalog this module creates, so tests can select its classes."""
-
-    def __init__(self) -> None:
-        suffix = unique_name("e2e").split("-")[-1]
-        self.whole = f"e2e-whole-{suffix}"
-        self.licensed = f"e2e-licensed-{suffix}"
-        self.byol = f"e2e-byol-{suffix}"
-        self.whole_resource = f"e2e-{suffix}.example.com/whole"
-        self.licensed_resource = f"e2e-{suffix}.example.com/licensed"
-        self.byol_resource = f"e2e-{suffix}.example.com/byol"
-        self.toleration = {
-            "key": "gpu.example.com/dedicated",
-            "operator": "Exists",
-            "effect": "NoSchedule",
-        }
 
 
 @pytest.fixture(scope="module")

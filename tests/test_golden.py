@@ -28,6 +28,7 @@ from gpuclass.shared.catalog import Catalog, Policy
 from gpuclass.shared.cli import main as cli_main
 from gpuclass.shared.cli import offline_catalog
 from gpuclass.shared.review import review
+from tests.builders import changed_fields
 from tests.conftest import FIXTURES, OBJECTS, GoldenCase, golden_cases
 
 CASES = list(golden_cases())
@@ -91,22 +92,6 @@ def test_cli_prints_the_same_answer(
 
 def test_every_case_has_a_hand_written_verdict() -> None:
     assert sorted(EXPECTED) == sorted(c.name for c in CASES)
-
-
-def changed_fields(before: Any, after: Any, pointer: str = "") -> set[str]:
-    """The fields a patch changed: JSON pointers of differing values, a list as one field,
-    descending into objects (so a created container reports the fields it holds)."""
-    if before == after:
-        return set()
-    if isinstance(after, dict):
-        old = before if isinstance(before, dict) else {}
-        keys = set(old) | set(after)
-        found: set[str] = set()
-        for key in sorted(keys):
-            escaped = str(key).replace("~", "~0").replace("/", "~1")
-            found |= changed_fields(old.get(key), after.get(key), f"{pointer}/{escaped}")
-        return found
-    return {pointer}
 
 
 def _verdict(case: GoldenCase, answer: dict[str, Any]) -> dict[str, Any]:

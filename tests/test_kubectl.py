@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.builders import with_status
 from tests.controlplane import ControlPlane, unique_name
-from tests.test_controlplane import with_status
 
 pytestmark = pytest.mark.controlplane
 

@@ -29,10 +29,10 @@ import jsonpatch
 import pytest
 import yaml
 
+from tests.builders import changed_fields
 from tests.conftest import golden_cases
 from tests.controlplane import ControlPlane, unique_name
 from tests.controlplane.api import ApiError
-from tests.test_golden import changed_fields
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATOR = ROOT / "tests" / "controlplane" / "kubevirt-crds"

@@ -28,10 +28,10 @@ import yaml
 from gpuclass.reconciler.main import main as reconciler_main
 from gpuclass.shared.cli import main as gpuclass_main
 from gpuclass.shared.runtime.loader import load_snapshot
+from tests.builders import review_file, vmi_request
 from tests.conftest import OBJECTS, ROOT
-from tests.test_reconciler_offline import keep_logging  # noqa: F401  (autouse fixture)
-from tests.test_stored_class_verdict import review_file, vmi_request
 
+pytestmark = pytest.mark.usefixtures("keep_logging")  # main() reconfigures the root logger
 EXAMPLES = ROOT / "examples"
 
 

@@ -19,8 +19,9 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio import client
 
-from gpuclass.reconciler.kube import MANAGED_SELECTOR, POD_FIELD_SELECTOR, KubeAdapter
+from gpuclass.reconciler.kube import KubeAdapter
 from gpuclass.reconciler.ports import ApiError
+from gpuclass.reconciler.sources import MANAGED_SELECTOR, POD_FIELD_SELECTOR
 from gpuclass.shared.runtime.kubeclient import user_agent
 from gpuclass.shared.runtime.ratelimit import TokenBucket
 

@@ -15,13 +15,13 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from gpuclass.reconciler.leader import AlwaysLeader, Leadership
-from gpuclass.reconciler.loop import Reconciler
+from gpuclass.reconciler.manager import Manager
 from gpuclass.reconciler.memory import MemoryKube
 from gpuclass.reconciler.ports import ApiError
 from gpuclass.reconciler.recording import RecordingKube
 from gpuclass.reconciler.settings import ReconcilerSettings
 from gpuclass.shared import names
-from tests.test_reconciler_objects import (
+from tests.builders import (
     TOKEN,
     gpuclass,
     kubevirt,
@@ -72,7 +72,7 @@ class Running:
         self, kube: Any, *, leadership: Leadership | None = None, **overrides: Any
     ) -> None:
         self.kube = kube
-        self.reconciler = Reconciler(
+        self.reconciler = Manager(
             settings(**overrides),
             api=kube,
             leadership=leadership or AlwaysLeader(),
@@ -614,9 +614,9 @@ def test_renamed_class_keeps_its_finalizer_while_vms_admitted_under_the_old_name
 
 
 def test_a_late_write_response_never_rolls_the_view_back() -> None:
-    from gpuclass.shared.clusterstate import ClusterState
+    from gpuclass.reconciler.cache import ClusterCache
 
-    state = ClusterState()
+    state = ClusterCache()
     state.upsert(
         "gpuclasses", {**gpuclass("c", R), "metadata": {"name": "c", "resourceVersion": "7"}}
     )

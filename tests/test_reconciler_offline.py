@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import logging
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,22 +24,13 @@ from gpuclass.reconciler.settings import ReconcilerSettings
 from gpuclass.shared import names
 from gpuclass.shared.availability import compute_all
 from gpuclass.shared.runtime.loader import load_snapshot
+from tests.builders import vmi
 from tests.conftest import ROOT
-from tests.test_reconciler_objects import vmi
 
+pytestmark = pytest.mark.usefixtures("keep_logging")  # main() reconfigures the root logger
 EXAMPLES = str(ROOT / "examples")
 TOKEN_B64 = "ZXhhbXBsZS1ub3QtYS1yZWFsLXRva2Vu"
 LICENSED = "example-licensed-vgpu"
-
-
-@pytest.fixture(autouse=True)
-def keep_logging() -> Iterator[None]:
-    """main() points the root logger at the (captured) stderr; put the test runner's handlers back."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 def once(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:

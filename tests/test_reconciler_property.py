@@ -3,7 +3,7 @@
 A Hypothesis state machine puts, edits (one field at a time, so that the small
 changes that are easy to miss come up often) and deletes classes, nodes, pods, the
 KubeVirt CR, the licence source Secret, namespaces and VMIs, feeding each change to
-:class:`shared.clusterstate.ClusterState`. After every step:
+:class:`reconciler.cache.ClusterCache`. After every step:
 
 - every class whose status, or in-use verdict, changed was marked dirty, and the
   licence copies were marked whenever the copy plan changed (the affected-class
@@ -22,13 +22,15 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from gpuclass.reconciler.cache import ClusterCache
+from gpuclass.reconciler.sources import Source
 from gpuclass.shared.availability import compute_all
-from gpuclass.shared.clusterstate import ClusterState, Source, object_key
 from gpuclass.shared.inuse import classes_in_use
 from gpuclass.shared.licences import desired_copies, plan_copies
+from gpuclass.shared.meta import object_key
 from gpuclass.shared.snapshot import SnapshotBuilder
 from gpuclass.shared.vmiuse import compact_vmi_use
-from tests.test_reconciler_objects import gpuclass, kubevirt, namespace, node, pod, secret, vmi
+from tests.builders import gpuclass, kubevirt, namespace, node, pod, secret, vmi
 
 RESOURCES = ["example.com/r1", "example.com/r2"]
 TAINTS = [
@@ -53,7 +55,7 @@ class_names = st.sampled_from(["c1", "c2", "c3"])
 node_names = st.sampled_from(["n1", "n2"])
 
 
-def observe(state: ClusterState) -> tuple[dict[str, Any], dict[str, bool], list[Any]]:
+def observe(state: ClusterCache) -> tuple[dict[str, Any], dict[str, bool], list[Any]]:
     context = state.status_context()
     statuses = {name: state.compute_status(name, context, now=NOW) for name in state.classes}
     return (
@@ -66,7 +68,7 @@ def observe(state: ClusterState) -> tuple[dict[str, Any], dict[str, bool], list[
 class StateMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.state = ClusterState()
+        self.state = ClusterCache()
         self.objects: dict[tuple[str, Any], dict[str, Any]] = {}
         self.before = observe(self.state)
 

@@ -1,4 +1,4 @@
-"""Pure state transitions: events into `shared.clusterstate`, statuses and dirty marks out.
+"""Pure state transitions: events into `reconciler.cache`, statuses and dirty marks out.
 
 One test per rule of docs/contract.md section 6 (eligibility, counting, conflicts,
 conditions), plus the affected-class index: what each kind of change marks dirty.
@@ -10,33 +10,34 @@ from typing import Any
 
 import pytest
 
+from gpuclass.reconciler.cache import ClusterCache
+from gpuclass.reconciler.sources import Source
 from gpuclass.shared import names
-from gpuclass.shared.clusterstate import ClusterState, Source
-from tests.test_reconciler_objects import gpuclass, kubevirt, node, pod, secret
+from tests.builders import gpuclass, kubevirt, node, pod, secret
 
 R = "example.com/gpu"
 OTHER = "example.com/other"
 TAINT = {"key": "gpu", "value": "yes", "effect": "NoSchedule"}
 
 
-def state_with(*events: tuple[Source, dict[str, Any]]) -> ClusterState:
-    state = ClusterState()
+def state_with(*events: tuple[Source, dict[str, Any]]) -> ClusterCache:
+    state = ClusterCache()
     state.upsert("kubevirts", kubevirt(R, OTHER))
     for source, obj in events:
         state.upsert(source, obj)
     return state
 
 
-def status(state: ClusterState, name: str = "c") -> dict[str, Any]:
+def status(state: ClusterCache, name: str = "c") -> dict[str, Any]:
     return state.compute_status(name, state.status_context(), now="NOW")
 
 
-def figures(state: ClusterState, name: str = "c") -> tuple[int, int, int]:
+def figures(state: ClusterCache, name: str = "c") -> tuple[int, int, int]:
     s = status(state, name)
     return s["free"], s["maxFreePerNode"], s["maxUnitsPerNode"]
 
 
-def conditions(state: ClusterState, name: str = "c") -> dict[str, str]:
+def conditions(state: ClusterCache, name: str = "c") -> dict[str, str]:
     return {c["type"]: c["status"] for c in status(state, name)["conditions"]}
 
 
@@ -325,7 +326,7 @@ def test_conditions(
 
 
 def test_no_kubevirt_cr_means_not_permitted() -> None:
-    state = ClusterState()
+    state = ClusterCache()
     state.upsert("gpuclasses", gpuclass("c", R))
     assert conditions(state)["ResourceNameNotPermitted"] == "True"
     state.upsert("kubevirts", kubevirt(R))
@@ -355,7 +356,7 @@ def test_observed_generation_and_kept_transition_time() -> None:
 # -- the affected-class index ---------------------------------------------------------------------
 
 
-def indexed_state() -> ClusterState:
+def indexed_state() -> ClusterCache:
     state = state_with(
         ("gpuclasses", gpuclass("c", R)),
         ("gpuclasses", gpuclass("d", OTHER)),
@@ -427,6 +428,6 @@ def test_affected_classes(source: Source, obj: dict[str, Any], statuses: set[str
 
 
 def test_licence_secret_keeps_only_the_token() -> None:
-    state = ClusterState()
+    state = ClusterCache()
     state.upsert("licence-secrets", secret("src", data={names.TOKEN_KEY: "dG9r", "other": "eA=="}))
     assert set(state.licence_secrets[("cozy-system", "src")].data) == {names.TOKEN_KEY}

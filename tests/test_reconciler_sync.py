@@ -21,14 +21,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuclass.reconciler.leader import AlwaysLeader
-from gpuclass.reconciler.loop import Reconciler
+from gpuclass.reconciler.manager import Manager
 from gpuclass.reconciler.memory import MemoryKube
 from gpuclass.reconciler.ports import ApiError, ListPage, WatchEvent
 from gpuclass.reconciler.settings import ReconcilerSettings
+from gpuclass.reconciler.sources import SOURCES, Source
 from gpuclass.shared import names
-from gpuclass.shared.clusterstate import SOURCES, Source
 from gpuclass.shared.runtime.syncview import SyncView, version_reached
-from tests.test_reconciler_objects import gpuclass, kubevirt, namespace, node, pod, secret, vmi
+from tests.builders import gpuclass, kubevirt, namespace, node, pod, secret, vmi
 
 R = "example.com/gpu"
 LIC = "example.com/lic"
@@ -108,9 +108,9 @@ class GatedKube(MemoryKube):
             yield event
 
 
-def make(kube: MemoryKube, **overrides: Any) -> Reconciler:
+def make(kube: MemoryKube, **overrides: Any) -> Manager:
     values: dict[str, Any] = {"coalesce_seconds": 0.0, "leader_elect": False, "vgpu_entitled": True}
-    reconciler = Reconciler(
+    reconciler = Manager(
         ReconcilerSettings(**{**values, **overrides}),
         api=kube,
         leadership=AlwaysLeader(),
@@ -151,7 +151,7 @@ async def turns(count: int = 30) -> None:
         await asyncio.sleep(0)
 
 
-async def settle(reconciler: Reconciler, kube: MemoryKube) -> None:
+async def settle(reconciler: Manager, kube: MemoryKube) -> None:
     calm = 0
     for _ in range(2000):
         await asyncio.sleep(0.002)

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from gpuclass.shared.cli import main
+from tests.builders import review_file, vmi_request
 
 RESOURCE = "example.com/stored-gpu"
 
@@ -84,32 +85,6 @@ def cluster(tmp_path: Path, gpuclass: dict[str, Any]) -> Path:
     ]
     (folder / "objects.yaml").write_text(yaml.safe_dump_all(objects))
     return folder
-
-
-def review_file(tmp_path: Path, request: dict[str, Any]) -> Path:
-    path = tmp_path / "review.json"
-    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
-    path.write_text(json.dumps(body))
-    return path
-
-
-def vmi_request(class_name: str = "stored", count: int = 1) -> dict[str, Any]:
-    """A VMI CREATE in tenant-root selecting `count` units of one class."""
-    selection = json.dumps([{"className": class_name, "count": count}])
-    return {
-        "uid": "u",
-        "kind": {"group": "kubevirt.io", "version": "v1", "kind": "VirtualMachineInstance"},
-        "operation": "CREATE",
-        "namespace": "tenant-root",
-        "object": {
-            "metadata": {
-                "name": "vm",
-                "namespace": "tenant-root",
-                "annotations": {"gpu.cozystack.io/classes": selection},
-            },
-            "spec": {"domain": {"devices": {}}},
-        },
-    }
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:

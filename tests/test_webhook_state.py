@@ -16,7 +16,7 @@ import pytest
 
 from gpuclass.shared.catalog import Policy
 from gpuclass.shared.runtime.listwatch import ApiError, ListPage, RawObject, WatchEvent
-from gpuclass.webhook.state import ClusterState
+from gpuclass.webhook.state import ClusterCache
 
 Expired = ApiError(410, "Expired", "too old resource version")
 
@@ -80,7 +80,7 @@ def static(name: str, items: list[RawObject]) -> ScriptedSource:
     return ScriptedSource(name, [items], [])
 
 
-async def run_until(state: ClusterState, condition: Any, timeout: float = 5.0) -> None:
+async def run_until(state: ClusterCache, condition: Any, timeout: float = 5.0) -> None:
     task = asyncio.create_task(state.run())
     try:
         deadline = asyncio.get_running_loop().time() + timeout
@@ -93,7 +93,7 @@ async def run_until(state: ClusterState, condition: Any, timeout: float = 5.0) -
         await asyncio.gather(task, return_exceptions=True)
 
 
-def make_state(classes: ScriptedSource, restarts: list[tuple[str, str]]) -> ClusterState:
+def make_state(classes: ScriptedSource, restarts: list[tuple[str, str]]) -> ClusterCache:
     kubevirt = {
         "kind": "KubeVirt",
         "metadata": {"name": "kv", "namespace": "cozy-kubevirt"},
@@ -110,7 +110,7 @@ def make_state(classes: ScriptedSource, restarts: list[tuple[str, str]]) -> Clus
             static("kubevirts", [kubevirt]),
         ]
     )
-    return ClusterState(
+    return ClusterCache(
         client,
         Policy(),
         on_restart=lambda resource, reason: restarts.append((resource, reason)),

@@ -25,7 +25,7 @@ from gpuclass.webhook.limits import BodyBudget, BodyLimits
 from gpuclass.webhook.metrics import WebhookMetrics
 from gpuclass.webhook.server import ConnectionLimits, WebhookServer, shrink_tls_buffers
 from gpuclass.webhook.settings import WebhookSettings
-from gpuclass.webhook.state import CatalogState, ClusterState, FileState
+from gpuclass.webhook.state import CatalogState, ClusterCache, FileState
 
 log = logging.getLogger("gpuclass.webhook")
 
@@ -35,7 +35,7 @@ async def _cluster_state(settings: WebhookSettings, metrics: WebhookMetrics) -> 
     from gpuclass.webhook.kube import FIELD_MANAGER, webhook_client
 
     api = await api_client(settings.kubeconfig, binary=FIELD_MANAGER)
-    return ClusterState(
+    return ClusterCache(
         webhook_client(api, kubevirt_namespace=settings.kubevirt_namespace),
         settings.policy(),
         on_restart=lambda resource, reason: metrics.watch_restarts.labels(resource, reason).inc(),

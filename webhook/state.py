@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from gpuclass.shared import names
 from gpuclass.shared.catalog import Catalog, Policy, build_catalog
-from gpuclass.shared.clusterstate import Key, object_key
+from gpuclass.shared.meta import Key, object_key
 from gpuclass.shared.runtime.filesource import FileSource
 from gpuclass.shared.runtime.listwatch import ListWatchClient, RawObject, Reflector
 from gpuclass.shared.runtime.syncview import SyncView
@@ -78,7 +78,7 @@ class FileState:
         return self._task_alive
 
 
-class ClusterState:
+class ClusterCache:
     """The catalog from list+watch caches of GPUClasses, Namespaces and the KubeVirt CR.
 
     The cache is a :class:`shared.runtime.listwatch.Store` kept by the shared

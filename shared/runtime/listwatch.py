@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from gpuclass.shared.clusterstate import Key, object_key, resource_version
+from gpuclass.shared.meta import Key, object_key, resource_version
 from gpuclass.shared.runtime.syncview import SyncView
 
 log = logging.getLogger("gpuclass.listwatch")

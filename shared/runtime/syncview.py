@@ -18,7 +18,7 @@ flag and last-sync resourceVersion:
 - *unsynced since*: when a source lost sync (or started), so `/readyz` can drop
   once a re-list has failed for longer than a bounded time.
 
-resourceVersions are compared by :func:`shared.clusterstate.version_reached`.
+resourceVersions are compared by :func:`shared.meta.version_reached`.
 
 No I/O: the reflector (shared.runtime.listwatch) reports; the reconciler's worker,
 the webhook's catalog and both binaries' probes ask; the clock is passed in.
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from gpuclass.shared.clusterstate import version_reached
+from gpuclass.shared.meta import version_reached
 
 __all__ = ["SourceSync", "SyncView", "version_reached"]
 

@@ -1,7 +1,7 @@
-"""The reconciler's compact, incrementally kept view of the cluster, and what each change dirties.
+"""The reconciler's incremental cache of the cluster (its informers' store), and what each change dirties.
 
-Raw objects go in one at a time, by the *source* (list/watch stream) they came
-from: `upsert` for an ADDED/MODIFIED object, `delete` for a DELETED one, `sweep`
+Raw objects go in one at a time, by the *source* (:data:`reconciler.sources.SPECS`)
+they came from: `upsert` for an ADDED/MODIFIED object, `delete` for a DELETED one, `sweep`
 after a re-list to drop what the list no longer holds. What stays are the small
 records of :mod:`shared.snapshot` (pods keyed by namespace/name so updates and
 deletes land), :class:`shared.vmiuse.VMIUse` records, and usage counters.
@@ -25,12 +25,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any
 
+from gpuclass.reconciler.sources import SPECS, Source
 from gpuclass.shared import names
 from gpuclass.shared.availability import Figures, compute_figures, compute_status, conflict_winners
 from gpuclass.shared.inuse import uses_class
 from gpuclass.shared.licences import CopyAction, desired_copies, plan_copies
+from gpuclass.shared.meta import Key, object_key, resource_version, version_reached
 from gpuclass.shared.snapshot import (
     ClassRecord,
     NodeRecord,
@@ -45,50 +47,6 @@ from gpuclass.shared.snapshot import (
 )
 from gpuclass.shared.usage import UsageCounters
 from gpuclass.shared.vmiuse import VMIUse, compact_vmi_use
-
-Source = Literal[
-    "gpuclasses",
-    "nodes",
-    "pods",
-    "kubevirts",
-    "licence-secrets",
-    "managed-secrets",
-    "namespaces",
-    "vmis",
-]
-SOURCES: tuple[Source, ...] = get_args(Source)
-Key = tuple[str, str]
-"""(namespace, name); namespace is "" for cluster-scoped objects."""
-
-
-def object_key(obj: Mapping[str, Any]) -> Key | None:
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
-        return None
-    namespace = meta.get("namespace")
-    return (namespace if isinstance(namespace, str) else "", meta["name"])
-
-
-def resource_version(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata")
-    value = meta.get("resourceVersion") if isinstance(meta, dict) else None
-    return value if isinstance(value, str) else ""
-
-
-def version_reached(view: str, required: str) -> bool:
-    """True when a view at resourceVersion `view` has seen every change up to `required`.
-
-    kube-apiserver writes etcd's revision, one counter for all resources, as a
-    decimal integer; such versions compare numerically. Anything else cannot be
-    compared and counts as reached (docs/decisions.md, "Reconciler view").
-    """
-    if not required:
-        return True
-    if not view:
-        return False
-    if view.isdecimal() and required.isdecimal():
-        return int(view) >= int(required)
-    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +93,9 @@ class StatusContext:
     winners: Mapping[str, str]
 
 
-class ClusterState:
+class ClusterCache:
+    """The reconciler's cache: compact records per source, usage counters and the dirty marks."""
+
     def __init__(self, *, licence_namespace: str = names.DEFAULT_LICENSE_NAMESPACE) -> None:
         self.licence_namespace = licence_namespace
         self.classes: dict[str, ClassEntry] = {}
@@ -155,14 +115,7 @@ class ClusterState:
         self._licence_vmis: dict[Key, VMIUse] = {}
         self._interned: dict[object, Any] = {}
         self._handlers: dict[Source, Callable[[Key, Mapping[str, Any] | None], None]] = {
-            "gpuclasses": self._set_class,
-            "nodes": self._set_node,
-            "pods": self._set_pod,
-            "kubevirts": self._set_kubevirt,
-            "licence-secrets": self._set_licence_secret,
-            "managed-secrets": self._set_managed_secret,
-            "namespaces": self._set_namespace,
-            "vmis": self._set_vmi,
+            source: getattr(self, f"_set_{spec.feeds}") for source, spec in SPECS.items()
         }
 
     # -- events in ---------------------------------------------------------------------------

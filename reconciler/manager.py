@@ -1,9 +1,11 @@
-"""The reconciler as one object: `await Reconciler(settings).run()` until cancelled or stopped.
+"""The reconciler's manager: `await Manager(settings).run()` until cancelled or stopped.
 
-It wires the pieces — one list/watch stream per source into the
-:class:`~shared.clusterstate.ClusterState`, the :class:`~reconciler.worker.Worker`,
-the Lease, and the HTTP endpoints — and tears them down in order: on
-cancellation or :meth:`Reconciler.stop` it stops writing, releases the Lease and
+As controller-runtime's manager, it wires the pieces — one informer (list/watch
+loop, :class:`~shared.runtime.listwatch.Reflector`) per source of
+:data:`~reconciler.sources.SPECS` into the :class:`~reconciler.cache.ClusterCache`,
+the :class:`~reconciler.worker.Worker`, the Lease, and the HTTP endpoints, each a
+task by name — and tears them down in order: on
+cancellation or :meth:`Manager.stop` it stops writing, releases the Lease and
 closes the API client. The API comes from `--kubeconfig` (or in-cluster config)
 unless a :class:`~reconciler.ports.KubeAPI` is passed in (the offline twin, tests).
 """
@@ -16,6 +18,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from gpuclass.reconciler.cache import ClusterCache
 from gpuclass.reconciler.events import EventRecorder
 from gpuclass.reconciler.http import Server, create_app, server
 from gpuclass.reconciler.leader import AlwaysLeader, LeaderElector, Leadership
@@ -23,8 +26,8 @@ from gpuclass.reconciler.metrics import ReconcilerMetrics
 from gpuclass.reconciler.ports import KubeAPI
 from gpuclass.reconciler.recording import RecordingKube
 from gpuclass.reconciler.settings import ReconcilerSettings
+from gpuclass.reconciler.sources import SOURCES, Source
 from gpuclass.reconciler.worker import Worker
-from gpuclass.shared.clusterstate import SOURCES, ClusterState, Source
 from gpuclass.shared.runtime.clock import now_rfc3339
 from gpuclass.shared.runtime.listwatch import Reflector
 from gpuclass.shared.runtime.syncview import SyncView
@@ -32,7 +35,7 @@ from gpuclass.shared.runtime.syncview import SyncView
 log = logging.getLogger("gpuclass.reconciler")
 
 
-class Reconciler:
+class Manager:
     def __init__(
         self,
         settings: ReconcilerSettings,
@@ -44,7 +47,7 @@ class Reconciler:
     ) -> None:
         self.settings, self.now, self.serve_http = settings, now, serve_http
         self.metrics = ReconcilerMetrics()
-        self.state = ClusterState(licence_namespace=settings.licence_namespace)
+        self.state = ClusterCache(licence_namespace=settings.licence_namespace)
         self.api: KubeAPI | None = api
         self.leadership: Leadership | None = leadership
         self.elector: LeaderElector | None = None
@@ -60,13 +63,14 @@ class Reconciler:
         self._complete = False
         self.stale_reason: str | None = None
         """Set by the `--objects` reload while the files cannot be read (last good state served)."""
-        self.streams: Reflector[Source] | None = None
+        self.informers: Reflector[Source] | None = None
         self.metrics.ready.set_function(lambda: 1 if self.ready else 0)
         for source in SOURCES:
             self.metrics.synced.labels(source).set_function(
                 lambda source=source: 1 if self.sync.synced(source) else 0  # type: ignore[misc]
             )
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        """Running tasks by name: `informer/<source>`, `worker`, `resync`, `leader`, `http`."""
         self._stop = asyncio.Event()
 
     # -- assembly ---------------------------------------------------------------------------------
@@ -116,19 +120,19 @@ class Reconciler:
         )
         return self.worker
 
-    def _streams(self, api: KubeAPI, worker: Worker) -> Reflector[Source]:
-        self.streams = Reflector(
+    def _informers(self, api: KubeAPI, worker: Worker) -> Reflector[Source]:
+        self.informers = Reflector(
             api,
             self.state,
             sync=self.sync,
             on_change=worker.wake,
             on_restart=lambda source, reason: self.metrics.watch_restarts.labels(source).inc(),
         )
-        return self.streams
+        return self.informers
 
     def _request_relist(self, source: Source) -> None:
-        if self.streams is not None:
-            self.streams.request_relist(source)
+        if self.informers is not None:
+            self.informers.request_relist(source)
 
     def _sync_changed(self, source: Source) -> None:
         if self.worker is None:
@@ -181,7 +185,7 @@ class Reconciler:
 
     def healthy(self) -> bool:
         """Every loop task is still running."""
-        return bool(self._tasks) and not any(task.done() for task in self._tasks)
+        return bool(self._tasks) and not any(task.done() for task in self._tasks.values())
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -189,10 +193,11 @@ class Reconciler:
         """Watch and reconcile until cancelled or :meth:`stop`; then release the Lease and close."""
         api = await self._connect()
         worker = self._build(api)
-        streams = self._streams(api, worker)
-        coroutines = [streams.run(source) for source in SOURCES] + [worker.run(), self._resync()]
+        informers = self._informers(api, worker)
+        coroutines = {f"informer/{source}": informers.run(source) for source in SOURCES}
+        coroutines |= {"worker": worker.run(), "resync": self._resync()}
         if self.elector is not None:
-            coroutines.append(self.elector.run())
+            coroutines["leader"] = self.elector.run()
         if self.serve_http:
             app = create_app(
                 self.metrics.registry,
@@ -201,8 +206,8 @@ class Reconciler:
                 note=lambda: self.stale_reason,
             )
             self.http = server(app, host=self.settings.bind_address, port=self.settings.port)
-            coroutines.append(self._serve(self.http))
-        self._tasks = [asyncio.create_task(c) for c in coroutines]
+            coroutines["http"] = self._serve(self.http)
+        self._tasks = {name: asyncio.create_task(c, name=name) for name, c in coroutines.items()}
         try:
             await self._wait()
         finally:
@@ -232,7 +237,9 @@ class Reconciler:
     async def _wait(self) -> None:
         stop = asyncio.create_task(self._stop.wait())
         try:
-            done, _ = await asyncio.wait([*self._tasks, stop], return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                [*self._tasks.values(), stop], return_when=asyncio.FIRST_COMPLETED
+            )
             for task in done:
                 error = None if task is stop else task.exception()
                 if error is not None:
@@ -244,8 +251,8 @@ class Reconciler:
         self._stop.set()
 
     async def _shutdown(self) -> None:
-        http_task = self._tasks[-1] if self.http is not None else None
-        for task in self._tasks:
+        http_task = self._tasks.get("http")
+        for task in self._tasks.values():
             if task is not http_task:
                 task.cancel()
         if self.http is not None and http_task is not None:
@@ -253,7 +260,7 @@ class Reconciler:
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(http_task), timeout=5)
             http_task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
         if self.elector is not None:
             await self.elector.release()
         if self.api is not None:
@@ -279,9 +286,9 @@ class Reconciler:
         """Connect and list every source once into the state (no watch): `--once` and the benchmark."""
         api = await self._connect()
         worker = self.worker or self._build(api)
-        streams = self._streams(api, worker)
+        informers = self._informers(api, worker)
         for source in SOURCES:
-            await streams.relist(source)
+            await informers.relist(source)
 
     async def reconcile_pending(self, passes: int = 5) -> None:
         """Reconcile until nothing is dirty (a write's own echo needs a second, empty-handed pass)."""

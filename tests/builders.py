@@ -1,0 +1,351 @@
+"""Object builders and small helpers shared by several test files.
+
+Test modules import from here (or from the e2e plumbing modules), never from one
+another: `tests/test_layers.py` forbids importing a `tests.test_*` module.
+
+- raw objects as the fakes and the pure core read them, one builder per kind
+  (`gpuclass`, `node`, `pod`, `kubevirt`, `secret`, `namespace`, `vmi`);
+- :func:`example_class` / :func:`with_status`: a class as a client creates it on the
+  real API server, and one whose status the reconciler has written;
+- :func:`selecting_vmi` and :class:`World`: VMIs and catalog names for the webhook
+  end-to-end tests;
+- AdmissionReview requests for the offline CLI (:func:`vmi_request`, :func:`review_file`);
+- :func:`changed_fields`: the JSON pointers a patch changed.
+
+The server-valid builders used with a running `gpuclass-reconciler` (full Pod
+containers, images, the KubeVirt licence volume) sit beside the process plumbing in
+`tests/e2e_reconciler_helpers.py`.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpuclass.shared import names
+from tests.controlplane.cluster import unique_name
+
+if TYPE_CHECKING:
+    from tests.controlplane.cluster import ControlPlane
+
+RawObject = dict[str, Any]
+TOKEN = base64.b64encode(b"synthetic-token-not-real").decode()
+GPUCLASSES = "/apis/cozystack.io/v1alpha1/gpuclasses"
+ANN = "gpu.cozystack.io/classes"
+
+# -- raw objects for the fakes and the pure core ------------------------------------------------
+
+
+def gpuclass(
+    name: str,
+    resource: str,
+    *,
+    created: str = "2026-01-01T00:00:00Z",
+    tolerations: list[RawObject] | None = None,
+    deleting: bool = False,
+    licence: str | None = None,
+    feature_type: int = 1,
+    generation: int = 1,
+    finalizers: list[str] | None = None,
+    status: RawObject | None = None,
+) -> RawObject:
+    spec: RawObject = {
+        "vendor": "v",
+        "model": "m",
+        "mode": "vgpu" if licence else "passthrough",
+        "source": {"devicePlugin": {"resourceName": resource}},
+    }
+    if licence:
+        spec["profile"] = "p"
+        spec["license"] = {"secretName": licence, "featureType": feature_type}
+    if tolerations is not None:
+        spec["tolerations"] = tolerations
+    meta: RawObject = {
+        "name": name,
+        "creationTimestamp": created,
+        "generation": generation,
+        "uid": f"uid-{name}",
+    }
+    if deleting:
+        meta["deletionTimestamp"] = "2026-06-01T00:00:00Z"
+    if finalizers:
+        meta["finalizers"] = finalizers
+    obj: RawObject = {
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
+        "metadata": meta,
+        "spec": spec,
+    }
+    if status is not None:
+        obj["status"] = status
+    return obj
+
+
+def node(
+    name: str,
+    allocatable: dict[str, Any],
+    *,
+    ready: bool = True,
+    unschedulable: bool = False,
+    taints: list[RawObject] | None = None,
+) -> RawObject:
+    spec: RawObject = {}
+    if unschedulable:
+        spec["unschedulable"] = True
+    if taints:
+        spec["taints"] = taints
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name},
+        "spec": spec,
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "allocatable": {"cpu": "8", **{k: str(v) for k, v in allocatable.items()}},
+        },
+    }
+
+
+def pod(
+    name: str,
+    node_name: str | None,
+    requests: dict[str, int],
+    *,
+    namespace: str = "tenant-a",
+    phase: str = "Running",
+    init: dict[str, int] | None = None,
+    limits_only: bool = False,
+) -> RawObject:
+    resources = {k: str(v) for k, v in requests.items()}
+    container: RawObject = {
+        "name": "c",
+        "resources": {"limits": resources} if limits_only else {"requests": resources},
+    }
+    spec: RawObject = {"containers": [container]}
+    if node_name:
+        spec["nodeName"] = node_name
+    if init:
+        spec["initContainers"] = [
+            {"name": "i", "resources": {"requests": {k: str(v) for k, v in init.items()}}}
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+def kubevirt(*resources: str, namespace: str = names.DEFAULT_KUBEVIRT_NAMESPACE) -> RawObject:
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "KubeVirt",
+        "metadata": {"name": "kubevirt", "namespace": namespace},
+        "spec": {
+            "configuration": {
+                "permittedHostDevices": {"pciHostDevices": [{"resourceName": r} for r in resources]}
+            }
+        },
+    }
+
+
+def secret(
+    name: str,
+    namespace: str = names.DEFAULT_LICENSE_NAMESPACE,
+    *,
+    data: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+) -> RawObject:
+    meta: RawObject = {"name": name, "namespace": namespace}
+    if labels is not None:
+        meta["labels"] = labels
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta,
+        "type": "Opaque",
+        "data": {names.TOKEN_KEY: TOKEN} if data is None else data,
+    }
+
+
+def namespace(name: str, *, entitled: bool = False) -> RawObject:
+    labels = {names.VGPU_ENTITLEMENT_LABEL: "true"} if entitled else {}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+def vmi(
+    name: str,
+    ns: str,
+    *,
+    classes: list[str] | None = None,
+    devices: list[str] | None = None,
+    licence_class: str | None = None,
+) -> RawObject:
+    meta: RawObject = {"name": name, "namespace": ns}
+    if classes:
+        meta["annotations"] = {
+            names.SELECTION_ANNOTATION: "["
+            + ",".join(f'{{"className": "{c}"}}' for c in classes)
+            + "]"
+        }
+    spec: RawObject = {
+        "domain": {
+            "devices": {
+                "gpus": [
+                    {"name": f"gpu{i + 1}", "deviceName": d} for i, d in enumerate(devices or [])
+                ]
+            }
+        }
+    }
+    if licence_class:
+        spec["volumes"] = [
+            {
+                "name": names.LICENSE_VOLUME,
+                "secret": {
+                    "secretName": names.license_copy_name(licence_class),
+                    "volumeLabel": names.LICENSE_SERIAL,
+                },
+            }
+        ]
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": meta,
+        "spec": spec,
+    }
+
+
+# -- on the real API server ---------------------------------------------------------------------
+
+
+def example_class(name: str, **spec: Any) -> RawObject:
+    body = {
+        "vendor": "example",
+        "model": "example-model",
+        "mode": "passthrough",
+        "source": {"devicePlugin": {"resourceName": f"example.com/{name}"}},
+        **spec,
+    }
+    return {
+        "apiVersion": "cozystack.io/v1alpha1",
+        "kind": "GPUClass",
+        "metadata": {"name": name},
+        "spec": body,
+    }
+
+
+STORED_STATUS: RawObject = {
+    "free": 3,
+    "maxFreePerNode": 2,
+    "maxUnitsPerNode": 4,
+    "conditions": [
+        {
+            "type": "Ready",
+            "status": "True",
+            "reason": "Ready",
+            "message": "ok",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+    ],
+}
+"""A status as the reconciler writes it (its figures and a Ready condition)."""
+
+
+def with_status(plane: ControlPlane, name: str, **spec: Any) -> RawObject:
+    """Create a class and write a status through the status subresource, as the reconciler does."""
+    created = plane.admin.create(example_class(name, **spec))
+    created["status"] = copy.deepcopy(STORED_STATUS)
+    return plane.admin.call("PUT", f"{GPUCLASSES}/{name}/status", body=created)
+
+
+# -- the webhook end to end ---------------------------------------------------------------------
+
+
+def selecting_vmi(namespace: str, selection: Any | None = None, **extra_spec: Any) -> RawObject:
+    meta: RawObject = {"name": unique_name("vm"), "namespace": namespace}
+    if selection is not None:
+        meta["annotations"] = {ANN: json.dumps(selection)}
+    spec = {
+        "domain": {
+            "devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]},
+            "memory": {"guest": "1Gi"},
+        },
+        "volumes": [{"name": "root", "containerDisk": {"image": "example.org/guest:1"}}],
+        **extra_spec,
+    }
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": meta,
+        "spec": spec,
+    }
+
+
+class World:
+    """Names of the catalog this module creates, so tests can select its classes."""
+
+    def __init__(self) -> None:
+        suffix = unique_name("e2e").split("-")[-1]
+        self.whole = f"e2e-whole-{suffix}"
+        self.licensed = f"e2e-licensed-{suffix}"
+        self.byol = f"e2e-byol-{suffix}"
+        self.whole_resource = f"e2e-{suffix}.example.com/whole"
+        self.licensed_resource = f"e2e-{suffix}.example.com/licensed"
+        self.byol_resource = f"e2e-{suffix}.example.com/byol"
+        self.toleration = {
+            "key": "gpu.example.com/dedicated",
+            "operator": "Exists",
+            "effect": "NoSchedule",
+        }
+
+
+# -- AdmissionReview requests for the offline CLI -----------------------------------------------
+
+
+def review_file(tmp_path: Path, request: dict[str, Any]) -> Path:
+    path = tmp_path / "review.json"
+    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    path.write_text(json.dumps(body))
+    return path
+
+
+def vmi_request(class_name: str = "stored", count: int = 1) -> dict[str, Any]:
+    """A VMI CREATE in tenant-root selecting `count` units of one class."""
+    selection = json.dumps([{"className": class_name, "count": count}])
+    return {
+        "uid": "u",
+        "kind": {"group": "kubevirt.io", "version": "v1", "kind": "VirtualMachineInstance"},
+        "operation": "CREATE",
+        "namespace": "tenant-root",
+        "object": {
+            "metadata": {
+                "name": "vm",
+                "namespace": "tenant-root",
+                "annotations": {"gpu.cozystack.io/classes": selection},
+            },
+            "spec": {"domain": {"devices": {}}},
+        },
+    }
+
+
+# -- comparing objects --------------------------------------------------------------------------
+
+
+def changed_fields(before: Any, after: Any, pointer: str = "") -> set[str]:
+    """The fields a patch changed: JSON pointers of differing values, a list as one field,
+    descending into objects (so a created container reports the fields it holds)."""
+    if before == after:
+        return set()
+    if isinstance(after, dict):
+        old = before if isinstance(before, dict) else {}
+        keys = set(old) | set(after)
+        found: set[str] = set()
+        for key in sorted(keys):
+            escaped = str(key).replace("~", "~0").replace("/", "~1")
+            found |= changed_fields(old.get(key), after.get(key), f"{pointer}/{escaped}")
+        return found
+    return {pointer}
