@@ -1,4 +1,4 @@
-"""Every Secret a VMI spec names, each with its field path (CONTRACT.md section 4 rule 8).
+"""Every Secret a VMI spec names, each with its field path (docs/contract.md section 4 rule 8).
 
 KubeVirt resolves Secrets from these fields of a VirtualMachineInstance spec
 (kubevirt.io/api core/v1, `types.go` and `schema.go`) and writes what they hold

@@ -60,7 +60,7 @@ def admitted_classes(annotation: object, gpus: list[Any], namespace: str) -> fro
 
     The webhook sees every VMI CREATE outside `kube-system`; for a class selection it
     accepts `spec.domain.devices.gpus` only empty or exactly as resolution writes it
-    (CONTRACT.md section 4, rules 2 and 6): entries `gpu1` … `gpuN`, grouped by class in
+    (docs/contract.md section 4, rules 2 and 6): entries `gpu1` … `gpuN`, grouped by class in
     order of first appearance, `count` each, every entry of a class with that class's
     resourceName at the time. The annotation cannot change on UPDATE and KubeVirt keeps
     a VMI's devices. So a valid annotation together with GPU entries of exactly that

@@ -576,7 +576,7 @@ def test_a_renamed_class_stays_held_by_vms_admitted_under_its_old_name(world: Wo
     machine = world.create(vmi(unique_name("rec-vm"), world.tenant, classes=[name], devices=[res]))
     settle(world, name, lambda o: FINALIZER in o["metadata"].get("finalizers", []), "finalizer")
 
-    world.admin.call(  # allowed with a warning (CONTRACT.md section 5): a rename
+    world.admin.call(  # allowed with a warning (docs/contract.md section 5): a rename
         "PATCH",
         f"{GPUCLASSES}/{name}",
         body={"spec": {"source": {"devicePlugin": {"resourceName": renamed}}}},

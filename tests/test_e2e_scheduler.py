@@ -1,6 +1,6 @@
 """Status truth: what `status` promises is what kube-scheduler actually places.
 
-CONTRACT.md section 6 says `status.maxFreePerNode` is the most units one new
+docs/contract.md section 6 says `status.maxFreePerNode` is the most units one new
 VM can get on one node, and `status.free` how many units are free across the
 nodes a class may use. Here the oracle is the real kube-scheduler, not our own
 reading of the rules: a seeded random cluster of kwok nodes (allocatable of

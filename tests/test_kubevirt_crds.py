@@ -43,7 +43,7 @@ FILES = {
     "kubevirt": "kubevirt.io_kubevirts.yaml",
 }
 SCHEMA_LISTS = ("allOf", "anyOf", "oneOf")
-# Every VMI webhook configuration skips kube-system (CONTRACT.md section 3), so objects sent
+# Every VMI webhook configuration skips kube-system (docs/contract.md section 3), so objects sent
 # there meet KubeVirt's schema alone, whatever webhooks another test left registered.
 SCHEMA_ONLY_NAMESPACE = "kube-system"
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the files are large

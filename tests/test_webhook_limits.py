@@ -1,7 +1,7 @@
 """The webhook's limits and error shapes, each attacked over a real TLS connection on 127.0.0.1.
 
 Contract section 3 (every error a JSON `{"status", "error"}`, never a 500 on input) and
-STYLE rule 25 (servers bounded by default): a wrong envelope type, unknown paths and
+docs/conventions.md rule 25 (servers bounded by default): a wrong envelope type, unknown paths and
 methods, a trailing slash, oversized and malformed requests, clients that send headers or
 bodies too slowly or not at all, and more connections than the cap.
 """
