@@ -48,7 +48,7 @@ from tests.controlplane.plugin import GPUCLASS_CRD, KUBEVIRT_CRDS  # noqa: E402
 from tests.e2e_reconciler_helpers import (  # noqa: E402
     GPUCLASSES,
     KUBEVIRT_NAMESPACE,
-    LICENCE_NAMESPACE,
+    LICENSE_NAMESPACE,
     MERGE,
     PRODUCTION,
     PermittedDevices,
@@ -155,7 +155,7 @@ def setup(api: Api) -> tuple[list[str], list[str]]:
     api.apply(
         [
             namespace(n)
-            for n in (LICENCE_NAMESPACE, KUBEVIRT_NAMESPACE, GPU_NS, CHURN_NS, "tenant-bench")
+            for n in (LICENSE_NAMESPACE, KUBEVIRT_NAMESPACE, GPU_NS, CHURN_NS, "tenant-bench")
         ]
     )
     PermittedDevices().permit(api, [resource(i) for i in range(CLASSES)])

@@ -64,7 +64,7 @@ from tests.controlplane.plugin import GPUCLASS_CRD, KUBEVIRT_CRDS, WebhookRegist
 from tests.e2e_reconciler_helpers import (  # noqa: E402
     GPUCLASSES,
     KUBEVIRT_NAMESPACE,
-    LICENCE_NAMESPACE,
+    LICENSE_NAMESPACE,
     MERGE,
     PRODUCTION,
     PermittedDevices,
@@ -208,7 +208,7 @@ def setup(plane: ControlPlane, clients: Clients) -> tuple[float, int]:
     """Classes, nodes, pods; returns (seconds taken, pods still Pending)."""
     started = time.monotonic()
     api = plane.admin
-    api.apply([namespace(n) for n in (LICENCE_NAMESPACE, KUBEVIRT_NAMESPACE, NS, CHURN_NS, TENANT)])
+    api.apply([namespace(n) for n in (LICENSE_NAMESPACE, KUBEVIRT_NAMESPACE, NS, CHURN_NS, TENANT)])
     PermittedDevices().permit(api, [resource(i) for i in range(CLASSES)])
     for i in range(CLASSES):
         api.create(gpuclass(f"scale-{i}", resource(i), maxCount=8))

@@ -31,7 +31,7 @@ from gpuclass.reconciler.sources import SPECS, Source
 from gpuclass.shared import names
 from gpuclass.shared.availability import Figures, compute_figures, compute_status, conflict_winners
 from gpuclass.shared.inuse import uses_class
-from gpuclass.shared.licences import CopyAction, desired_copies, plan_copies
+from gpuclass.shared.licenses import CopyAction, desired_copies, plan_copies
 from gpuclass.shared.meta import Key, object_key, resource_version, version_reached
 from gpuclass.shared.snapshot import (
     ClassRecord,
@@ -96,15 +96,15 @@ class StatusContext:
 class ClusterCache:
     """The reconciler's cache: compact records per source, usage counters and the dirty marks."""
 
-    def __init__(self, *, licence_namespace: str = names.DEFAULT_LICENSE_NAMESPACE) -> None:
-        self.licence_namespace = licence_namespace
+    def __init__(self, *, license_namespace: str = names.DEFAULT_LICENSE_NAMESPACE) -> None:
+        self.license_namespace = license_namespace
         self.classes: dict[str, ClassEntry] = {}
         self.records: dict[str, ClassRecord] = {}
         self.nodes: dict[str, NodeRecord] = {}
         self.pods: dict[Key, PodRecord] = {}
         self.kubevirts: dict[Key, frozenset[str]] = {}
         self.permitted: frozenset[str] | None = None
-        self.licence_secrets: dict[Key, SecretRecord] = {}
+        self.license_secrets: dict[Key, SecretRecord] = {}
         self.managed_secrets: dict[Key, ManagedSecret] = {}
         self.namespaces: dict[str, Mapping[str, str]] = {}
         self.vmis: dict[Key, VMIUse] = {}
@@ -112,7 +112,7 @@ class ClusterCache:
         self.dirty = Dirty()
         self._by_resource: dict[str, set[str]] = {}
         self._vmis_by_class: dict[str, set[Key]] = {}
-        self._licence_vmis: dict[Key, VMIUse] = {}
+        self._license_vmis: dict[Key, VMIUse] = {}
         self._interned: dict[object, Any] = {}
         self._handlers: dict[Source, Callable[[Key, Mapping[str, Any] | None], None]] = {
             source: getattr(self, f"_set_{spec.feeds}") for source, spec in SPECS.items()
@@ -171,7 +171,7 @@ class ClusterCache:
             "nodes": (("", n) for n in self.nodes),
             "pods": self.pods,
             "kubevirts": self.kubevirts,
-            "licence-secrets": self.licence_secrets,
+            "licence-secrets": self.license_secrets,
             "managed-secrets": self.managed_secrets,
             "namespaces": (("", n) for n in self.namespaces),
             "vmis": self.vmis,
@@ -230,9 +230,9 @@ class ClusterCache:
             self._by_resource.setdefault(after, set()).add(name)
         if old is None or new is None or before != after or old.created != new.created:
             self._mark_resources({r for r in (before, after) if r is not None})
-        licence_before = old.spec.license if old and old.spec else None
-        licence_after = new.spec.license if new and new.spec else None
-        if licence_before != licence_after or (old is None) != (new is None):
+        license_before = old.spec.license if old and old.spec else None
+        license_after = new.spec.license if new and new.spec else None
+        if license_before != license_after or (old is None) != (new is None):
             self.dirty.copies = True
 
     def _set_node(self, key: Key, obj: Mapping[str, Any] | None) -> None:
@@ -280,17 +280,17 @@ class ClusterCache:
             self.permitted = permitted
             self.dirty.statuses |= set(self.classes)
 
-    def _set_licence_secret(self, key: Key, obj: Mapping[str, Any] | None) -> None:
+    def _set_license_secret(self, key: Key, obj: Mapping[str, Any] | None) -> None:
         record = compact_secret(obj) if obj is not None else None
         if record is not None:  # keep the token only: nothing else in that namespace is ours
             token = {k: v for k, v in record.data.items() if k == names.TOKEN_KEY}
             record = SecretRecord(record.namespace, record.name, {}, token)
-        if record == self.licence_secrets.get(key):
+        if record == self.license_secrets.get(key):
             return
         if record is None:
-            self.licence_secrets.pop(key, None)
+            self.license_secrets.pop(key, None)
         else:
-            self.licence_secrets[key] = record
+            self.license_secrets[key] = record
         for entry in self.classes.values():
             spec = entry.record.spec
             if spec and spec.license and spec.license.secret_name == key[1]:
@@ -332,24 +332,24 @@ class ClusterCache:
         for vmi in (old, record):
             if vmi is not None:
                 self.dirty.finalizers.update(vmi.classes)
-                self.dirty.copies |= vmi.licence_secret is not None
+                self.dirty.copies |= vmi.license_secret is not None
         for name in old.classes if old else ():
             self._vmis_by_class.get(name, set()).discard(key)
-        self._licence_vmis.pop(key, None)
+        self._license_vmis.pop(key, None)
         if record is None:
             self.vmis.pop(key, None)
             return
         self.vmis[key] = record
         for name in record.classes:
             self._vmis_by_class.setdefault(name, set()).add(key)
-        if record.licence_secret is not None:
-            self._licence_vmis[key] = record
+        if record.license_secret is not None:
+            self._license_vmis[key] = record
 
     # -- decisions out ---------------------------------------------------------------------------
 
     def status_context(self) -> StatusContext:
         snapshot = Snapshot(
-            classes=self.records, permitted=self.permitted, secrets=self.licence_secrets
+            classes=self.records, permitted=self.permitted, secrets=self.license_secrets
         )
         return StatusContext(snapshot, conflict_winners(self.records))
 
@@ -360,7 +360,7 @@ class ClusterCache:
             context.snapshot,
             index=self.usage.index,
             winners=context.winners,
-            licence_namespace=self.licence_namespace,
+            license_namespace=self.license_namespace,
             now=now,
         )
 
@@ -376,11 +376,11 @@ class ClusterCache:
 
     def copy_actions(self, *, vgpu_entitled: bool) -> list[CopyAction]:
         plan = desired_copies(
-            self._licence_vmis.values(),
+            self._license_vmis.values(),
             self.records,
-            secrets=self.licence_secrets,
+            secrets=self.license_secrets,
             namespaces=self.namespaces,
-            licence_namespace=self.licence_namespace,
+            license_namespace=self.license_namespace,
             vgpu_entitled=vgpu_entitled,
         )
         return plan_copies(

@@ -1,4 +1,4 @@
-"""Licence-copy writes: carry out `shared.licences.plan_copies`, never touching a foreign Secret.
+"""Licence-copy writes: carry out `shared.licenses.plan_copies`, never touching a foreign Secret.
 
 The plan is pure (which copies should exist, with what content). This module
 only writes it, with three safety rails:
@@ -24,7 +24,7 @@ from gpuclass.reconciler.metrics import ReconcilerMetrics
 from gpuclass.reconciler.ports import ApiError, KubeAPI
 from gpuclass.reconciler.sources import Source
 from gpuclass.shared import names
-from gpuclass.shared.licences import CopyAction, secret_body
+from gpuclass.shared.licenses import CopyAction, secret_body
 
 log = logging.getLogger("gpuclass.reconciler.copies")
 

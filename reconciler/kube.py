@@ -36,7 +36,7 @@ class KubeAdapter(RawClient):
         self,
         api: client.ApiClient,
         *,
-        licence_namespace: str,
+        license_namespace: str,
         kubevirt_namespace: str,
         page_size: int = 500,
         watch_timeout: int = 290,
@@ -45,7 +45,7 @@ class KubeAdapter(RawClient):
     ) -> None:
         super().__init__(
             api,
-            collections(licence_namespace=licence_namespace, kubevirt_namespace=kubevirt_namespace),
+            collections(license_namespace=license_namespace, kubevirt_namespace=kubevirt_namespace),
             field_manager=FIELD_MANAGER,
             page_size=page_size,
             watch_timeout=watch_timeout,
@@ -64,7 +64,7 @@ class KubeAdapter(RawClient):
             raise ApiError(0, "ConfigError", f"no API client from {where}: {exc}") from exc
         return cls(
             api,
-            licence_namespace=settings.licence_namespace,
+            license_namespace=settings.license_namespace,
             kubevirt_namespace=settings.kubevirt_namespace,
             page_size=settings.list_page_size,
             watch_timeout=settings.watch_timeout_seconds,

@@ -47,7 +47,7 @@ class Manager:
     ) -> None:
         self.settings, self.now, self.serve_http = settings, now, serve_http
         self.metrics = ReconcilerMetrics()
-        self.state = ClusterCache(licence_namespace=settings.licence_namespace)
+        self.state = ClusterCache(license_namespace=settings.license_namespace)
         self.api: KubeAPI | None = api
         self.leadership: Leadership | None = leadership
         self.elector: LeaderElector | None = None

@@ -67,11 +67,11 @@ class MemoryKube:
         self,
         objects: Iterable[Mapping[str, Any]] = (),
         *,
-        licence_namespace: str = names.DEFAULT_LICENSE_NAMESPACE,
+        license_namespace: str = names.DEFAULT_LICENSE_NAMESPACE,
         kubevirt_namespace: str = names.DEFAULT_KUBEVIRT_NAMESPACE,
         page_size: int = 500,
     ) -> None:
-        self.licence_namespace = licence_namespace
+        self.license_namespace = license_namespace
         self.kubevirt_namespace = kubevirt_namespace
         self.page_size = page_size
         self.store: dict[str, dict[Key, RawObject]] = {kind: {} for kind in KINDS}
@@ -163,7 +163,7 @@ class MemoryKube:
         return selected(
             SPECS[source],
             obj,
-            licence_namespace=self.licence_namespace,
+            license_namespace=self.license_namespace,
             kubevirt_namespace=self.kubevirt_namespace,
         )
 
@@ -290,7 +290,7 @@ class MemoryKube:
     def _admit_secret(
         self, name: str, new: Mapping[str, Any] | None, old: Mapping[str, Any] | None
     ) -> None:
-        """The chart's ValidatingAdmissionPolicy (charts/gpuclass/templates/licence-copy-policy.yaml).
+        """The chart's ValidatingAdmissionPolicy (charts/gpuclass/templates/license-copy-policy.yaml).
 
         Licence-copy names only; the new object labelled ours, of type Opaque, with exactly
         the token and gridd.conf keys, no stringData and no annotation outside

@@ -92,7 +92,7 @@ class ReconcilerSettings(CommonSettings):
         return self
 
     def lease_namespace(self) -> str:
-        return self.leader_election_namespace or self.licence_namespace
+        return self.leader_election_namespace or self.license_namespace
 
     def identity(self) -> str:
         return self.pod_name or f"{socket.gethostname()}_{os.getpid()}"

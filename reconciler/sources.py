@@ -55,8 +55,8 @@ class SourceSpec:
     field_selector: str = ""
     label_selector: str = ""
 
-    def collection(self, *, licence_namespace: str, kubevirt_namespace: str) -> str:
-        scoped = {"licence": licence_namespace, "kubevirt": kubevirt_namespace}.get(self.namespace)
+    def collection(self, *, license_namespace: str, kubevirt_namespace: str) -> str:
+        scoped = {"licence": license_namespace, "kubevirt": kubevirt_namespace}.get(self.namespace)
         return self.path.format(namespace=quote(scoped or "", safe=""))
 
     def params(self) -> dict[str, str]:
@@ -81,7 +81,7 @@ SPECS: Mapping[Source, SourceSpec] = {
             "licence-secrets",
             "Secret",
             "/api/v1/namespaces/{namespace}/secrets",
-            "licence_secret",
+            "license_secret",
             namespace="licence",
         ),
         SourceSpec(
@@ -101,13 +101,13 @@ assert tuple(SPECS) == SOURCES, "one spec per source, in the Source order"
 
 
 def collections(
-    *, licence_namespace: str, kubevirt_namespace: str
+    *, license_namespace: str, kubevirt_namespace: str
 ) -> dict[str, tuple[str, dict[str, str]]]:
     """Path and selectors of each watched collection, as the HTTP client takes them."""
     return {
         spec.name: (
             spec.collection(
-                licence_namespace=licence_namespace, kubevirt_namespace=kubevirt_namespace
+                license_namespace=license_namespace, kubevirt_namespace=kubevirt_namespace
             ),
             spec.params(),
         )
@@ -116,7 +116,7 @@ def collections(
 
 
 def selected(
-    spec: SourceSpec, obj: Mapping[str, Any], *, licence_namespace: str, kubevirt_namespace: str
+    spec: SourceSpec, obj: Mapping[str, Any], *, license_namespace: str, kubevirt_namespace: str
 ) -> bool:
     """Whether the server would return `obj` for the source: its namespace scope and selectors.
 
@@ -125,7 +125,7 @@ def selected(
     """
     meta = obj.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
-    scoped = {"licence": licence_namespace, "kubevirt": kubevirt_namespace}.get(spec.namespace)
+    scoped = {"licence": license_namespace, "kubevirt": kubevirt_namespace}.get(spec.namespace)
     if scoped is not None and meta.get("namespace") != scoped:
         return False
     if spec.field_selector:

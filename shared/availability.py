@@ -92,17 +92,17 @@ def compute_figures(record: ClassRecord, index: UsageIndex, *, conflict_lost: bo
     return Figures(free, max_free, max_units, eligible)
 
 
-def licence_problem(record: ClassRecord, snapshot: Snapshot, licence_namespace: str) -> str | None:
+def license_problem(record: ClassRecord, snapshot: Snapshot, license_namespace: str) -> str | None:
     """Why a licensed class's source Secret is unusable, or None when it is fine (or unlicensed)."""
     if record.spec is None or record.spec.license is None:
         return None
     secret_name = record.spec.license.secret_name
-    secret = snapshot.secrets.get((licence_namespace, secret_name))
+    secret = snapshot.secrets.get((license_namespace, secret_name))
     if secret is None:
-        return f"Secret {licence_namespace}/{secret_name} not found"
+        return f"Secret {license_namespace}/{secret_name} not found"
     token = secret.data.get(names.TOKEN_KEY)
     if token is None or not token.reveal():
-        return f"Secret {licence_namespace}/{secret_name} has no non-empty key {names.TOKEN_KEY}"
+        return f"Secret {license_namespace}/{secret_name} has no non-empty key {names.TOKEN_KEY}"
     return None
 
 
@@ -137,7 +137,7 @@ def compute_conditions(
     *,
     conflict_with: str | None,
     permitted: frozenset[str] | None,
-    licence: str | None,
+    license: str | None,
     previous: Sequence[Mapping[str, Any]],
     now: str,
 ) -> list[dict[str, Any]]:
@@ -186,13 +186,13 @@ def compute_conditions(
         ),
         _condition(
             "LicenseSecretMissing",
-            licence is not None,
+            license is not None,
             "SecretUnusable"
-            if licence
+            if license
             else "SecretFound"
             if record.spec and record.spec.license
             else "NotLicensed",
-            licence
+            license
             or (
                 "the licence source Secret is usable"
                 if record.spec and record.spec.license
@@ -243,11 +243,11 @@ class ClassState:
 
     conflict_with: str | None
     permitted: bool
-    licence_problem: str | None
+    license_problem: str | None
 
 
 def class_state(
-    record: ClassRecord, snapshot: Snapshot, winners: Mapping[str, str], licence_namespace: str
+    record: ClassRecord, snapshot: Snapshot, winners: Mapping[str, str], license_namespace: str
 ) -> ClassState:
     resource = record.resource_name
     winner = winners.get(resource) if resource else None
@@ -256,7 +256,7 @@ def class_state(
         permitted=snapshot.permitted is not None
         and resource is not None
         and resource in snapshot.permitted,
-        licence_problem=licence_problem(record, snapshot, licence_namespace),
+        license_problem=license_problem(record, snapshot, license_namespace),
     )
 
 
@@ -266,11 +266,11 @@ def compute_status(
     *,
     index: UsageIndex,
     winners: Mapping[str, str],
-    licence_namespace: str,
+    license_namespace: str,
     now: str,
 ) -> dict[str, Any]:
     """The full status subresource of one class, as the reconciler writes it."""
-    state = class_state(record, snapshot, winners, licence_namespace)
+    state = class_state(record, snapshot, winners, license_namespace)
     figures = compute_figures(record, index, conflict_lost=state.conflict_with is not None)
     previous = (
         [c.model_dump(by_alias=True) for c in record.status.conditions] if record.status else []
@@ -284,7 +284,7 @@ def compute_status(
             record,
             conflict_with=state.conflict_with,
             permitted=snapshot.permitted,
-            licence=state.licence_problem,
+            license=state.license_problem,
             previous=previous,
             now=now,
         ),
@@ -292,7 +292,7 @@ def compute_status(
 
 
 def compute_all(
-    snapshot: Snapshot, *, licence_namespace: str, now: str
+    snapshot: Snapshot, *, license_namespace: str, now: str
 ) -> dict[str, dict[str, Any]]:
     """Status of every class in the snapshot, by name (sorted)."""
     index = UsageIndex.build(snapshot)
@@ -303,7 +303,7 @@ def compute_all(
             snapshot,
             index=index,
             winners=winners,
-            licence_namespace=licence_namespace,
+            license_namespace=license_namespace,
             now=now,
         )
         for name in sorted(snapshot.classes)

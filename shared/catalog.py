@@ -23,7 +23,7 @@ class Policy:
     """Platform settings the decisions depend on."""
 
     vgpu_entitled: bool = False
-    licence_namespace: str = names.DEFAULT_LICENSE_NAMESPACE
+    license_namespace: str = names.DEFAULT_LICENSE_NAMESPACE
     kubevirt_controller_user: str = names.DEFAULT_KUBEVIRT_CONTROLLER_USER
 
 
@@ -66,7 +66,7 @@ def build_catalog(
     index = UsageIndex.build(snapshot) if figures == "computed" else None
     offers = {}
     for name, record in snapshot.classes.items():
-        state = class_state(record, snapshot, winners, policy.licence_namespace)
+        state = class_state(record, snapshot, winners, policy.license_namespace)
         free: int | None
         if index is not None:
             computed = compute_figures(record, index, conflict_lost=state.conflict_with is not None)

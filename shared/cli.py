@@ -25,6 +25,7 @@ from gpuclass.shared.catalog import Catalog, Policy, build_catalog
 from gpuclass.shared.review import MalformedReview, review
 from gpuclass.shared.runtime.clock import now_rfc3339
 from gpuclass.shared.runtime.loader import LoadError, iter_named_objects, load_snapshot
+from gpuclass.shared.runtime.settings import migrate_deprecated
 from gpuclass.shared.validation import validate_class
 
 MAX_REVIEW_BYTES = 7 * 1024 * 1024
@@ -39,9 +40,8 @@ def _objects_arg(parser: argparse.ArgumentParser) -> None:
         help="YAML/JSON file or folder of Kubernetes objects (the cluster as it would be); repeatable",
     )
     parser.add_argument(
-        "--licence-namespace",
         "--license-namespace",
-        dest="licence_namespace",
+        dest="license_namespace",
         default=names.DEFAULT_LICENSE_NAMESPACE,
         help="namespace of licence source Secrets (default %(default)s)",
     )
@@ -152,7 +152,7 @@ def run_review(args: argparse.Namespace) -> int:
             body: Any = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
             raise MalformedReview(f"not JSON: {exc}") from exc
-        policy = Policy(args.vgpu_entitled, args.licence_namespace, args.kubevirt_controller_user)
+        policy = Policy(args.vgpu_entitled, args.license_namespace, args.kubevirt_controller_user)
         catalog = offline_catalog(args.objects, policy, kubevirt_namespace=args.kubevirt_namespace)
         response = review(body, catalog)
     except (MalformedReview, LoadError, OSError) as exc:
@@ -171,14 +171,15 @@ def run_status(args: argparse.Namespace) -> int:
     # Computed from the objects, never read from them (docs/contract.md 7): drop any stored status,
     # whose conditions would otherwise lend their lastTransitionTime to the output.
     snapshot.classes = {n: replace(r, status=None) for n, r in snapshot.classes.items()}
-    statuses = compute_all(snapshot, licence_namespace=args.licence_namespace, now=now_rfc3339())
+    statuses = compute_all(snapshot, license_namespace=args.license_namespace, now=now_rfc3339())
     items = [{"name": name, "status": status} for name, status in statuses.items()]
     sys.stdout.buffer.write(orjson.dumps({"items": items}, option=orjson.OPT_INDENT_2) + b"\n")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    raw = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(migrate_deprecated(raw, {}, "gpuclass"))
     if args.command == "validate":
         return run_validate(args.files)
     if args.command == "review":

@@ -52,7 +52,7 @@ def request_namespace(request: Mapping[str, Any]) -> str:
     return namespace if isinstance(namespace, str) else ""
 
 
-def licence_volume(class_name: str) -> dict[str, Any]:
+def license_volume(class_name: str) -> dict[str, Any]:
     return {
         "name": names.LICENSE_VOLUME,
         "secret": {
@@ -62,7 +62,7 @@ def licence_volume(class_name: str) -> dict[str, Any]:
     }
 
 
-def licence_disk() -> dict[str, Any]:
+def license_disk() -> dict[str, Any]:
     return {"name": names.LICENSE_VOLUME, "serial": names.LICENSE_SERIAL, "disk": {"bus": "virtio"}}
 
 
@@ -281,17 +281,17 @@ def selected_licensed_classes(entries: tuple[ClassEntry, ...], catalog: Catalog)
     return licensed
 
 
-def own_licence_volume_refs(obj: Mapping[str, Any], licensed: list[str]) -> set[tuple[str, str]]:
+def own_license_volume_refs(obj: Mapping[str, Any], licensed: list[str]) -> set[tuple[str, str]]:
     """The references that are exactly the licence volume one of `licensed` adds (section 1)."""
     refs: set[tuple[str, str]] = set()
     for i, volume in enumerate(_list(obj, *VOLUMES)):
         for name in licensed:
-            if volume == licence_volume(name):
+            if volume == license_volume(name):
                 refs.add((f"spec.volumes[{i}].secret.secretName", names.license_copy_name(name)))
     return refs
 
 
-def _licence_reference_causes(
+def _license_reference_causes(
     obj: Mapping[str, Any], permitted: set[tuple[str, str]]
 ) -> list[Cause]:
     """Rule 8: a licence copy reaches a guest only as the licence volume of its own licensed class.
@@ -344,8 +344,8 @@ def _operations(
                 tolerations.append(tol)
                 builder.append(TOLERATIONS, [tol])
     if licensed:
-        causes += _append_named(builder, VOLUMES, licence_volume(licensed), "spec.volumes")
-        causes += _append_named(builder, DISKS, licence_disk(), "spec.domain.devices.disks")
+        causes += _append_named(builder, VOLUMES, license_volume(licensed), "spec.volumes")
+        causes += _append_named(builder, DISKS, license_disk(), "spec.domain.devices.disks")
     return builder.operations, causes
 
 
@@ -387,15 +387,15 @@ def admit_vmi_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -
     )
     causes += _raw_request_causes(obj, catalog, with_classes=with_classes, namespace=namespace)
     licensed = selected_licensed_classes(selection.entries, catalog)
-    licence_causes = _licence_reference_causes(obj, own_licence_volume_refs(obj, licensed))
+    license_causes = _license_reference_causes(obj, own_license_volume_refs(obj, licensed))
     if not selection.entries:
-        causes += licence_causes
+        causes += license_causes
         return Denied(tuple(causes)) if causes else Allowed()
     offers, class_causes = _class_causes(selection.entries, catalog)
     totals, limit_causes = _limit_causes(selection.entries, offers)
     causes += class_causes + limit_causes
     causes += _policy_causes(obj, namespace, selection.entries, offers, catalog)
-    causes += licence_causes
+    causes += license_causes
     plan = Plan(totals, offers)
     operations, op_causes = _operations(
         obj, plan, licensed=licensed[0] if licensed else None, complete=not class_causes
@@ -422,9 +422,9 @@ def admit_vmi_update(obj: Mapping[str, Any], old: Mapping[str, Any], catalog: Ca
     # The VMI's own licence volume (its class may be deleting by now) and every reference the
     # stored object already had stay, so KubeVirt's own updates and finalizer removal keep working.
     licensed = selected_licensed_classes(parse_selection(after).entries, catalog)
-    permitted = own_licence_volume_refs(obj, licensed)
+    permitted = own_license_volume_refs(obj, licensed)
     permitted |= {(ref.path, ref.name) for ref in secret_refs(old.get("spec"))}
-    causes = _licence_reference_causes(obj, permitted)
+    causes = _license_reference_causes(obj, permitted)
     return Denied(tuple(causes)) if causes else Allowed()
 
 

@@ -33,7 +33,7 @@ class VMIUse:
     """Classes named by valid entries of the selection annotation, first appearance first."""
     device_names: frozenset[str]
     """deviceName of every `spec.domain.devices.gpus` entry."""
-    licence_secret: str | None
+    license_secret: str | None
     """secretName of the `gpulicense` volume when it names a licence copy, else None."""
     admitted: frozenset[str] = frozenset()
     """Classes this VMI passed admission with (:func:`admitted_classes`): what holds a class."""
@@ -92,7 +92,7 @@ def admitted_classes(annotation: object, gpus: list[Any], namespace: str) -> fro
     return frozenset(admitted)
 
 
-def licence_volume_secret(spec: Mapping[str, Any]) -> str | None:
+def license_volume_secret(spec: Mapping[str, Any]) -> str | None:
     """The copy the licence volume mounts: volume `gpulicense` whose secretName is a licence copy."""
     for volume in _list(spec.get("volumes")):
         volume = _dict(volume)
@@ -123,6 +123,6 @@ def compact_vmi_use(obj: Mapping[str, Any]) -> VMIUse | None:
         name=name,
         classes=selected_classes(annotation),
         device_names=devices,
-        licence_secret=licence_volume_secret(spec),
+        license_secret=license_volume_secret(spec),
         admitted=admitted_classes(annotation, gpus, namespace),
     )

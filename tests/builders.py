@@ -46,7 +46,7 @@ def gpuclass(
     created: str = "2026-01-01T00:00:00Z",
     tolerations: list[RawObject] | None = None,
     deleting: bool = False,
-    licence: str | None = None,
+    license: str | None = None,
     feature_type: int = 1,
     generation: int = 1,
     finalizers: list[str] | None = None,
@@ -55,12 +55,12 @@ def gpuclass(
     spec: RawObject = {
         "vendor": "v",
         "model": "m",
-        "mode": "vgpu" if licence else "passthrough",
+        "mode": "vgpu" if license else "passthrough",
         "source": {"devicePlugin": {"resourceName": resource}},
     }
-    if licence:
+    if license:
         spec["profile"] = "p"
-        spec["license"] = {"secretName": licence, "featureType": feature_type}
+        spec["license"] = {"secretName": license, "featureType": feature_type}
     if tolerations is not None:
         spec["tolerations"] = tolerations
     meta: RawObject = {
@@ -183,7 +183,7 @@ def vmi(
     *,
     classes: list[str] | None = None,
     devices: list[str] | None = None,
-    licence_class: str | None = None,
+    license_class: str | None = None,
 ) -> RawObject:
     meta: RawObject = {"name": name, "namespace": ns}
     if classes:
@@ -201,12 +201,12 @@ def vmi(
             }
         }
     }
-    if licence_class:
+    if license_class:
         spec["volumes"] = [
             {
                 "name": names.LICENSE_VOLUME,
                 "secret": {
-                    "secretName": names.license_copy_name(licence_class),
+                    "secretName": names.license_copy_name(license_class),
                     "volumeLabel": names.LICENSE_SERIAL,
                 },
             }

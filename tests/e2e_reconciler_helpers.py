@@ -46,11 +46,11 @@ FINALIZER = "gpu.cozystack.io/in-use"
 ENTITLED = {"gpu.cozystack.io/vgpu": "true"}
 MANAGED = {"app.kubernetes.io/managed-by": "gpuclass"}
 TOKEN_KEY = "client_configuration_token.tok"
-LICENCE_NAMESPACE = "cozy-system"
+LICENSE_NAMESPACE = "cozy-system"
 KUBEVIRT_NAMESPACE = "cozy-kubevirt"
 LEASE_NAME = "gpuclass-reconciler"  # the chart's Role may get/update only this Lease
-SERVICE_ACCOUNT = f"system:serviceaccount:{LICENCE_NAMESPACE}:gpuclass-reconciler"
-SERVICE_ACCOUNT_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{LICENCE_NAMESPACE}")
+SERVICE_ACCOUNT = f"system:serviceaccount:{LICENSE_NAMESPACE}:gpuclass-reconciler"
+SERVICE_ACCOUNT_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{LICENSE_NAMESPACE}")
 RBAC_KINDS = (
     "ServiceAccount",
     "ClusterRole",
@@ -251,10 +251,10 @@ def gpuclass(name: str, resource: str, **spec: Any) -> RawObject:
 
 
 def licensed_class(name: str, resource: str, source: str, feature_type: int = 1) -> RawObject:
-    licence: RawObject = {"secretName": source}
+    license: RawObject = {"secretName": source}
     if feature_type != 1:
-        licence["featureType"] = feature_type
-    return gpuclass(name, resource, mode="vgpu", profile="e2e-1q", license=licence)
+        license["featureType"] = feature_type
+    return gpuclass(name, resource, mode="vgpu", profile="e2e-1q", license=license)
 
 
 def secret(
@@ -307,7 +307,7 @@ def vmi(
     *,
     classes: Sequence[str] = (),
     devices: Sequence[str] = (),
-    licence_copy: str | None = None,
+    license_copy: str | None = None,
 ) -> RawObject:
     """A VMI as admission stores it: the selection annotation, `gpus` entries and, for a
     licensed class, the licence volume and disk (docs/contract.md section 1)."""
@@ -316,12 +316,12 @@ def vmi(
         meta["annotations"] = {ANNOTATION: json.dumps([{"className": c} for c in classes])}
     disks: list[RawObject] = [{"name": "root", "disk": {"bus": "virtio"}}]
     volumes: list[RawObject] = [{"name": "root", "containerDisk": {"image": "example.org/guest:1"}}]
-    if licence_copy is not None:
+    if license_copy is not None:
         disks.append({"name": "gpulicense", "serial": "GPULICENSE", "disk": {"bus": "virtio"}})
         volumes.append(
             {
                 "name": "gpulicense",
-                "secret": {"secretName": licence_copy, "volumeLabel": "GPULICENSE"},
+                "secret": {"secretName": license_copy, "volumeLabel": "GPULICENSE"},
             }
         )
     gpus = [{"name": f"gpu{i}", "deviceName": d} for i, d in enumerate(devices, start=1)]

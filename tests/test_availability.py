@@ -103,19 +103,19 @@ def gpuclass(
     tolerations: list[dict[str, Any]] | None = None,
     created: str | None = None,
     deleting: bool = False,
-    licence: str | None = None,
+    license: str | None = None,
     generation: int | None = None,
     conditions: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "vendor": "example",
         "model": "m",
-        "mode": "vgpu" if licence else "passthrough",
+        "mode": "vgpu" if license else "passthrough",
         "source": {"devicePlugin": {"resourceName": resource}},
     }
-    if licence:
+    if license:
         spec["profile"] = "p"
-        spec["license"] = {"secretName": licence}
+        spec["license"] = {"secretName": license}
     if tolerations is not None:
         spec["tolerations"] = tolerations
     meta: dict[str, Any] = {"name": name}
@@ -155,7 +155,7 @@ def snapshot(*objects: dict[str, Any]) -> Snapshot:
 
 
 def status(*objects: dict[str, Any], name: str = "c", now: str = NOW) -> dict[str, Any]:
-    return compute_all(snapshot(*objects), licence_namespace=NS, now=now)[name]
+    return compute_all(snapshot(*objects), license_namespace=NS, now=now)[name]
 
 
 def figures(*objects: dict[str, Any], name: str = "c") -> tuple[int, int, int]:
@@ -445,7 +445,7 @@ def test_resource_name_not_permitted(
 
 
 TOKEN = "client_configuration_token.tok"
-LICENSED = gpuclass(licence="lic")
+LICENSED = gpuclass(license="lic")
 
 
 @pytest.mark.parametrize(
@@ -475,7 +475,7 @@ LICENSED = gpuclass(licence="lic")
         pytest.param([CLASS], "False", "no platform licence", id="unlicensed"),
     ],
 )
-def test_licence_secret_missing(objects: list[dict[str, Any]], status_: str, message: str) -> None:
+def test_license_secret_missing(objects: list[dict[str, Any]], status_: str, message: str) -> None:
     condition = conditions(*objects, kubevirt(R))["LicenseSecretMissing"]
     assert condition["status"] == status_
     assert message in condition["message"]
@@ -491,7 +491,7 @@ def test_licence_secret_missing(objects: list[dict[str, Any]], status_: str, mes
         ),
         pytest.param(
             [
-                gpuclass(licence="lic", created="2026-01-01T00:00:00Z"),
+                gpuclass(license="lic", created="2026-01-01T00:00:00Z"),
                 gpuclass("a", created="2000-01-01T00:00:00Z"),
             ],
             "False",
@@ -589,7 +589,7 @@ def test_figures_are_computed_never_read_from_a_stored_status() -> None:
 def test_status_of_every_class_sorted_by_name() -> None:
     result = compute_all(
         snapshot(gpuclass("b", "example.com/b"), gpuclass("a", "example.com/a")),
-        licence_namespace=NS,
+        license_namespace=NS,
         now=NOW,
     )
     assert list(result) == ["a", "b"]

@@ -205,7 +205,7 @@ def test_helm_lint_reports_no_error_or_warning() -> None:
         pytest.param({"reconciler": {"replicas": "2"}}, id="replicas-string"),
         pytest.param({"settings": {"logLevel": "verbose"}}, id="log-level-unknown"),
         pytest.param({"settings": {"vgpuEntitled": "yes"}}, id="entitlement-not-bool"),
-        pytest.param({"settings": {"licenceNamespace": "Cozy_System"}}, id="namespace-not-dns"),
+        pytest.param({"settings": {"licenseNamespace": "Cozy_System"}}, id="namespace-not-dns"),
         pytest.param(
             {"settings": {"kubevirtControllerUser": "x' || true || '"}}, id="user-breaks-cel-quote"
         ),
@@ -832,7 +832,7 @@ def test_reconciler_runs_two_replicas_with_leader_election_in_the_release_namesp
 def test_settings_reach_both_binaries_as_flags(entitled: bool) -> None:
     settings = {
         "vgpuEntitled": entitled,
-        "licenceNamespace": "licences",
+        "licenseNamespace": "licences",
         "kubevirtNamespace": "kubevirt",
         "kubevirtControllerUser": "system:serviceaccount:kubevirt:kubevirt-controller",
         "logLevel": "debug",
@@ -843,7 +843,7 @@ def test_settings_reach_both_binaries_as_flags(entitled: bool) -> None:
     [reconciler] = pod_spec(deployment(objects, "reconciler"))["containers"]
     for container in (webhook, reconciler):
         assert ("--vgpu-entitled" in container["args"]) is entitled
-        assert "--licence-namespace=licences" in container["args"]
+        assert "--license-namespace=licences" in container["args"]
         assert "--kubevirt-namespace=kubevirt" in container["args"]
         assert "--log-level=debug" in container["args"]
     assert (
@@ -881,7 +881,7 @@ def test_the_binaries_accept_the_rendered_flags(
     settings = merged["settings"]
     for parsed in (hook, loop):
         assert parsed.vgpu_entitled is settings["vgpuEntitled"]
-        assert parsed.licence_namespace == settings["licenceNamespace"]
+        assert parsed.license_namespace == settings["licenseNamespace"]
         assert parsed.kubevirt_namespace == settings["kubevirtNamespace"]
         assert (parsed.log_level, parsed.log_format) == (
             settings["logLevel"],
@@ -1033,9 +1033,9 @@ def test_rbac_has_no_wildcards_and_bindings_point_at_rendered_subjects(
         assert (obj["metadata"]["namespace"], pod_spec(obj)["serviceAccountName"]) in accounts
 
 
-def test_licence_copy_policy_renders_on_its_own_with_defaults() -> None:
+def test_license_copy_policy_renders_on_its_own_with_defaults() -> None:
     manifests = render(namespace="cozy-system")
-    objects = documents(manifests, template="licence-copy-policy.yaml")
+    objects = documents(manifests, template="license-copy-policy.yaml")
     assert sorted(o["kind"] for o in objects) == [
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
@@ -1060,7 +1060,7 @@ def test_licence_copy_policy_renders_on_its_own_with_defaults() -> None:
         ),
     ],
 )
-def test_licence_copy_policy_applies_to_the_reconciler_account_only(
+def test_license_copy_policy_applies_to_the_reconciler_account_only(
     values: dict[str, Any], account: str
 ) -> None:
     objects = render_objects(values)
@@ -1140,7 +1140,7 @@ def _policy_verdicts(activation: dict[str, Any]) -> list[bool]:
 
 
 @pytest.mark.parametrize(("operation", "name", "labels", "old_labels", "allowed"), POLICY_CASES)
-def test_licence_copy_policy_decisions(
+def test_license_copy_policy_decisions(
     operation: str,
     name: str,
     labels: dict[str, str] | None,
@@ -1180,7 +1180,7 @@ TOKEN_SECRET = {
     ],
 )
 @pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
-def test_licence_copy_policy_pins_what_the_reconciler_writes(
+def test_license_copy_policy_pins_what_the_reconciler_writes(
     operation: str, shape: dict[str, Any], allowed: bool
 ) -> None:
     old = MANAGED if operation == "UPDATE" else None
@@ -1190,7 +1190,7 @@ def test_licence_copy_policy_pins_what_the_reconciler_writes(
     assert all(verdicts) is allowed, verdicts
 
 
-def test_licence_copy_policy_ignores_other_users() -> None:
+def test_license_copy_policy_ignores_other_users() -> None:
     celpy = pytest.importorskip("celpy")
     policy = one(render_objects(), "ValidatingAdmissionPolicy")
     activation = {"request": {"userInfo": {"username": "system:serviceaccount:tenant-a:default"}}}

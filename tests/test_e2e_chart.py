@@ -17,7 +17,7 @@ import pytest
 from tests.chart_helpers import of_kind, render_objects
 from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
-from tests.e2e_reconciler_helpers import secret as licence_secret
+from tests.e2e_reconciler_helpers import secret as license_secret
 
 NAMESPACE = "cozy-system"
 RECONCILER = f"system:serviceaccount:{NAMESPACE}:gpuclass-reconciler"
@@ -72,7 +72,7 @@ def secret(name: str, namespace: str, *, labels: dict[str, str] | None = None) -
         "client_configuration_token.tok": "example-not-a-token",
         "gridd.conf": "FeatureType=1\n",
     }
-    return licence_secret(name, namespace, data, labels)
+    return license_secret(name, namespace, data, labels)
 
 
 def _refused(api: Api, obj: RawObject) -> bool:

@@ -38,7 +38,7 @@ from tests.e2e_reconciler_helpers import (
     GPUCLASSES,
     KUBEVIRT_NAMESPACE,
     LEASE_NAME,
-    LICENCE_NAMESPACE,
+    LICENSE_NAMESPACE,
     MANAGED,
     MERGE,
     SERVICE_ACCOUNT,
@@ -196,7 +196,7 @@ def world(control_plane: ControlPlane) -> Iterator[World]:
     user = control_plane.user(SERVICE_ACCOUNT, list(SERVICE_ACCOUNT_GROUPS))
     w = World(control_plane, Fleet(user.kubeconfig))
     admin = control_plane.admin
-    admin.apply([namespace(n) for n in (LICENCE_NAMESPACE, KUBEVIRT_NAMESPACE)])
+    admin.apply([namespace(n) for n in (LICENSE_NAMESPACE, KUBEVIRT_NAMESPACE)])
     mine = [namespace(w.tenant, ENTITLED), namespace(w.outsider), namespace(w.workloads)]
     lease_existed = _lease(admin) is not None
     added_rbac: list[RawObject] = []
@@ -226,12 +226,12 @@ def _lease_ref() -> RawObject:
     return {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
-        "metadata": {"name": LEASE_NAME, "namespace": LICENCE_NAMESPACE},
+        "metadata": {"name": LEASE_NAME, "namespace": LICENSE_NAMESPACE},
     }
 
 
 def _lease(api: Api) -> RawObject | None:
-    return api.get("coordination.k8s.io/v1", "Lease", LEASE_NAME, namespace=LICENCE_NAMESPACE)
+    return api.get("coordination.k8s.io/v1", "Lease", LEASE_NAME, namespace=LICENSE_NAMESPACE)
 
 
 def holder(api: Api) -> str | None:
@@ -380,11 +380,11 @@ def test_resource_not_permitted_until_the_kubevirt_cr_lists_it(world: World) -> 
     expect_conditions(world, name, ResourceNameNotPermitted="True", Ready="False")
 
 
-def test_licence_source_secret_decides_license_secret_missing(world: World) -> None:
+def test_license_source_secret_decides_license_secret_missing(world: World) -> None:
     source = unique_name("rec-src")
     name = world.new_class(licensed_class(unique_name("rec-lic"), world.resource("lic"), source))
     expect_conditions(world, name, LicenseSecretMissing="True", Ready="False")
-    stored = world.create(secret(source, LICENCE_NAMESPACE, {TOKEN_KEY: "token-1"}))
+    stored = world.create(secret(source, LICENSE_NAMESPACE, {TOKEN_KEY: "token-1"}))
     expect_conditions(world, name, LicenseSecretMissing="False", Ready="True")
     set_token(world.admin, stored, "")  # present, but the token is empty
     expect_conditions(world, name, LicenseSecretMissing="True", Ready="False")
@@ -440,7 +440,7 @@ def licensed_setup(world: World, feature_type: int = 1) -> tuple[str, str, RawOb
     """A licensed vGPU class with its source Secret; returns (class, resource, source)."""
     res = world.resource(unique_name("vgpu").split("-")[-1])
     source = world.create(
-        secret(unique_name("rec-source"), LICENCE_NAMESPACE, {TOKEN_KEY: "token-1"})
+        secret(unique_name("rec-source"), LICENSE_NAMESPACE, {TOKEN_KEY: "token-1"})
     )
     name = world.new_class(
         licensed_class(unique_name("rec-vgpu"), res, source["metadata"]["name"], feature_type)
@@ -456,7 +456,7 @@ def licensed_vmi(world: World, ns: str, class_name: str, res: str) -> RawObject:
             ns,
             classes=[class_name],
             devices=[res],
-            licence_copy=copy_name(class_name),
+            license_copy=copy_name(class_name),
         )
     )
 
@@ -470,7 +470,7 @@ def wait_copy(world: World, ns: str, class_name: str, token: str) -> RawObject:
     return eventually(current, timeout=SETTLE, what=f"licence copy in {ns} with {token}")
 
 
-def test_licence_copy_is_made_updated_and_removed(world: World) -> None:
+def test_license_copy_is_made_updated_and_removed(world: World) -> None:
     name, res, source = licensed_setup(world, feature_type=4)
     machine = licensed_vmi(world, world.tenant, name, res)
 

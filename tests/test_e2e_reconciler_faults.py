@@ -37,7 +37,7 @@ from tests.e2e_reconciler_helpers import (
     FINALIZER,
     GPUCLASSES,
     KUBEVIRT_NAMESPACE,
-    LICENCE_NAMESPACE,
+    LICENSE_NAMESPACE,
     MANAGED,
     MERGE,
     SERVICE_ACCOUNT,
@@ -113,7 +113,7 @@ def left_behind(f: Faulty, tag: str) -> LeftBehind:
         for n in (used, licensed, unused)
     }
     f.permitted.permit(f.admin, resources.values())
-    f.create(secret(source, LICENCE_NAMESPACE, {TOKEN_KEY: "token-1"}))
+    f.create(secret(source, LICENSE_NAMESPACE, {TOKEN_KEY: "token-1"}))
     for name in (used, unused):
         f.create(gpuclass(name, resources[name]))
     f.create(licensed_class(licensed, resources[licensed], source))
@@ -137,7 +137,7 @@ def left_behind(f: Faulty, tag: str) -> LeftBehind:
             f.tenant,
             classes=[licensed],
             devices=[resources[licensed]],
-            licence_copy=copy_name,
+            license_copy=copy_name,
         )
     )
     for ns in (f.tenant, f.spare):
@@ -194,7 +194,7 @@ def faulty(
     suffix = secrets.token_hex(3)
     tenant, spare = f"tenant-flt{suffix}", f"tenant-fltb{suffix}"
     mine = [namespace(tenant, ENTITLED), namespace(spare, ENTITLED)]
-    admin.apply([namespace(n) for n in (LICENCE_NAMESPACE, KUBEVIRT_NAMESPACE)])
+    admin.apply([namespace(n) for n in (LICENSE_NAMESPACE, KUBEVIRT_NAMESPACE)])
     admin.apply(mine)
     added_rbac = apply_chart_rbac(admin)
     user = control_plane.user(SERVICE_ACCOUNT, list(SERVICE_ACCOUNT_GROUPS))
@@ -374,7 +374,7 @@ def test_a_leader_killed_between_a_status_write_and_a_copy_write_is_caught_up(
         )
         faulty.permitted.permit(faulty.admin, [resource])
         faulty.create(
-            vmi(f"{base}-vm", copy[0], classes=[late], devices=[resource], licence_copy=copy[1])
+            vmi(f"{base}-vm", copy[0], classes=[late], devices=[resource], license_copy=copy[1])
         )
         faulty.create(licensed_class(late, resource, source))
         eventually(lambda: held.used == 1 or None, timeout=SETTLE, what="the copy create in flight")

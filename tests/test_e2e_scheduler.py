@@ -48,7 +48,7 @@ from tests.controlplane.components import (
 from tests.e2e_reconciler_helpers import (
     FAST,
     GPUCLASSES,
-    LICENCE_NAMESPACE,
+    LICENSE_NAMESPACE,
     MERGE,
     ReconcilerProcess,
     figures,
@@ -612,7 +612,7 @@ def test_the_scenarios_hold_every_case() -> None:
 @pytest.fixture(scope="module")
 def reconciler(control_plane: ControlPlane) -> Iterator[ReconcilerProcess]:
     """One reconciler for the module, as the admin, without a Lease (no other replica)."""
-    control_plane.admin.apply([namespace(LICENCE_NAMESPACE)])
+    control_plane.admin.apply([namespace(LICENSE_NAMESPACE)])
     process = ReconcilerProcess(
         control_plane.admin_kubeconfig,
         pod_name=f"truth-{secrets.token_hex(3)}",

@@ -141,7 +141,7 @@ def test_whole_gpu_selection_is_resolved_in_the_stored_vmi(
     ]
 
 
-def test_licensed_vgpu_gets_the_licence_volume_and_disk(
+def test_licensed_vgpu_gets_the_license_volume_and_disk(
     control_plane: ControlPlane, world: tuple[World, WebhookProcess]
 ) -> None:
     w, _ = world

@@ -27,7 +27,7 @@ from tests.controlplane.cluster import ControlPlane, eventually, unique_name
 from tests.e2e_reconciler_helpers import (
     FINALIZER,
     KUBEVIRT_NAMESPACE,
-    LICENCE_NAMESPACE,
+    LICENSE_NAMESPACE,
     MANAGED,
     SERVICE_ACCOUNT,
     SERVICE_ACCOUNT_GROUPS,
@@ -218,7 +218,7 @@ async def _first_event(api: KubeAPI, since: str) -> object:
 def test_the_fake_answers_as_kubernetes_does() -> None:
     suffix = unique_name("m").split("-")[-1]
     ns = f"contract-{suffix}"
-    kube = MemoryKube([namespace(ns), namespace(LICENCE_NAMESPACE)])
+    kube = MemoryKube([namespace(ns), namespace(LICENSE_NAMESPACE)])
 
     async def connect() -> KubeAPI:
         return kube
@@ -237,9 +237,9 @@ def as_reconciler(control_plane: ControlPlane) -> Iterator[tuple[ControlPlane, A
     """The reconciler's service account with the chart's RBAC and licence-copy policy in force."""
     user = control_plane.user(SERVICE_ACCOUNT, list(SERVICE_ACCOUNT_GROUPS))
     admin = control_plane.admin
-    admin.apply([namespace(n) for n in (LICENCE_NAMESPACE, KUBEVIRT_NAMESPACE)])
+    admin.apply([namespace(n) for n in (LICENSE_NAMESPACE, KUBEVIRT_NAMESPACE)])
     added = apply_chart_rbac(admin)
-    probe = secret(LICENCE_NAMESPACE, f"not-a-copy-{unique_name('p').split('-')[-1]}")
+    probe = secret(LICENSE_NAMESPACE, f"not-a-copy-{unique_name('p').split('-')[-1]}")
     try:
         with user.api() as api:
             eventually(

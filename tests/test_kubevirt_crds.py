@@ -118,7 +118,7 @@ def upstream_schemas(source: Path) -> dict[str, Any]:
     return found
 
 
-def test_files_name_the_kubevirt_version_and_licence() -> None:
+def test_files_name_the_kubevirt_version_and_license() -> None:
     version = pinned_version()
     for name in FILES.values():
         header = (CRDS / name).read_text().split("\napiVersion:", 1)[0]

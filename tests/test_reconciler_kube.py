@@ -128,7 +128,7 @@ async def adapter() -> AsyncIterator[tuple[KubeAdapter, Seen]]:
     api = client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}"))
     api.user_agent = user_agent("gpuclass-reconciler")
     kube = KubeAdapter(
-        api, licence_namespace="cozy-system", kubevirt_namespace="cozy-kubevirt", page_size=2
+        api, license_namespace="cozy-system", kubevirt_namespace="cozy-kubevirt", page_size=2
     )
     try:
         yield kube, seen
@@ -224,7 +224,7 @@ def test_delete_carries_the_resource_version_precondition() -> None:
 def test_unreachable_server_is_status_0() -> None:
     async def scenario() -> None:
         api = client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))
-        kube = KubeAdapter(api, licence_namespace="a", kubevirt_namespace="b", request_timeout=5)
+        kube = KubeAdapter(api, license_namespace="a", kubevirt_namespace="b", request_timeout=5)
         try:
             with pytest.raises(ApiError) as raised:
                 await kube.get_class("x")

@@ -42,7 +42,7 @@ def world() -> list[dict[str, Any]]:
     return [
         kubevirt(R, LIC),
         gpuclass("c", R),
-        gpuclass("lic", LIC, licence="src"),
+        gpuclass("lic", LIC, license="src"),
         node("n1", {R: 4, LIC: 4}),
         pod("p", "n1", {R: 1}),
         secret("src"),
@@ -408,10 +408,10 @@ def test_two_replicas_never_both_lead_and_hand_over_on_stop() -> None:
 
 
 def licensed_vmi(namespace_: str = "tenant-a", name: str = "vm") -> dict[str, Any]:
-    return vmi(name, namespace_, classes=["lic"], devices=[LIC], licence_class="lic")
+    return vmi(name, namespace_, classes=["lic"], devices=[LIC], license_class="lic")
 
 
-def test_licence_copy_created_updated_deleted() -> None:
+def test_license_copy_created_updated_deleted() -> None:
     async def scenario() -> None:
         kube = MemoryKube(world())
         async with Running(kube) as r:
@@ -425,7 +425,7 @@ def test_licence_copy_created_updated_deleted() -> None:
             kube.apply(secret("src", data={names.TOKEN_KEY: "bmV3"}))
             await r.settle()
             assert kube.store["Secret"][("tenant-a", COPY)]["data"][names.TOKEN_KEY] == "bmV3"
-            kube.apply(gpuclass("lic", LIC, licence="src", feature_type=4))
+            kube.apply(gpuclass("lic", LIC, license="src", feature_type=4))
             await r.settle()
             assert (
                 kube.store["Secret"][("tenant-a", COPY)]["data"][names.GRIDD_KEY]

@@ -8,7 +8,7 @@ from tests.builders import gpuclass, node, pod
 def test_builders_compact_as_intended() -> None:
     from gpuclass.shared.snapshot import compact_class, compact_node, compact_pod
 
-    record = compact_class(gpuclass("c", "example.com/gpu", licence="src"))
+    record = compact_class(gpuclass("c", "example.com/gpu", license="src"))
     assert record is not None and record.spec is not None and record.spec.license is not None
     built = compact_node(node("n", {"example.com/gpu": 2}, ready=False))
     assert built is not None and not built.ready and built.allocatable == {"example.com/gpu": 2}

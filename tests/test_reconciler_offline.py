@@ -54,7 +54,7 @@ def test_once_on_examples_prints_the_statuses_of_gpuclass_status(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     report = once(capsys)
-    expected = compute_all(load_snapshot([EXAMPLES]), licence_namespace="cozy-system", now="T")
+    expected = compute_all(load_snapshot([EXAMPLES]), license_namespace="cozy-system", now="T")
     assert [i["name"] for i in report["items"]] == sorted(expected)
     for item in report["items"]:
         assert without_times(item["status"]) == without_times(expected[item["name"]])
@@ -84,14 +84,14 @@ def vmis(tmp_path: Path) -> Path:
             "tenant-a",
             classes=[LICENSED],
             devices=["example.com/licensed-vgpu"],
-            licence_class=LICENSED,
+            license_class=LICENSED,
         ),
         vmi(
             "unentitled",
             "tenant-c",
             classes=[LICENSED],
             devices=["example.com/licensed-vgpu"],
-            licence_class=LICENSED,
+            license_class=LICENSED,
         ),
         vmi(
             "whole", "tenant-root", classes=["example-whole-gpu"], devices=["example.com/whole-gpu"]
@@ -164,7 +164,7 @@ def test_help_lists_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
         "--leader-election-namespace",
         "--coalesce-seconds",
         "--pod-name",
-        "--licence-namespace",
+        "--license-namespace",
     ):
         assert flag in out
 

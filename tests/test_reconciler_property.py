@@ -26,7 +26,7 @@ from gpuclass.reconciler.cache import ClusterCache
 from gpuclass.reconciler.sources import Source
 from gpuclass.shared.availability import compute_all
 from gpuclass.shared.inuse import classes_in_use
-from gpuclass.shared.licences import desired_copies, plan_copies
+from gpuclass.shared.licenses import desired_copies, plan_copies
 from gpuclass.shared.meta import object_key
 from gpuclass.shared.snapshot import SnapshotBuilder
 from gpuclass.shared.vmiuse import compact_vmi_use
@@ -128,7 +128,7 @@ class StateMachine(RuleBasedStateMachine):
                 resource,
                 created=created,
                 deleting=deleting,
-                licence="src" if licensed else None,
+                license="src" if licensed else None,
                 feature_type=4 if created.startswith("2026-02") else 1,
                 tolerations=[{"key": "gpu", "operator": "Exists"}] if tolerant else None,
             )
@@ -239,20 +239,20 @@ class StateMachine(RuleBasedStateMachine):
         ns=st.sampled_from(["tenant-a", "tenant-b"]),
         chosen=st.lists(class_names, max_size=2),
         devices=st.lists(st.sampled_from(RESOURCES), max_size=2),
-        licence=st.sampled_from([None, "c1", "c2"]),
+        license=st.sampled_from([None, "c1", "c2"]),
     )
     def put_vmi(
-        self, name: str, ns: str, chosen: list[str], devices: list[str], licence: str | None
+        self, name: str, ns: str, chosen: list[str], devices: list[str], license: str | None
     ) -> None:
-        self.put(vmi(name, ns, classes=chosen, devices=devices, licence_class=licence))
+        self.put(vmi(name, ns, classes=chosen, devices=devices, license_class=license))
 
     @rule(ns=st.sampled_from(["tenant-a", "tenant-b"]), entitled=st.booleans())
     def put_licensed_vm(self, ns: str, entitled: bool) -> None:
         """A whole licensed set-up at once, so that copy scenarios are common."""
-        self.put(gpuclass("c1", RESOURCES[0], licence="src"))
+        self.put(gpuclass("c1", RESOURCES[0], license="src"))
         self.put(secret("src"))
         self.put(namespace(ns, entitled=entitled))
-        self.put(vmi("v1", ns, classes=["c1"], devices=[RESOURCES[0]], licence_class="c1"))
+        self.put(vmi("v1", ns, classes=["c1"], devices=[RESOURCES[0]], license_class="c1"))
 
     @precondition(lambda self: bool(self.objects))
     @rule(data=st.data())
@@ -266,7 +266,7 @@ class StateMachine(RuleBasedStateMachine):
     def equals_from_scratch(self) -> None:
         statuses, in_use, copies = self.before
         snapshot = SnapshotBuilder().add_all(self.objects.values())
-        assert statuses == compute_all(snapshot, licence_namespace="cozy-system", now=NOW)
+        assert statuses == compute_all(snapshot, license_namespace="cozy-system", now=NOW)
         uses = [
             u
             for o in self.objects.values()
@@ -279,7 +279,7 @@ class StateMachine(RuleBasedStateMachine):
             snapshot.classes,
             secrets=snapshot.secrets,
             namespaces=snapshot.namespaces,
-            licence_namespace="cozy-system",
+            license_namespace="cozy-system",
             vgpu_entitled=True,
         )
         assert copies == plan_copies(plan, {})

@@ -286,20 +286,20 @@ def test_deleting_class_holds_its_name_until_gone() -> None:
             id="not-in-permitted-set",
         ),
         pytest.param(
-            [("gpuclasses", gpuclass("c", R, licence="src"))],
+            [("gpuclasses", gpuclass("c", R, license="src"))],
             "LicenseSecretMissing",
             "True",
             id="source-missing",
         ),
         pytest.param(
-            [("gpuclasses", gpuclass("c", R, licence="src")), ("licence-secrets", secret("src"))],
+            [("gpuclasses", gpuclass("c", R, license="src")), ("licence-secrets", secret("src"))],
             "LicenseSecretMissing",
             "False",
             id="source-present",
         ),
         pytest.param(
             [
-                ("gpuclasses", gpuclass("c", R, licence="src")),
+                ("gpuclasses", gpuclass("c", R, license="src")),
                 ("licence-secrets", secret("src", data={})),
             ],
             "LicenseSecretMissing",
@@ -308,7 +308,7 @@ def test_deleting_class_holds_its_name_until_gone() -> None:
         ),
         pytest.param(
             [
-                ("gpuclasses", gpuclass("c", R, licence="src")),
+                ("gpuclasses", gpuclass("c", R, license="src")),
                 ("licence-secrets", secret("src", "elsewhere")),
             ],
             "LicenseSecretMissing",
@@ -360,7 +360,7 @@ def indexed_state() -> ClusterCache:
     state = state_with(
         ("gpuclasses", gpuclass("c", R)),
         ("gpuclasses", gpuclass("d", OTHER)),
-        ("gpuclasses", gpuclass("lic", "example.com/lic", licence="src")),
+        ("gpuclasses", gpuclass("lic", "example.com/lic", license="src")),
         ("nodes", node("n1", {R: 4})),
         ("nodes", node("n2", {OTHER: 4})),
         ("pods", pod("p", "n1", {R: 1})),
@@ -427,7 +427,7 @@ def test_affected_classes(source: Source, obj: dict[str, Any], statuses: set[str
     assert state.take_dirty().statuses == statuses
 
 
-def test_licence_secret_keeps_only_the_token() -> None:
+def test_license_secret_keeps_only_the_token() -> None:
     state = ClusterCache()
     state.upsert("licence-secrets", secret("src", data={names.TOKEN_KEY: "dG9r", "other": "eA=="}))
-    assert set(state.licence_secrets[("cozy-system", "src")].data) == {names.TOKEN_KEY}
+    assert set(state.license_secrets[("cozy-system", "src")].data) == {names.TOKEN_KEY}

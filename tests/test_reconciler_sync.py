@@ -52,7 +52,7 @@ def left_behind() -> list[dict[str, Any]]:
     return [
         kubevirt(R, LIC),
         gpuclass("c", R, finalizers=HELD),
-        gpuclass("lic", LIC, licence="src", finalizers=HELD),
+        gpuclass("lic", LIC, license="src", finalizers=HELD),
         gpuclass("unused", "example.com/other", finalizers=HELD),
         node("n1", {R: 4, LIC: 4}),
         pod("p", "n1", {R: 1}),
@@ -61,7 +61,7 @@ def left_behind() -> list[dict[str, Any]]:
         namespace("tenant-a", entitled=True),
         namespace("tenant-b", entitled=True),
         vmi("vm-c", "tenant-a", classes=["c"], devices=[R]),
-        vmi("vm-lic", "tenant-a", classes=["lic"], devices=[LIC], licence_class="lic"),
+        vmi("vm-lic", "tenant-a", classes=["lic"], devices=[LIC], license_class="lic"),
         copy_secret("tenant-a"),
         copy_secret("tenant-b"),  # no VMI mounts it: a legitimate deletion
     ]

@@ -43,11 +43,11 @@ RES = {
     "gone": "example.com/gone",
     "unpermitted": "example.com/unpermitted",
 }
-LICENCE_VOLUME = {
+LICENSE_VOLUME = {
     "name": "gpulicense",
     "secret": {"secretName": "gpuclass-license-lic", "volumeLabel": "GPULICENSE"},
 }
-LICENCE_DISK = {"name": "gpulicense", "serial": "GPULICENSE", "disk": {"bus": "virtio"}}
+LICENSE_DISK = {"name": "gpulicense", "serial": "GPULICENSE", "disk": {"bus": "virtio"}}
 
 
 def _class(name: str, resource: str, **spec: Any) -> dict[str, Any]:
@@ -742,13 +742,13 @@ def test_4_6_licensed_vgpu_gets_volume_and_disk() -> None:
     decision = create(obj)
     assert ops_of(decision) == [
         {"op": "add", "path": "/spec/domain/devices/gpus", "value": gpus(RES["lic"])},
-        {"op": "add", "path": "/spec/volumes/-", "value": LICENCE_VOLUME},
-        {"op": "add", "path": "/spec/domain/devices/disks/-", "value": LICENCE_DISK},
+        {"op": "add", "path": "/spec/volumes/-", "value": LICENSE_VOLUME},
+        {"op": "add", "path": "/spec/domain/devices/disks/-", "value": LICENSE_DISK},
     ]
     assert_reinvocation_is_a_no_op(obj, decision)
 
 
-def test_4_6_byol_gets_no_licence_volume() -> None:
+def test_4_6_byol_gets_no_license_volume() -> None:
     assert ops_of(create(vmi([cls("byol")]))) == [
         {"op": "add", "path": "/spec/domain/devices/gpus", "value": gpus(RES["byol"])},
     ]
@@ -760,16 +760,16 @@ def test_4_6_missing_containers_created() -> None:
     decision = create(obj)
     assert ops_of(decision) == [
         {"op": "add", "path": "/spec/domain/devices", "value": {"gpus": gpus(RES["lic"])}},
-        {"op": "add", "path": "/spec/volumes", "value": [LICENCE_VOLUME]},
-        {"op": "add", "path": "/spec/domain/devices/disks", "value": [LICENCE_DISK]},
+        {"op": "add", "path": "/spec/volumes", "value": [LICENSE_VOLUME]},
+        {"op": "add", "path": "/spec/domain/devices/disks", "value": [LICENSE_DISK]},
     ]
     assert applied(obj, decision)["spec"] == {
         "domain": {
             "memory": {"guest": "1Gi"},
-            "devices": {"gpus": gpus(RES["lic"]), "disks": [LICENCE_DISK]},
+            "devices": {"gpus": gpus(RES["lic"]), "disks": [LICENSE_DISK]},
         },
         "futureField": {"x": [1, 2]},
-        "volumes": [LICENCE_VOLUME],
+        "volumes": [LICENSE_VOLUME],
     }
     assert_reinvocation_is_a_no_op(obj, decision)
 
@@ -796,7 +796,7 @@ def test_4_6_unknown_fields_survive_and_nothing_is_reordered() -> None:
     assert result["metadata"] == obj["metadata"] and result["status"] == obj["status"]
 
 
-def test_4_6_reserved_licence_name_clash_refused() -> None:
+def test_4_6_reserved_license_name_clash_refused() -> None:
     obj = vmi([cls("lic")])
     obj["spec"]["volumes"].append({"name": "gpulicense", "emptyDisk": {"capacity": "1Gi"}})
     assert causes_of(create(obj)) == [("spec.volumes[1]", "invalid", "ReservedName")]
@@ -808,11 +808,11 @@ def test_4_6_reserved_disk_name_clash_refused() -> None:
     assert causes_of(create(obj)) == [("spec.domain.devices.disks[1]", "invalid", "ReservedName")]
 
 
-def test_4_6_licence_volume_already_there_added_once() -> None:
+def test_4_6_license_volume_already_there_added_once() -> None:
     obj = vmi([cls("lic")])
-    obj["spec"]["volumes"].append(copy.deepcopy(LICENCE_VOLUME))
+    obj["spec"]["volumes"].append(copy.deepcopy(LICENSE_VOLUME))
     assert ops_of(create(obj))[1:] == [
-        {"op": "add", "path": "/spec/domain/devices/disks/-", "value": LICENCE_DISK}
+        {"op": "add", "path": "/spec/domain/devices/disks/-", "value": LICENSE_DISK}
     ]
 
 
@@ -953,7 +953,7 @@ REFERENCE_ROWS = [
     ),
     pytest.param(
         [cls("byol")],
-        _volume({**LICENCE_VOLUME}),
+        _volume({**LICENSE_VOLUME}),
         ["spec.volumes[1].secret.secretName"],
         id="byol-with-platform-licence",
     ),
@@ -981,7 +981,7 @@ REFERENCE_ROWS = [
         ["spec.volumes[1].secret.secretName", "spec.volumes[1].extra.secretName"],
         id="every-reference-reported",
     ),
-    pytest.param([cls("lic")], _volume({**LICENCE_VOLUME}), [], id="own-licence-volume"),
+    pytest.param([cls("lic")], _volume({**LICENSE_VOLUME}), [], id="own-licence-volume"),
     pytest.param(
         None,
         _volume({"name": "s", "secret": {"secretName": "my-own-secret"}}),
@@ -998,7 +998,7 @@ REFERENCE_ROWS = [
 
 
 @pytest.mark.parametrize(("selection", "change", "paths"), REFERENCE_ROWS)
-def test_4_8_licence_copy_references(selection: Any, change: Any, paths: list[str]) -> None:
+def test_4_8_license_copy_references(selection: Any, change: Any, paths: list[str]) -> None:
     obj = vmi(selection)
     change(obj["spec"])
     decision = create(obj)
@@ -1009,9 +1009,9 @@ def test_4_8_licence_copy_references(selection: Any, change: Any, paths: list[st
         assert isinstance(decision, Allowed)
 
 
-def test_4_8_licence_volume_not_exactly_ours_is_invalid_and_forbidden() -> None:
+def test_4_8_license_volume_not_exactly_ours_is_invalid_and_forbidden() -> None:
     obj = vmi([cls("lic")])
-    obj["spec"]["volumes"].append({**LICENCE_VOLUME, "secret": {"secretName": COPY}})
+    obj["spec"]["volumes"].append({**LICENSE_VOLUME, "secret": {"secretName": COPY}})
     decision = create(obj)
     assert causes_of(decision) == [
         ("spec.volumes[1].secret.secretName", "forbidden", "LicenceHandMounted"),
@@ -1052,7 +1052,7 @@ def test_update_unrelated_change_passes_untouched() -> None:
 
 
 @pytest.mark.parametrize(("selection", "change", "paths"), REFERENCE_ROWS)
-def test_update_new_licence_copy_reference_refused(
+def test_update_new_license_copy_reference_refused(
     selection: Any, change: Any, paths: list[str]
 ) -> None:
     old = vmi(selection)
@@ -1087,7 +1087,7 @@ def test_update_pointing_an_existing_reference_at_a_copy_refused() -> None:
     ]
 
 
-def test_update_keeps_the_licence_it_was_admitted_with_even_if_class_is_gone() -> None:
+def test_update_keeps_the_license_it_was_admitted_with_even_if_class_is_gone() -> None:
     old = applied(vmi([cls("lic")]), create(vmi([cls("lic")])))
     new = copy.deepcopy(old)
     new["metadata"]["labels"] = {"x": "y"}

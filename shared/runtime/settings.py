@@ -6,9 +6,11 @@ Every field is a `--kebab-case` flag and a `GPUCLASS_*` environment variable
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import sys
+from collections.abc import MutableMapping, Sequence
 from pathlib import Path
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Final, Literal, TypeVar
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, CliApp, NoDecode, SettingsConfigDict
@@ -36,7 +38,7 @@ class CommonSettings(BaseSettings):
         False, description="the platform's root vGPU entitlement (gpu.vgpu) is on"
     )
     kubeconfig: Path | None = Field(None, description="kubeconfig file; default: in-cluster config")
-    licence_namespace: str = Field(
+    license_namespace: str = Field(
         names.DEFAULT_LICENSE_NAMESPACE, description="namespace of licence source Secrets"
     )
     kubevirt_namespace: str = Field(
@@ -56,7 +58,35 @@ class CommonSettings(BaseSettings):
         return value
 
     def policy(self) -> Policy:
-        return Policy(self.vgpu_entitled, self.licence_namespace, self.kubevirt_controller_user)
+        return Policy(self.vgpu_entitled, self.license_namespace, self.kubevirt_controller_user)
+
+
+# Old spellings kept for one release (CHANGELOG): identifiers and flags use the wire's `license`.
+DEPRECATED_FLAGS: Final = {"--licence-namespace": "--license-namespace"}
+DEPRECATED_ENV: Final = {"GPUCLASS_LICENCE_NAMESPACE": "GPUCLASS_LICENSE_NAMESPACE"}
+
+
+def migrate_deprecated(
+    argv: Sequence[str], environ: MutableMapping[str, str], prog: str
+) -> list[str]:
+    """Rewrite deprecated flags and variables to their new names, warning once for each on stderr.
+
+    A new name given as well wins over the old one.
+    """
+    migrated = []
+    for arg in argv:
+        flag, sep, value = arg.partition("=")
+        if flag in DEPRECATED_FLAGS:
+            new = DEPRECATED_FLAGS[flag]
+            print(f"{prog}: {flag} is deprecated; use {new}", file=sys.stderr)
+            arg = new + sep + value
+        migrated.append(arg)
+    for old, new in DEPRECATED_ENV.items():
+        if old in environ:
+            print(f"{prog}: {old} is deprecated; use {new}", file=sys.stderr)
+            environ.setdefault(new, environ[old])
+            del environ[old]
+    return migrated
 
 
 def parse_settings(cls: type[S], argv: Sequence[str] | None, prog: str) -> S:
@@ -64,4 +94,5 @@ def parse_settings(cls: type[S], argv: Sequence[str] | None, prog: str) -> S:
     settings_cls = type(
         cls.__name__, (cls,), {"model_config": {**cls.model_config, "cli_prog_name": prog}}
     )
-    return CliApp.run(settings_cls, cli_args=list(argv) if argv is not None else None)
+    args = migrate_deprecated(sys.argv[1:] if argv is None else argv, os.environ, prog)
+    return CliApp.run(settings_cls, cli_args=args)

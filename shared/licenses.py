@@ -83,19 +83,19 @@ def is_copy_name(name: str) -> bool:
 
 
 def copy_content(
-    record: ClassRecord | None, secrets: Mapping[SecretKey, SecretRecord], licence_namespace: str
+    record: ClassRecord | None, secrets: Mapping[SecretKey, SecretRecord], license_namespace: str
 ) -> dict[str, Redacted] | None:
     """The copy's `data` for a class, or None when it cannot be produced now."""
     if record is None or record.spec is None or record.spec.license is None:
         return None
-    licence = record.spec.license
-    source = secrets.get((licence_namespace, licence.secret_name))
+    license = record.spec.license
+    source = secrets.get((license_namespace, license.secret_name))
     token = source.data.get(names.TOKEN_KEY) if source else None
     if token is None or not token.reveal():
         return None
     return {
         names.TOKEN_KEY: token,
-        names.GRIDD_KEY: Redacted(_b64(gridd_conf(licence.feature_type))),
+        names.GRIDD_KEY: Redacted(_b64(gridd_conf(license.feature_type))),
     }
 
 
@@ -105,7 +105,7 @@ def desired_copies(
     *,
     secrets: Mapping[SecretKey, SecretRecord],
     namespaces: Mapping[str, Mapping[str, str]],
-    licence_namespace: str,
+    license_namespace: str,
     vgpu_entitled: bool,
 ) -> CopyPlan:
     """Every copy an entitled VMI mounts, with its content, or held when none can be made."""
@@ -113,7 +113,7 @@ def desired_copies(
     held: set[SecretKey] = set()
     entitled: dict[str, bool] = {}
     for vmi in vmis:
-        name = vmi.licence_secret
+        name = vmi.license_secret
         if name is None or not is_copy_name(name):
             continue
         key = (vmi.namespace, name)
@@ -125,7 +125,7 @@ def desired_copies(
         if not entitled[vmi.namespace]:
             continue
         class_name = name.removeprefix(names.LICENSE_COPY_PREFIX)
-        data = copy_content(classes.get(class_name), secrets, licence_namespace)
+        data = copy_content(classes.get(class_name), secrets, license_namespace)
         if data is None:
             held.add(key)
         else:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gpuclass.shared import names
-from gpuclass.shared.licences import (
+from gpuclass.shared.licenses import (
     CopyPlan,
     desired_copies,
     gridd_conf,
@@ -16,7 +16,7 @@ from gpuclass.shared.licences import (
     secret_body,
 )
 from gpuclass.shared.snapshot import Redacted, SecretRecord, compact_class
-from gpuclass.shared.vmiuse import VMIUse, compact_vmi_use, licence_volume_secret
+from gpuclass.shared.vmiuse import VMIUse, compact_vmi_use, license_volume_secret
 
 TOKEN = base64.b64encode(b"not-a-real-token").decode()
 LICENSED = compact_class(
@@ -72,7 +72,7 @@ def plan(
         CLASSES,
         secrets=SOURCE if secrets is None else secrets,
         namespaces=NAMESPACES,
-        licence_namespace="cozy-system",
+        license_namespace="cozy-system",
         vgpu_entitled=entitled,
     )
 
@@ -333,8 +333,8 @@ def test_token_never_in_repr() -> None:
         pytest.param("junk", None, id="malformed-volumes"),
     ],
 )
-def test_licence_volume_secret(volumes: object, expected: str | None) -> None:
-    assert licence_volume_secret({"volumes": volumes}) == expected
+def test_license_volume_secret(volumes: object, expected: str | None) -> None:
+    assert license_volume_secret({"volumes": volumes}) == expected
 
 
 def test_compact_vmi_use_reads_selection_and_devices() -> None:
