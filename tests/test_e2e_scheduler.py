@@ -90,12 +90,6 @@ SETTLE = 60.0  # seconds for nodes, kwok and the reconciler to follow a change
 QUIET = 1.5  # a status unchanged this long has caught up (coalescing window 0.05 s)
 SCENARIOS = ((11, False), (23, False), (3, True))  # (seed, extras: sidecars and overhead)
 BIND_WAIT = 15.0  # seconds a probe that must be bound may take
-EXTRAS_XFAIL = pytest.mark.xfail(
-    strict=False,
-    reason="the effective Pod request counts restartable init containers (sidecars) as "
-    "ordinary init containers and leaves out spec.overhead; the scheduler adds a sidecar to "
-    "every later container and the overhead to the Pod",
-)
 
 
 # -- the plan: what the cluster should look like --------------------------------------------------
@@ -634,7 +628,6 @@ def reconciler(control_plane: ControlPlane) -> Iterator[ReconcilerProcess]:
             seed,
             extras,
             id=f"seed-{seed}" + ("-sidecars-overhead" if extras else ""),
-            marks=[EXTRAS_XFAIL] if extras else [],
         )
         for seed, extras in SCENARIOS
     ],
