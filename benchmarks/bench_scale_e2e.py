@@ -419,25 +419,10 @@ def churn(api: Api, probes: Probes, seconds: float) -> int:
 
 
 def chart_webhooks(url: str, ca_pem: bytes) -> list[RawObject]:
-    """The chart's own webhook configurations, rendered by Helm, with only `clientConfig`
-    pointed at the local webhook (the path each already names kept)."""
-    import base64
+    """The chart's own webhook configurations, pointed at the local webhook."""
+    from tests.chart_helpers import chart_webhook_configurations
 
-    from tests.chart_helpers import render_objects
-
-    configurations = [
-        o
-        for o in render_objects()
-        if o["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
-    ]
-    for configuration in configurations:
-        for hook in configuration["webhooks"]:
-            path = hook["clientConfig"]["service"]["path"]
-            hook["clientConfig"] = {
-                "url": url + path,
-                "caBundle": base64.b64encode(ca_pem).decode(),
-            }
-    return configurations
+    return chart_webhook_configurations(url, ca_pem)
 
 
 def vmi(index: int) -> RawObject:

@@ -11,6 +11,7 @@ file holding the Secret of that name, leaving every other line of the chart as i
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import shutil
@@ -182,3 +183,17 @@ def flatten_keys(values: Any, prefix: str = "") -> Iterator[str]:
 
 def load_yaml(path: Path) -> Any:
     return yaml.safe_load(path.read_text())
+
+
+def chart_webhook_configurations(url: str, ca_pem: bytes) -> list[RawObject]:
+    """The chart's two webhook configurations, rendered by Helm, with only each hook's
+    `clientConfig` pointed at `url` + the path it already names."""
+    objects = documents(render(), template="webhook-configurations.yaml")
+    for configuration in objects:
+        for hook in configuration["webhooks"]:
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {
+                "url": url + path,
+                "caBundle": base64.b64encode(ca_pem).decode(),
+            }
+    return objects

@@ -29,7 +29,7 @@ import pytest
 
 from tests.builders import World
 from tests.builders import selecting_vmi as vmi
-from tests.chart_helpers import NAMESPACE, documents, render
+from tests.chart_helpers import NAMESPACE, chart_webhook_configurations, documents, render
 from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
 from tests.e2e_reconciler_helpers import PermittedDevices, gpuclass, namespace
@@ -42,19 +42,6 @@ CONTROLLER = "system:serviceaccount:cozy-kubevirt:kubevirt-controller"
 KUBEVIRT_NS = "cozy-kubevirt"
 TENANT, UNLABELLED = "tenant-chartroute", "tenant-chartroute-nolabel"
 GPUCLASSES = "/apis/cozystack.io/v1alpha1/gpuclasses"
-
-
-def chart_webhook_configurations(url: str, ca_pem: bytes) -> list[RawObject]:
-    """The chart's two configurations, each hook's clientConfig pointed at `url` + its path."""
-    objects = documents(render(), template="webhook-configurations.yaml")
-    for configuration in objects:
-        for hook in configuration["webhooks"]:
-            path = hook["clientConfig"]["service"]["path"]
-            hook["clientConfig"] = {
-                "url": url + path,
-                "caBundle": base64.b64encode(ca_pem).decode(),
-            }
-    return objects
 
 
 def webhook_rbac() -> list[RawObject]:
