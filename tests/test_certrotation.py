@@ -1,0 +1,312 @@
+"""The rotation plan as data (docs/operations.md, Certificates; docs/decisions.md, Certificates).
+
+Each row: what the Secret holds (as facts), what each webhook's caBundle carries, and the exact
+next step. The rules the rows follow: a CA signs only once every bundle carries it; a CA that
+replaces another signs only after one overlap in every bundle; a replaced CA (and any CA in a
+bundle that is not ours) stays one overlap more, and leaves only once the Secret's certificate is
+the current CA's. A walk through many months then checks the same rules over every rotation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gpuclass.shared.certrotation import (
+    BundleEntry,
+    Bundles,
+    CAFacts,
+    CertRef,
+    Policy,
+    SecretState,
+    ServingFacts,
+    Step,
+    UpdateSecret,
+    Wait,
+    WriteBundles,
+    plan,
+)
+
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+DAY, HOUR = timedelta(days=1), timedelta(hours=1)
+HOSTS = frozenset({"gpuclass-webhook.cozy-system.svc"})
+POLICY = Policy(
+    ca_validity=1825 * DAY,
+    ca_renew_before=365 * DAY,
+    cert_validity=90 * DAY,
+    cert_renew_before=30 * DAY,
+    overlap=HOUR,
+    hosts=HOSTS,
+)
+
+
+def ref(name: str, *, ends: timedelta = 1000 * DAY) -> CertRef:
+    return CertRef(name, f"-----PEM {name}-----\n", NOW + ends)
+
+
+CA1, CA2, HELM = ref("ca1"), ref("ca2", ends=1825 * DAY), ref("helm-made")
+SHORT = ref("ca1", ends=20 * DAY)  # CA1 in its last days
+
+
+def ca(cert: CertRef) -> CAFacts:
+    return CAFacts(cert, NOW - 10 * DAY)
+
+
+def serving(
+    issuer: CertRef,
+    *,
+    ends: timedelta = 60 * DAY,
+    hosts: frozenset[str] = HOSTS,
+    key_matches: bool = True,
+) -> ServingFacts:
+    return ServingFacts(NOW - DAY, NOW + ends, issuer.fingerprint, hosts, key_matches)
+
+
+def bundles(*certs: CertRef, validating: tuple[CertRef, ...] | None = None) -> Bundles:
+    """Both chart configurations (two hooks in the mutating one) carrying `certs`."""
+    entry = BundleEntry(tuple(certs))
+    other = entry if validating is None else BundleEntry(validating)
+    return {"mutating": [entry, entry], "validating": [other]}
+
+
+STEADY = SecretState(current=ca(CA1), current_cert=CA1, serving=serving(CA1))
+STAGED = replace(STEADY, current=ca(replace(CA1, not_after=NOW + 300 * DAY)), next=ca(CA2))
+
+
+def bare(step: Step) -> Step:
+    """The step without its log reason, which rows do not pin."""
+    return replace(step, reason="") if isinstance(step, (UpdateSecret, WriteBundles)) else step
+
+
+ROWS = [
+    pytest.param(
+        SecretState(),
+        {"mutating": [BundleEntry(), BundleEntry()], "validating": [BundleEntry()]},
+        UpdateSecret("", new_ca="current", drop_next=True),
+        id="empty-secret-first-install-makes-a-ca",
+    ),
+    pytest.param(
+        SecretState(),
+        bundles(HELM),
+        UpdateSecret(
+            "", new_ca="current", drop_next=True, retired=(HELM,), retire_after=NOW + HOUR
+        ),
+        id="empty-secret-keeps-the-previous-modes-ca-one-overlap",
+    ),
+    pytest.param(
+        SecretState(current=ca(CA1), current_cert=CA1),
+        bundles(),
+        WriteBundles(("mutating", "validating"), (CA1,), ""),
+        id="new-ca-goes-into-every-bundle-before-it-signs",
+    ),
+    pytest.param(
+        SecretState(current=ca(CA1), current_cert=CA1),
+        bundles(CA1),
+        UpdateSecret("", issue_certificate=True),
+        id="ca-in-every-bundle-signs-the-certificate",
+    ),
+    pytest.param(
+        STEADY,
+        bundles(CA1),
+        Wait(NOW + 30 * DAY),  # the certificate's window opens first (60 - 30 days)
+        id="valid-waits-for-the-first-deadline",
+    ),
+    pytest.param(
+        replace(STEADY, serving=serving(CA1, ends=20 * DAY)),
+        bundles(CA1),
+        UpdateSecret("", issue_certificate=True),
+        id="certificate-near-expiry-is-renewed-by-the-same-ca",
+    ),
+    pytest.param(
+        replace(STEADY, serving=serving(HELM)),
+        bundles(CA1),
+        UpdateSecret("", issue_certificate=True),
+        id="certificate-of-another-ca-is-replaced",
+    ),
+    pytest.param(
+        replace(STEADY, serving=serving(CA1, hosts=frozenset({"old.svc"}))),
+        bundles(CA1),
+        UpdateSecret("", issue_certificate=True),
+        id="certificate-missing-a-host-is-replaced",
+    ),
+    pytest.param(
+        replace(STEADY, serving=serving(CA1, key_matches=False)),
+        bundles(CA1),
+        UpdateSecret("", issue_certificate=True),
+        id="certificate-whose-key-does-not-match-is-replaced",
+    ),
+    pytest.param(
+        replace(STEADY, current=ca(replace(CA1, not_after=NOW + 300 * DAY))),
+        bundles(replace(CA1, not_after=NOW + 300 * DAY)),
+        UpdateSecret("", new_ca="next"),
+        id="ca-near-expiry-stages-a-next-ca",
+    ),
+    pytest.param(
+        STAGED,
+        bundles(CA1),
+        WriteBundles(
+            ("mutating", "validating"), (replace(CA1, not_after=NOW + 300 * DAY), CA2), ""
+        ),
+        id="next-ca-goes-into-every-bundle-beside-the-current",
+    ),
+    pytest.param(
+        STAGED,
+        bundles(CA1, CA2),
+        UpdateSecret("", next_trusted_at=NOW),
+        id="bundles-carry-the-next-ca-overlap-starts",
+    ),
+    pytest.param(
+        replace(STAGED, next_trusted_at=NOW - 10 * timedelta(minutes=1)),
+        bundles(CA1, CA2),
+        Wait(NOW + 50 * timedelta(minutes=1)),
+        id="next-ca-waits-out-its-overlap",
+    ),
+    pytest.param(
+        replace(STAGED, next_trusted_at=NOW - 61 * timedelta(minutes=1)),
+        bundles(CA1, CA2),
+        UpdateSecret(
+            "",
+            promote=True,
+            issue_certificate=True,
+            retired=(replace(CA1, not_after=NOW + 300 * DAY),),
+            retire_after=NOW + HOUR,
+        ),
+        id="after-the-overlap-the-next-ca-signs-and-the-old-one-retires",
+    ),
+    pytest.param(
+        SecretState(
+            current=ca(CA2),
+            current_cert=CA2,
+            serving=serving(CA2),
+            retired=(CA1,),
+            retire_after=NOW + HOUR,
+        ),
+        bundles(CA2, CA1),
+        Wait(NOW + HOUR),
+        id="retired-ca-stays-in-the-bundles-for-its-overlap",
+    ),
+    pytest.param(
+        SecretState(
+            current=ca(CA2),
+            current_cert=CA2,
+            serving=serving(CA2),
+            retired=(CA1,),
+            retire_after=NOW - timedelta(seconds=1),
+        ),
+        bundles(CA2, CA1),
+        WriteBundles(("mutating", "validating"), (CA2,), ""),
+        id="overlap-finished-drops-the-old-ca-from-the-bundles",
+    ),
+    pytest.param(
+        SecretState(
+            current=ca(CA2),
+            current_cert=CA2,
+            serving=serving(CA2),
+            retired=(CA1,),
+            retire_after=NOW - timedelta(seconds=1),
+        ),
+        bundles(CA2),
+        UpdateSecret(""),
+        id="overlap-finished-and-bundles-clean-forgets-the-old-ca",
+    ),
+    pytest.param(
+        SecretState(
+            current=ca(CA2),
+            current_cert=CA2,
+            serving=serving(CA1),
+            retired=(CA1,),
+            retire_after=NOW - timedelta(seconds=1),
+        ),
+        bundles(CA2, CA1),
+        UpdateSecret(
+            "", issue_certificate=True, retired=(CA1,), retire_after=NOW - timedelta(seconds=1)
+        ),
+        id="old-ca-stays-while-the-certificate-is-still-the-old-cas",
+    ),
+    pytest.param(
+        SecretState(),  # nothing in the Secret parsed: corrupt data counts as none
+        bundles(CA1),
+        UpdateSecret("", new_ca="current", drop_next=True, retired=(CA1,), retire_after=NOW + HOUR),
+        id="corrupt-secret-starts-over-keeping-the-bundles-ca-one-overlap",
+    ),
+    pytest.param(
+        SecretState(current_cert=CA1, serving=serving(CA1)),
+        bundles(CA1),
+        UpdateSecret("", new_ca="next"),
+        id="lost-ca-key-with-a-served-certificate-rotates-with-overlap",
+    ),
+    pytest.param(
+        STEADY,
+        bundles(CA1, validating=()),
+        WriteBundles(("validating",), (CA1,), ""),
+        id="bundle-missing-our-ca-is-rewritten",
+    ),
+    pytest.param(
+        STEADY,
+        {
+            "mutating": [BundleEntry((CA1,)), BundleEntry((CA1,), clean=False)],
+            "validating": [BundleEntry((CA1,))],
+        },
+        WriteBundles(("mutating",), (CA1,), ""),
+        id="bundle-with-unparseable-data-is-rewritten",
+    ),
+    pytest.param(
+        STEADY,
+        bundles(CA1, HELM),
+        UpdateSecret("", retired=(HELM,), retire_after=NOW + HOUR),
+        id="foreign-ca-in-a-bundle-is-kept-one-overlap",
+    ),
+    pytest.param(
+        STEADY,
+        bundles(CA1, ref("expired", ends=-DAY)),
+        WriteBundles(("mutating", "validating"), (CA1,), ""),
+        id="foreign-expired-ca-is-dropped-at-once",
+    ),
+    pytest.param(
+        replace(STEADY, rotate="ca"),
+        bundles(CA1),
+        UpdateSecret("", new_ca="next", clear_rotate=True),
+        id="requested-ca-rotation-stages-a-next-ca",
+    ),
+    pytest.param(
+        replace(STEADY, rotate="certificate"),
+        bundles(CA1),
+        UpdateSecret("", issue_certificate=True, clear_rotate=True),
+        id="requested-certificate-rotation-signs-a-new-one",
+    ),
+    pytest.param(
+        replace(
+            STEADY,
+            current=ca(replace(CA1, not_after=NOW - DAY)),
+            serving=serving(CA1, ends=-DAY),
+        ),
+        bundles(replace(CA1, not_after=NOW - DAY)),
+        UpdateSecret("", new_ca="current", drop_next=True),
+        id="ended-ca-and-certificate-start-over",
+    ),
+    pytest.param(
+        SecretState(
+            current=ca(SHORT),
+            current_cert=SHORT,
+            next=ca(CA2),
+            next_trusted_at=NOW - 10 * timedelta(minutes=1),
+            serving=serving(SHORT, ends=20 * DAY),
+        ),
+        bundles(SHORT, CA2),
+        Wait(NOW + 50 * timedelta(minutes=1)),
+        id="certificate-ending-with-its-ca-is-not-re-signed-by-it",
+    ),
+]
+
+
+@pytest.mark.parametrize(("state", "seen", "expected"), ROWS)
+def test_plan(state: SecretState, seen: Bundles, expected: Step) -> None:
+    assert bare(plan(state, seen, now=NOW, policy=POLICY)) == expected
+
+
+def test_a_policy_that_cannot_rotate_safely_says_why() -> None:
+    bad = replace(POLICY, cert_renew_before=90 * DAY, overlap=200 * DAY, hosts=frozenset())
+    assert len(bad.problems()) == 3
+    assert POLICY.problems() == []
