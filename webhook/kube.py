@@ -15,6 +15,7 @@ from kubernetes_asyncio import client
 
 from gpuclass.shared import names
 from gpuclass.shared.runtime.kubeclient import RawClient
+from gpuclass.shared.runtime.listwatch import RawObject
 
 FIELD_MANAGER = "gpuclass-webhook"
 
@@ -30,3 +31,46 @@ def webhook_client(api: client.ApiClient, *, kubevirt_namespace: str) -> RawClie
         },
         field_manager=FIELD_MANAGER,
     )
+
+
+WEBHOOK_CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1"
+KINDS = {
+    "mutating": "mutatingwebhookconfigurations",
+    "validating": "validatingwebhookconfigurations",
+}
+
+
+class CertAdapter(RawClient):
+    """The reads and writes of the webhook's own certificates: one Secret, two configurations.
+
+    Every write is an update carrying the resourceVersion that was read, so a replica that lost
+    a race gets 409 and reads again (docs/operations.md, Certificates); the chart's RBAC allows
+    these verbs on exactly these names.
+    """
+
+    def __init__(self, api: client.ApiClient) -> None:
+        super().__init__(api, {}, field_manager=FIELD_MANAGER)
+
+    @staticmethod
+    def _secret(namespace: str, name: str = "") -> str:
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/secrets"
+        return f"{path}/{quote(name, safe='')}" if name else path
+
+    @staticmethod
+    def _configuration(kind: str, name: str) -> str:
+        return f"{WEBHOOK_CONFIGURATIONS}/{KINDS[kind]}/{quote(name, safe='')}"
+
+    async def get_secret(self, namespace: str, name: str) -> RawObject:
+        return await self._json("GET", self._secret(namespace, name))
+
+    async def create_secret(self, namespace: str, body: RawObject) -> RawObject:
+        return await self._json("POST", self._secret(namespace), body=body)
+
+    async def replace_secret(self, namespace: str, name: str, body: RawObject) -> RawObject:
+        return await self._json("PUT", self._secret(namespace, name), body=body)
+
+    async def get_configuration(self, kind: str, name: str) -> RawObject:
+        return await self._json("GET", self._configuration(kind, name))
+
+    async def replace_configuration(self, kind: str, name: str, body: RawObject) -> RawObject:
+        return await self._json("PUT", self._configuration(kind, name), body=body)

@@ -2,7 +2,9 @@
 
 With `--objects`, answers come from those files (re-read when they change) and a
 self-signed certificate is made when none is given; otherwise the catalog is a
-list+watch cache of the API server (in-cluster or `--kubeconfig`).
+list+watch cache of the API server (in-cluster or `--kubeconfig`). With
+`--cert-secret`, the webhook keeps its own CA and serving certificate in that Secret
+and the caBundles current (`webhook/certs.py`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import asyncio
 import logging
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import uvicorn
@@ -21,6 +23,7 @@ from gpuclass.shared.runtime.logs import setup_logging
 from gpuclass.shared.runtime.settings import parse_settings
 from gpuclass.shared.runtime.tls import ReloadingContext, self_signed
 from gpuclass.webhook.app import AppContext, create_app
+from gpuclass.webhook.certs import CertTarget, SelfManagedCertificates
 from gpuclass.webhook.limits import BodyBudget, BodyLimits
 from gpuclass.webhook.metrics import WebhookMetrics
 from gpuclass.webhook.server import ConnectionLimits, WebhookServer, shrink_tls_buffers
@@ -58,8 +61,53 @@ def _tls(settings: WebhookSettings) -> ReloadingContext:
     return ReloadingContext(files.cert, files.key)
 
 
+def _self_managed_tls(settings: WebhookSettings) -> ReloadingContext:
+    """A placeholder pair to listen with until the Secret's pair is loaded (not ready till then)."""
+    problems = settings.cert_policy().problems()
+    if problems:
+        raise ValueError("certificate lifetimes cannot rotate safely: " + "; ".join(problems))
+    if settings.objects or settings.tls_cert_file or settings.tls_key_file:
+        raise ValueError(
+            "--cert-secret serves its own certificate from the API server: "
+            "give neither --objects nor --tls-cert-file/--tls-key-file"
+        )
+    directory = settings.tls_dir or Path(tempfile.mkdtemp(prefix="gpuclass-webhook-tls-"))
+    files = self_signed(directory, settings.tls_hosts, days=1)
+    return ReloadingContext(files.cert, files.key)
+
+
+async def _certificates(
+    settings: WebhookSettings, tls: ReloadingContext, metrics: WebhookMetrics
+) -> SelfManagedCertificates:
+    from gpuclass.shared.runtime.kubeclient import api_client
+    from gpuclass.webhook.kube import FIELD_MANAGER, CertAdapter
+
+    assert settings.cert_secret is not None
+    configurations = [
+        (kind, name)
+        for kind, name in (
+            ("mutating", settings.cert_mutating_webhook_configuration),
+            ("validating", settings.cert_validating_webhook_configuration),
+        )
+        if name
+    ]
+    target = CertTarget(
+        settings.cert_secret_namespace(), settings.cert_secret, tuple(configurations)
+    )
+    api = await api_client(settings.kubeconfig, binary=FIELD_MANAGER)
+    return SelfManagedCertificates(
+        CertAdapter(api),
+        target,
+        settings.cert_policy(),
+        tls=tls,
+        poll_seconds=settings.cert_poll_seconds,
+        on_loaded=lambda: metrics.cert_expiry.set(tls.expiry),
+    )
+
+
 async def serve(settings: WebhookSettings) -> int:
     metrics = WebhookMetrics()
+    certificates: SelfManagedCertificates | None = None
     try:
         state: CatalogState = (
             FileState(
@@ -71,11 +119,15 @@ async def serve(settings: WebhookSettings) -> int:
             if settings.objects
             else await _cluster_state(settings, metrics)
         )
-        tls = _tls(settings)
+        if settings.cert_secret:
+            tls = _self_managed_tls(settings)
+            certificates = await _certificates(settings, tls, metrics)
+        else:
+            tls = _tls(settings)
+            metrics.cert_expiry.set(tls.expiry)
     except (LoadError, ValueError, OSError) as exc:
         log.error("cannot start", extra={"fields": {"error": str(exc)}})
         return 2
-    metrics.cert_expiry.set(tls.expiry)
 
     async def reload_certificates() -> None:
         while True:
@@ -86,12 +138,13 @@ async def serve(settings: WebhookSettings) -> int:
             except OSError as exc:
                 log.warning("certificate files unreadable", extra={"fields": {"error": str(exc)}})
 
+    background = [certificates.run] if certificates is not None else [reload_certificates]
     ctx = AppContext(
         state,
         metrics,
         _body_limits(settings),
-        tls_ready=lambda: tls.expiry > 0,
-        background=[reload_certificates],
+        tls_ready=_tls_ready(tls, certificates),
+        background=background,
     )
     config = uvicorn.Config(
         create_app(ctx),
@@ -127,6 +180,15 @@ async def serve(settings: WebhookSettings) -> int:
     await server.serve()
     announcer.cancel()
     return 0
+
+
+def _tls_ready(
+    tls: ReloadingContext, certificates: SelfManagedCertificates | None
+) -> Callable[[], bool]:
+    """Ready once a real pair is served: the Secret's when self-managed, else the files'."""
+    if certificates is not None:
+        return lambda: certificates.loaded
+    return lambda: tls.expiry > 0
 
 
 def _body_limits(settings: WebhookSettings) -> BodyLimits:

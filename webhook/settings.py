@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
 
+from gpuclass.shared.certrotation import Policy as CertPolicy
 from gpuclass.shared.runtime.settings import CommonSettings
+
+DAY = 86400.0
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 class WebhookSettings(CommonSettings):
@@ -30,6 +35,41 @@ class WebhookSettings(CommonSettings):
     )
     tls_reload_seconds: float = Field(
         2.0, gt=0, description="how often to check certificate files for changes"
+    )
+    cert_secret: str | None = Field(
+        None,
+        description="Secret holding the webhook's own CA and serving certificate: when set, the "
+        "webhook makes, rotates and serves them and keeps the caBundles current (needs the API)",
+    )
+    cert_namespace: str | None = Field(
+        None, description="namespace of --cert-secret (default: the service account's)"
+    )
+    cert_mutating_webhook_configuration: str | None = Field(
+        None, description="MutatingWebhookConfiguration whose caBundle --cert-secret keeps"
+    )
+    cert_validating_webhook_configuration: str | None = Field(
+        None, description="ValidatingWebhookConfiguration whose caBundle --cert-secret keeps"
+    )
+    cert_ca_validity_seconds: float = Field(
+        1825 * DAY, gt=0, description="lifetime of a CA made for --cert-secret"
+    )
+    cert_ca_renew_before_seconds: float = Field(
+        365 * DAY, gt=0, description="a next CA is introduced when the CA has this long left"
+    )
+    cert_validity_seconds: float = Field(
+        90 * DAY, gt=0, description="lifetime of a serving certificate made for --cert-secret"
+    )
+    cert_renew_before_seconds: float = Field(
+        30 * DAY, gt=0, description="the serving certificate is renewed when it has this long left"
+    )
+    cert_overlap_seconds: float = Field(
+        3600,
+        gt=0,
+        description="a new CA is in every caBundle this long before it signs; a replaced one "
+        "stays this long after",
+    )
+    cert_poll_seconds: float = Field(
+        10.0, gt=0, description="how often each replica reads --cert-secret and the caBundles"
     )
     max_body_bytes: int = Field(7 * 1024 * 1024, gt=0, description="larger request bodies get 413")
     max_body_buffer_bytes: int = Field(
@@ -76,3 +116,21 @@ class WebhookSettings(CommonSettings):
     @classmethod
     def _split_hosts(cls, value: object) -> object:
         return [part for part in value.split(",") if part] if isinstance(value, str) else value
+
+    def cert_policy(self) -> CertPolicy:
+        return CertPolicy(
+            ca_validity=timedelta(seconds=self.cert_ca_validity_seconds),
+            ca_renew_before=timedelta(seconds=self.cert_ca_renew_before_seconds),
+            cert_validity=timedelta(seconds=self.cert_validity_seconds),
+            cert_renew_before=timedelta(seconds=self.cert_renew_before_seconds),
+            overlap=timedelta(seconds=self.cert_overlap_seconds),
+            hosts=frozenset(self.tls_hosts),
+        )
+
+    def cert_secret_namespace(self) -> str:
+        if self.cert_namespace:
+            return self.cert_namespace
+        try:
+            return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+        except OSError:
+            raise ValueError("--cert-secret needs --cert-namespace outside a Pod") from None

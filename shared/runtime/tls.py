@@ -156,6 +156,10 @@ class ReloadingContext:
             raise PairUnusable("certificate files changed while loading")
         return context, expiry
 
+    def serves(self, cert: bytes, key: bytes) -> bool:
+        """Whether new handshakes get exactly this pair."""
+        return (cert, key) == self._served
+
     def reload(self) -> bool:
         """Serve the files' pair if it changed and is good; keep the previous one if not."""
         pair = self._read()
