@@ -30,6 +30,7 @@ from tests.chart_helpers import (
     RawObject,
     chart_with_existing_tls_secret,
     containers,
+    copy_chart,
     deployment,
     documents,
     flatten_keys,
@@ -53,9 +54,11 @@ MONITORING_ON = {
     }
 }
 CERT_MANAGER = {"tls": {"certManager": {"enabled": True}}}
+HELM_TLS = {"tls": {"mode": "helm"}}  # certificates made by the chart (the mode before "webhook")
 
 VARIANTS = [
     pytest.param({}, id="defaults"),
+    pytest.param(HELM_TLS, id="helm-certificates"),
     pytest.param(CERT_MANAGER, id="cert-manager"),
     pytest.param(
         {
@@ -173,7 +176,7 @@ def test_default_render_has_the_expected_objects() -> None:
     assert counts["ValidatingAdmissionPolicyBinding"] == 1
     assert counts["CustomResourceDefinition"] == 1
     assert counts["Job"] == 1
-    assert counts["Secret"] == 2  # the self-managed serving Secret and its CA
+    assert counts["Secret"] == 1  # the empty Secret the webhook keeps its certificates in
     for absent in ("ServiceMonitor", "PrometheusRule", "ConfigMap", "Certificate", "Issuer"):
         assert absent not in counts
 
@@ -259,7 +262,9 @@ def test_schema_describes_every_default_value() -> None:
 # admission registration (docs/contract.md section 3)
 
 
-@pytest.mark.parametrize("values", [{}, CERT_MANAGER], ids=["self-managed", "cert-manager"])
+@pytest.mark.parametrize(
+    "values", [{}, HELM_TLS, CERT_MANAGER], ids=["webhook-managed", "helm", "cert-manager"]
+)
 def test_webhook_paths_are_the_webhook_route_constants(values: dict[str, Any]) -> None:
     objects = render_objects(values)
     assert webhook_for(objects, "gpuclasses")["clientConfig"]["service"]["path"] == (
@@ -532,7 +537,7 @@ def _ca_secret(objects: list[RawObject]) -> RawObject:
 
 
 def test_self_managed_certificate_is_consistent_across_every_object() -> None:
-    objects = render_objects()
+    objects = render_objects(HELM_TLS)
     secret = _tls_secret(objects)
     assert secret["type"] == "kubernetes.io/tls"
     ca = _pem(secret["data"]["ca.crt"])
@@ -552,7 +557,9 @@ def test_self_managed_certificate_is_consistent_across_every_object() -> None:
 
 
 def test_self_managed_secret_records_its_expiry_dates() -> None:
-    secret = _tls_secret(render_objects({"tls": {"selfManaged": {"certValidityDays": 100}}}))
+    secret = _tls_secret(
+        render_objects({"tls": {"mode": "helm", "selfManaged": {"certValidityDays": 100}}})
+    )
     annotations = secret["metadata"]["annotations"]
     cert = _pem(secret["data"]["tls.crt"])
     recorded = datetime.datetime.fromisoformat(annotations["gpuclass.cozystack.io/cert-not-after"])
@@ -566,14 +573,14 @@ def test_self_managed_secret_records_its_expiry_dates() -> None:
 
 
 def test_webhook_pods_never_mount_the_ca_key() -> None:
-    spec = pod_spec(deployment(render_objects(), "webhook"))
+    spec = pod_spec(deployment(render_objects(HELM_TLS), "webhook"))
     [tls] = [v for v in spec["volumes"] if v["name"] == "tls"]
     assert {item["key"] for item in tls["secret"]["items"]} == {"tls.crt", "tls.key", "ca.crt"}
 
 
 def test_the_serving_secret_does_not_hold_the_ca_private_key() -> None:
     """Whoever reads the webhook's Secret cannot sign certificates: the CA key lives apart."""
-    objects = render_objects()
+    objects = render_objects(HELM_TLS)
     serving, ca = _tls_secret(objects), _ca_secret(objects)
     assert set(serving["data"]) == {"ca.crt", "tls.crt", "tls.key"}
     assert not any(
@@ -599,7 +606,7 @@ def test_the_serving_secret_does_not_hold_the_ca_private_key() -> None:
 
 def _render_with_existing(tmp_path: Any, *secrets: RawObject | None) -> list[RawObject]:
     chart = chart_with_existing_tls_secret(tmp_path, *secrets)
-    return documents(render(chart=chart))
+    return documents(render(HELM_TLS, chart=chart))
 
 
 def _previous(objects: list[RawObject]) -> tuple[RawObject, RawObject]:
@@ -614,7 +621,7 @@ def _expire_in(secret: RawObject, key: str, days: int) -> RawObject:
 
 
 def test_upgrade_reuses_a_valid_secret_so_the_ca_bundle_stays_in_sync(tmp_path: Any) -> None:
-    first, first_ca = _previous(render_objects())
+    first, first_ca = _previous(render_objects(HELM_TLS))
     objects = _render_with_existing(tmp_path, first, first_ca)
     second = _tls_secret(objects)
     assert second["data"] == first["data"]
@@ -625,7 +632,7 @@ def test_upgrade_reuses_a_valid_secret_so_the_ca_bundle_stays_in_sync(tmp_path: 
 
 
 def test_upgrade_reissues_a_certificate_near_expiry_with_the_same_ca(tmp_path: Any) -> None:
-    first, first_ca = _previous(render_objects())
+    first, first_ca = _previous(render_objects(HELM_TLS))
     ageing = _expire_in(first, "gpuclass.cozystack.io/cert-not-after", 10)  # renewBeforeDays 30
     objects = _render_with_existing(tmp_path, ageing, first_ca)
     second = _tls_secret(objects)
@@ -638,7 +645,7 @@ def test_upgrade_reissues_a_certificate_near_expiry_with_the_same_ca(tmp_path: A
 
 
 def test_upgrade_reissues_when_the_service_name_changed(tmp_path: Any) -> None:
-    first, first_ca = _previous(render_objects())
+    first, first_ca = _previous(render_objects(HELM_TLS))
     moved = json.loads(json.dumps(first))
     moved["metadata"]["annotations"]["gpuclass.cozystack.io/service-host"] = "old.cozy-system.svc"
     second = _tls_secret(_render_with_existing(tmp_path, moved, first_ca))
@@ -656,7 +663,7 @@ def test_upgrade_reissues_when_the_service_name_changed(tmp_path: Any) -> None:
     ],
 )  # fmt: skip
 def test_upgrade_makes_a_new_ca_when_the_old_one_cannot_sign(tmp_path: Any, damage: Any) -> None:
-    first, first_ca = _previous(render_objects())
+    first, first_ca = _previous(render_objects(HELM_TLS))
     objects = _render_with_existing(tmp_path, *damage(first, first_ca))
     second = _tls_secret(objects)
     assert second["data"]["ca.crt"] != first["data"]["ca.crt"]
@@ -671,7 +678,7 @@ def test_upgrade_from_the_single_secret_layout_keeps_the_ca_and_moves_its_key(
     tmp_path: Any,
 ) -> None:
     """Releases before the split kept ca.key in the serving Secret; upgrading keeps the caBundle."""
-    first, first_ca = _previous(render_objects())
+    first, first_ca = _previous(render_objects(HELM_TLS))
     old_layout = json.loads(json.dumps(first))
     old_layout["data"]["ca.key"] = first_ca["data"]["ca.key"]
     objects = _render_with_existing(tmp_path, old_layout)
@@ -714,6 +721,15 @@ def test_cert_manager_mode_uses_a_given_issuer() -> None:
     objects = render_objects({"tls": {"certManager": {"enabled": True, "issuerRef": ref}}})
     assert not of_kind(objects, "Issuer")
     assert one(objects, "Certificate")["spec"]["issuerRef"] == ref
+
+
+def _trust_secret(objects: list[RawObject]) -> str:
+    """The Secret whose ca.crt trusts the webhook: mounted by it, or (mode "webhook") its own."""
+    workload = deployment(objects, "webhook")
+    if "tls" in {v["name"] for v in pod_spec(workload)["volumes"]}:
+        return _mounted_secret(workload)
+    name: str = one(objects, "Secret")["metadata"]["name"]
+    return name
 
 
 def _mounted_secret(obj: RawObject) -> str:
@@ -890,7 +906,22 @@ def test_the_binaries_accept_the_rendered_flags(
         assert parsed.kubeconfig is None and parsed.objects == []  # in-cluster, watching the API
     assert hook.kubevirt_controller_user == settings["kubevirtControllerUser"]
     assert hook.port == merged["webhook"]["port"] == webhook["ports"][0]["containerPort"]
-    assert hook.tls_cert_file is not None and hook.tls_key_file is not None
+    if merged["tls"]["mode"] == "webhook" and not merged["tls"]["certManager"]["enabled"]:
+        assert hook.cert_secret == one(objects, "Secret")["metadata"]["name"]
+        assert hook.cert_secret_namespace() == NAMESPACE
+        assert (
+            hook.cert_mutating_webhook_configuration
+            == (one(objects, "MutatingWebhookConfiguration")["metadata"]["name"])
+        )
+        assert (
+            hook.cert_validating_webhook_configuration
+            == (one(objects, "ValidatingWebhookConfiguration")["metadata"]["name"])
+        )
+        assert "gpuclass-webhook.cozy-system.svc" in hook.tls_hosts
+        assert hook.cert_policy().problems() == []
+        assert hook.tls_cert_file is None and hook.tls_key_file is None
+    else:
+        assert hook.tls_cert_file is not None and hook.tls_key_file is not None
     assert loop.port == merged["reconciler"]["port"] == reconciler["ports"][0]["containerPort"]
     assert loop.leader_elect is True
     assert loop.lease_namespace() == NAMESPACE
@@ -988,14 +1019,105 @@ def test_reconciler_namespaced_rights_are_its_lease_and_the_kubevirt_cr() -> Non
     )
 
 
-def test_webhook_only_reads() -> None:
+def test_webhook_only_reads_when_it_keeps_no_certificates() -> None:
+    for values in (HELM_TLS, CERT_MANAGER):
+        objects = render_objects(values)
+        assert _rules(objects, "ClusterRole", "gpuclass-webhook") == (
+            _grants("cozystack.io", ["gpuclasses"], READ) | _grants("", ["namespaces"], READ)
+        )
+        assert _rules(objects, "Role", "gpuclass-webhook-kubevirt") == _grants(
+            "kubevirt.io", ["kubevirts"], READ
+        )
+        assert not [r for r in of_kind(objects, "Role") if r["metadata"]["name"].endswith("-certs")]
+
+
+def test_webhook_writes_exactly_its_certificate_secret_and_its_two_configurations() -> None:
+    """Mode "webhook": get and update, each limited by name; no create, list or watch, which
+    resourceNames cannot limit (docs/operations.md, Certificates)."""
     objects = render_objects()
-    assert _rules(objects, "ClusterRole", "gpuclass-webhook") == (
-        _grants("cozystack.io", ["gpuclasses"], READ) | _grants("", ["namespaces"], READ)
+    mutating = one(objects, "MutatingWebhookConfiguration")["metadata"]["name"]
+    validating = one(objects, "ValidatingWebhookConfiguration")["metadata"]["name"]
+    secret = one(objects, "Secret")
+    assert secret["metadata"]["namespace"] == NAMESPACE and "data" not in secret
+    named = {
+        (tuple(r["resources"]), tuple(r.get("resourceNames", ())), tuple(sorted(r["verbs"])))
+        for r in one(objects, "ClusterRole", "gpuclass-webhook")["rules"]
+        if r["apiGroups"] == ["admissionregistration.k8s.io"]
+    }
+    assert named == {
+        (("mutatingwebhookconfigurations",), (mutating,), ("get", "update")),
+        (("validatingwebhookconfigurations",), (validating,), ("get", "update")),
+    }
+    role = one(objects, "Role", "gpuclass-webhook-certs")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": [secret["metadata"]["name"]],
+            "verbs": ["get", "update"],
+        }
+    ]
+    binding = one(objects, "RoleBinding", "gpuclass-webhook-certs")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert (
+        binding["subjects"][0]["name"]
+        == pod_spec(deployment(objects, "webhook"))["serviceAccountName"]
     )
-    assert _rules(objects, "Role", "gpuclass-webhook-kubevirt") == _grants(
-        "kubevirt.io", ["kubevirts"], READ
+
+
+def test_webhook_managed_mode_mounts_no_certificate_and_renders_no_ca_bundle() -> None:
+    """`helm template` (and Argo CD) renders no caBundle: the webhook writes it; nothing to roll."""
+    objects = render_objects()
+    for name, hook in webhooks(objects).items():
+        assert "caBundle" not in hook["clientConfig"], name
+    pods = deployment(objects, "webhook")["spec"]["template"]
+    assert "tls" not in {v["name"] for v in pods["spec"]["volumes"]}
+    assert "checksum/tls" not in (pods["metadata"].get("annotations") or {})
+
+
+def test_webhook_managed_mode_keeps_the_live_ca_bundle_on_upgrade(tmp_path: Any) -> None:
+    """An upgrade renders the caBundle the live configurations carry (lookup), so that the
+    upgrade from mode "helm" does not take the trusted CA away before the webhook replaced it."""
+    chart = copy_chart(tmp_path)
+    helpers = chart / "templates" / "_tls.tpl"
+    lookup = (
+        '{{- $live := lookup "admissionregistration.k8s.io/v1" .kind "" .configuration'
+        " | default dict -}}"
     )
+    text = helpers.read_text()
+    assert text.count(lookup) == 1
+    names = (
+        "virtualmachineinstances.gpuclass.cozystack.io",
+        "virt-launcher-pods.gpuclass.cozystack.io",
+        "gpuclasses.gpuclass.cozystack.io",
+    )
+    live = {
+        "webhooks": [{"name": n, "clientConfig": {"caBundle": f"bundle-of-{n}"}} for n in names]
+    }
+    helpers.write_text(text.replace(lookup, "{{- $live := " + _go_literal(live) + " -}}"))
+    objects = documents(render(chart=chart))
+    for name, hook in webhooks(objects).items():
+        assert hook["clientConfig"]["caBundle"] == f"bundle-of-{name}"
+
+
+def _go_literal(value: Any) -> str:
+    """`value` as a template expression (JSON through fromJson)."""
+    return "(" + json.dumps(json.dumps(value)) + " | fromJson)"
+
+
+@pytest.mark.parametrize(
+    ("tls", "message"),
+    [
+        ({"certValidityDays": 30, "certRenewBeforeDays": 30}, "certRenewBeforeDays"),
+        ({"caValidityDays": 365, "caRenewBeforeDays": 400}, "caRenewBeforeDays"),
+    ],
+)
+def test_webhook_managed_lifetimes_that_cannot_rotate_fail_the_render(
+    tls: dict[str, int], message: str
+) -> None:
+    with pytest.raises(Exception, match=message):
+        render({"tls": {"webhookManaged": tls}})
 
 
 def test_cluster_wide_kubevirt_scope_moves_the_kubevirt_rights_to_the_cluster_roles() -> None:
@@ -1267,8 +1389,8 @@ def test_dashboard_can_live_in_grafanas_namespace() -> None:
 
 @pytest.mark.parametrize(
     "values",
-    [MONITORING_ON, {**CERT_MANAGER, **MONITORING_ON}],
-    ids=["self-managed", "cert-manager"],
+    [MONITORING_ON, {**HELM_TLS, **MONITORING_ON}, {**CERT_MANAGER, **MONITORING_ON}],
+    ids=["webhook-managed", "helm", "cert-manager"],
 )
 def test_service_monitors_scrape_the_metrics_ports_under_the_alerts_job_names(
     values: dict[str, Any],
@@ -1296,10 +1418,7 @@ def test_service_monitors_scrape_the_metrics_ports_under_the_alerts_job_names(
         assert (endpoint["scheme"], endpoint["path"]) == (scheme, paths.METRICS)
         if component == "webhook":
             tls = endpoint["tlsConfig"]
-            assert tls["ca"]["secret"] == {
-                "name": _mounted_secret(deployment(objects, "webhook")),
-                "key": "ca.crt",
-            }
+            assert tls["ca"]["secret"] == {"name": _trust_secret(objects), "key": "ca.crt"}
             assert tls["serverName"] == "gpuclass-webhook.cozy-system.svc"
 
 
@@ -1346,6 +1465,14 @@ def test_release_name_flows_into_every_cross_reference() -> None:
         "system:serviceaccount:platform:gpu-gpuclass-reconciler"
         in policy["spec"]["matchConditions"][0]["expression"]
     )
+    assert one(objects, "Secret")["metadata"]["name"] == "gpu-gpuclass-webhook-certs"
+    [container] = pod_spec(deployment(objects, "webhook"))["containers"]
+    hosts = (
+        "--tls-hosts=gpu-gpuclass-webhook,gpu-gpuclass-webhook.platform,"
+        "gpu-gpuclass-webhook.platform.svc,gpu-gpuclass-webhook.platform.svc.cluster.local"
+    )
+    assert hosts in container["args"]
+    objects = render_objects(HELM_TLS, release="gpu", namespace="platform")
     secret = one(objects, "Secret", "gpu-gpuclass-webhook-tls")
     assert one(objects, "Secret", "gpu-gpuclass-webhook-tls-ca")
     assert (

@@ -379,9 +379,9 @@ def test_pod_monitors_scrape_the_pods_under_the_alerts_job_names() -> None:
         assert relabel == {"action": "replace", "targetLabel": "job", "replacement": job}
         assert f'job="{job}"' in alerts
         if component == "webhook":
-            volumes = {v["name"]: v for v in pod_spec(workload)["volumes"]}
+            # mode "webhook": the Secret the webhook keeps, whose ca.crt is its trust bundle
             assert endpoint["tlsConfig"]["ca"]["secret"] == {
-                "name": volumes["tls"]["secret"]["secretName"],
+                "name": one(objects, "Secret")["metadata"]["name"],
                 "key": "ca.crt",
             }
             assert endpoint["tlsConfig"]["serverName"] == "gpuclass-webhook.cozy-system.svc"

@@ -95,6 +95,37 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-tls" (include "gpuclass.webhook.fullname" .) -}}
 {{- end -}}
 
+{{/*
+Who makes and renews the webhook's certificate: "webhook" (the default: the webhook keeps its own
+CA in the Secret <fullname>-certs and the caBundles current), "helm" (templates/_tls.tpl, renewed
+on helm upgrade) or "certManager". tls.certManager.enabled=true, the older spelling, still selects
+cert-manager.
+*/}}
+{{- define "gpuclass.tlsMode" -}}
+{{- if .Values.tls.certManager.enabled -}}certManager{{- else -}}{{ .Values.tls.mode }}{{- end -}}
+{{- end -}}
+
+{{/* The Secret the webhook keeps its own CA and certificate in (mode "webhook"). */}}
+{{- define "gpuclass.webhook.certsSecretName" -}}
+{{- printf "%s-certs" (include "gpuclass.webhook.fullname" .) -}}
+{{- end -}}
+
+{{/* The Secret whose ca.crt a scraper trusts: the webhook's own in mode "webhook". */}}
+{{- define "gpuclass.webhook.servingSecretName" -}}
+{{- if eq (include "gpuclass.tlsMode" .) "webhook" -}}
+{{- include "gpuclass.webhook.certsSecretName" . -}}
+{{- else -}}
+{{- include "gpuclass.webhook.tlsSecretName" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The DNS names of the serving certificate, in every mode. */}}
+{{- define "gpuclass.webhook.dnsNames" -}}
+{{- $svc := include "gpuclass.webhook.fullname" . -}}
+{{- $host := include "gpuclass.webhook.serviceHost" . -}}
+{{- list $svc (printf "%s.%s" $svc .Release.Namespace) $host (printf "%s.cluster.local" $host) | join "," -}}
+{{- end -}}
+
 {{- define "gpuclass.webhook.certificateName" -}}
 {{- include "gpuclass.webhook.fullname" . -}}
 {{- end -}}

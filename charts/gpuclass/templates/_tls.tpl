@@ -91,21 +91,40 @@ Returns YAML: {caCert, cert, key, caNotAfter, certNotAfter, generated}.
 {{- (include "gpuclass.webhook.selfManagedTLS" . | fromYaml).caCert | b64enc -}}
 {{- end -}}
 
-{{/* webhook clientConfig, shared by the three webhooks: call with (dict "root" $ "path" "/x") */}}
+{{- /*
+Mode "webhook": the webhook writes the caBundles. The chart renders what the live object already
+carries (lookup; nothing under `helm template`), so that an upgrade never takes the bundle away —
+in particular the upgrade from mode "helm", whose CA the webhook then keeps for one overlap.
+Call with (dict "root" $ "kind" KIND "configuration" NAME "hook" NAME).
+*/ -}}
+{{- define "gpuclass.webhook.liveCaBundle" -}}
+{{- $live := lookup "admissionregistration.k8s.io/v1" .kind "" .configuration | default dict -}}
+{{- range (get $live "webhooks" | default list) -}}
+{{- if eq .name $.hook -}}{{- get (.clientConfig | default dict) "caBundle" | default "" -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* webhook clientConfig, shared by the three webhooks:
+call with (dict "root" $ "path" "/x" "kind" KIND "configuration" NAME "hook" NAME) */}}
 {{- define "gpuclass.webhook.clientConfig" -}}
+{{- $mode := include "gpuclass.tlsMode" .root -}}
 service:
   name: {{ include "gpuclass.webhook.fullname" .root }}
   namespace: {{ .root.Release.Namespace }}
   port: 443
   path: {{ .path }}
-{{- if not .root.Values.tls.certManager.enabled }}
+{{- if eq $mode "helm" }}
 caBundle: {{ include "gpuclass.webhook.caBundle" .root }}
+{{- else if eq $mode "webhook" }}
+{{- with include "gpuclass.webhook.liveCaBundle" . }}
+caBundle: {{ . }}
+{{- end }}
 {{- end }}
 {{- end -}}
 
 {{/* Annotations of the webhook configurations: cert-manager's cainjector fills caBundle. */}}
 {{- define "gpuclass.webhook.configurationAnnotations" -}}
-{{- if .Values.tls.certManager.enabled -}}
+{{- if eq (include "gpuclass.tlsMode" .) "certManager" -}}
 cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "gpuclass.webhook.certificateName" .) }}
 {{- end -}}
 {{- end -}}
