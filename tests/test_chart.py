@@ -1111,6 +1111,7 @@ def _go_literal(value: Any) -> str:
     [
         ({"certValidityDays": 30, "certRenewBeforeDays": 30}, "certRenewBeforeDays"),
         ({"caValidityDays": 365, "caRenewBeforeDays": 400}, "caRenewBeforeDays"),
+        ({"caRenewBeforeDays": 1, "overlapMinutes": 720}, "overlapMinutes"),
     ],
 )
 def test_webhook_managed_lifetimes_that_cannot_rotate_fail_the_render(

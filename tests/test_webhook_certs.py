@@ -183,3 +183,27 @@ def test_a_refused_write_is_an_error_not_a_silent_pass(tmp_path: Path) -> None:
     with pytest.raises(ApiError):
         asyncio.run(a.sync())
     assert not a.loaded
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        pytest.param(["--objects", "examples"], id="with-objects"),
+        pytest.param(["--cert-renew-before-seconds", "7776000"], id="renewed-before-it-is-made"),
+        pytest.param(["--cert-overlap-seconds", "20000000"], id="overlap-longer-than-the-window"),
+    ],
+)
+def test_the_webhook_refuses_to_start_with_certificates_it_cannot_keep(
+    flags: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    from gpuclass.shared.runtime.settings import parse_settings
+    from gpuclass.webhook.main import serve
+    from gpuclass.webhook.settings import WebhookSettings
+
+    settings = parse_settings(
+        WebhookSettings,
+        ["--cert-secret", "s", "--cert-namespace", "n", *flags],
+        "gpuclass-webhook",
+    )
+    assert asyncio.run(serve(settings)) == 2
+    assert "cannot start" in caplog.text

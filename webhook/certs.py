@@ -97,6 +97,7 @@ class SelfManagedCertificates:
         self.api, self.target, self.policy, self.tls = api, target, policy, tls
         self.poll_seconds, self.clock, self.on_loaded = poll_seconds, clock, on_loaded
         self.loaded = False
+        self._missing: set[str] = set()  # configurations already reported missing
 
     async def run(self) -> None:
         """Sync now, then again at the plan's next deadline or every poll, whichever is first."""
@@ -153,10 +154,14 @@ class SelfManagedCertificates:
             except ApiError as exc:
                 if exc.status != 404:
                     raise
-                log.warning(
-                    "webhook configuration not found; its caBundle is not kept",
-                    extra={"fields": {"kind": kind, "name": name}},
-                )
+                if name not in self._missing:
+                    log.warning(
+                        "webhook configuration not found; its caBundle is not kept",
+                        extra={"fields": {"kind": kind, "name": name}},
+                    )
+                self._missing.add(name)
+            else:
+                self._missing.discard(name)
         return found
 
     async def _secret(self) -> RawObject:

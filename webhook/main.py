@@ -109,6 +109,7 @@ async def serve(settings: WebhookSettings) -> int:
     metrics = WebhookMetrics()
     certificates: SelfManagedCertificates | None = None
     try:
+        tls = _self_managed_tls(settings) if settings.cert_secret else _tls(settings)
         state: CatalogState = (
             FileState(
                 settings.objects,
@@ -120,10 +121,8 @@ async def serve(settings: WebhookSettings) -> int:
             else await _cluster_state(settings, metrics)
         )
         if settings.cert_secret:
-            tls = _self_managed_tls(settings)
             certificates = await _certificates(settings, tls, metrics)
         else:
-            tls = _tls(settings)
             metrics.cert_expiry.set(tls.expiry)
     except (LoadError, ValueError, OSError) as exc:
         log.error("cannot start", extra={"fields": {"error": str(exc)}})
