@@ -182,6 +182,13 @@ def test_ca_and_certificate_rotate_with_traffic_flowing_and_no_admission_fails(
             if e.get("msg") == "certificate Secret written"
         ]
         assert any(e.get("promoted") for e in writes), "a next CA was promoted"
+        lost = [
+            e
+            for replica_ in (server, other)
+            for e in replica_.logs()
+            if e.get("msg") == "another replica wrote first; reading again"
+        ]
+        assert lost, "the replicas raced on the real API server (409) and the loser adopted"
     finally:
         other.stop()
         server.stop()

@@ -207,3 +207,14 @@ def test_the_webhook_refuses_to_start_with_certificates_it_cannot_keep(
     )
     assert asyncio.run(serve(settings)) == 2
     assert "cannot start" in caplog.text
+
+
+def test_not_ready_until_the_secrets_pair_is_served(tmp_path: Path) -> None:
+    from gpuclass.webhook.main import _tls_ready
+
+    api, clock = MemoryAPI(), Clock()
+    a = replica(api, clock, tmp_path / "a")
+    ready = _tls_ready(a.tls, a)
+    assert a.tls.expiry > 0 and not ready()  # the placeholder is loaded, but it is no answer
+    asyncio.run(a.sync())
+    assert ready()

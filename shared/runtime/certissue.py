@@ -222,7 +222,14 @@ def _time(value: str | None) -> dt.datetime | None:
 
 
 def _stamp(value: dt.datetime | None) -> str | None:
-    return None if value is None else value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """RFC 3339 in whole seconds, rounded up: every stamp is a time before which something must
+    not happen (a CA signing, a CA leaving), so later is the safe side."""
+    if value is None:
+        return None
+    utc = value.astimezone(dt.UTC)
+    if utc.microsecond:
+        utc = utc.replace(microsecond=0) + dt.timedelta(seconds=1)
+    return utc.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def inspect_secret(data: Mapping[str, bytes], annotations: Mapping[str, str]) -> SecretState:
