@@ -19,7 +19,6 @@ import kubernetes_asyncio.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from kubernetes_asyncio import client, config
 
 from gpuclass.shared.runtime.listwatch import ApiError, ListPage, RawObject, WatchEvent
 from gpuclass.shared.runtime.ratelimit import TokenBucket
+from gpuclass.shared.runtime.version import package_version
 
 WRITE_METHODS = frozenset({"PATCH", "POST", "PUT"})
 Collections = Mapping[str, tuple[str, Mapping[str, str]]]
@@ -37,11 +37,7 @@ Collections = Mapping[str, tuple[str, Mapping[str, str]]]
 
 def user_agent(binary: str) -> str:
     """`gpuclass-reconciler/<version>`: what the API server's audit log and metrics show."""
-    try:
-        version = metadata.version("gpuclass")
-    except metadata.PackageNotFoundError:
-        version = "unknown"
-    return f"{binary}/{version}"
+    return f"{binary}/{package_version()}"
 
 
 async def api_client(kubeconfig: Path | None, *, binary: str) -> client.ApiClient:
