@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 
 class ClusterConfigError(Exception):
     """No usable cluster configuration; the message says where it looked."""
@@ -60,3 +62,20 @@ def choose_cluster_config(
         "no cluster configuration: give --kubeconfig, set KUBECONFIG, run in a Pod, "
         f"or create {default}"
     )
+
+
+def first_current_context(paths: str) -> str | None:
+    """kubectl's rule for a list of kubeconfigs: the first file that sets `current-context`
+    wins (kubernetes_asyncio's merger lets the last one win; names it merges as kubectl does)."""
+    for part in paths.split(os.pathsep):
+        path = Path(part).expanduser()
+        if not part.strip() or not path.is_file():
+            continue
+        try:
+            doc = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError):
+            continue  # the loader reports an unreadable file
+        current = doc.get("current-context") if isinstance(doc, dict) else None
+        if isinstance(current, str) and current:
+            return current
+    return None

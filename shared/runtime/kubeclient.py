@@ -28,7 +28,11 @@ import aiohttp
 import orjson
 from kubernetes_asyncio import client, config
 
-from gpuclass.shared.runtime.clusterconfig import ClusterConfigError, choose_cluster_config
+from gpuclass.shared.runtime.clusterconfig import (
+    ClusterConfigError,
+    choose_cluster_config,
+    first_current_context,
+)
 from gpuclass.shared.runtime.listwatch import ApiError, ListPage, RawObject, WatchEvent
 from gpuclass.shared.runtime.ratelimit import TokenBucket
 from gpuclass.shared.runtime.version import package_version
@@ -66,6 +70,8 @@ async def api_client(
     configuration = client.Configuration()
     try:
         if chosen.kubeconfig is not None:
+            if context is None and os.pathsep in chosen.kubeconfig:
+                context = first_current_context(chosen.kubeconfig)
             await config.load_kube_config(
                 config_file=chosen.kubeconfig, context=context, client_configuration=configuration
             )
