@@ -12,6 +12,9 @@ namespace land in `default`, a KubeVirt CR without one in the KubeVirt namespace
 and only the KubeVirt CRs in that namespace count (the reconciler watches no
 other); the same object given twice counts once (the snapshot keys objects by
 kind, namespace and name, the later one winning).
+
+A YAML mapping that names one key twice is refused with both lines (PyYAML would keep the
+last value silently; Kubernetes' strict decoder refuses it too): docs/decisions.md, CLI.
 """
 
 from __future__ import annotations
