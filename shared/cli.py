@@ -97,12 +97,21 @@ EPILOG = (
 )
 
 
+TOP_EPILOG = (
+    "review and status read the variables the servers read for the same options: "
+    f"{ENV_PREFIX}OBJECTS (comma-separated), {ENV_PREFIX}LICENSE_NAMESPACE, "
+    f"{ENV_PREFIX}KUBEVIRT_NAMESPACE, and for review {ENV_PREFIX}VGPU_ENTITLED and "
+    f"{ENV_PREFIX}KUBEVIRT_CONTROLLER_USER; a flag wins over its variable. "
+    + EPILOG.split(". ", 1)[1]
+)
+
+
 def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     env = os.environ if environ is None else environ
     parser = argparse.ArgumentParser(
         prog="gpuclass",
         description="GPU class catalog: offline tools, no cluster needed.",
-        epilog=EPILOG,
+        epilog=TOP_EPILOG,
     )
     parser.add_argument("--version", action="version", version=version_line("gpuclass"))
     sub = parser.add_subparsers(dest="command", required=True)

@@ -36,6 +36,7 @@ _YamlLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when
 _YamlLoader = type("KubeYamlLoader", (_YamlLoader,), {})
 _YamlLoader.add_constructor("tag:yaml.org,2002:timestamp", _YamlLoader.construct_yaml_str)
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_STR_TAG = "tag:yaml.org,2002:str"
 
 
 class DuplicateKey(yaml.YAMLError):
@@ -57,7 +58,9 @@ def _construct_mapping(loader: Any, node: yaml.Node, deep: bool = False) -> Any:
         for key_node, _ in node.value:
             if key_node.tag == _MERGE_TAG:
                 continue
-            key = loader.construct_object(key_node, deep=True)
+            # String keys (nearly all) compare by their text; others as constructed.
+            plain = isinstance(key_node, yaml.ScalarNode) and key_node.tag == _STR_TAG
+            key = key_node.value if plain else loader.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
             try:
                 if key in seen:
