@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuclass.shared import names
+from gpuclass.shared.envelope import AdmissionRequest, request_from
 from tests.controlplane.cluster import unique_name
 
 if TYPE_CHECKING:
@@ -330,6 +331,17 @@ def vmi_request(class_name: str = "stored", count: int = 1) -> dict[str, Any]:
             "spec": {"domain": {"devices": {}}},
         },
     }
+
+
+def admission_request(
+    kind: tuple[str, str] = ("kubevirt.io", "VirtualMachineInstance"), **request: Any
+) -> AdmissionRequest:
+    """The typed request an admitter receives, made by the webhook's own envelope parser
+    from a `request` object (uid and kind filled in; None fields dropped as absent)."""
+    body = {k: v for k, v in request.items() if v is not None}
+    body.setdefault("uid", "u")
+    body["kind"] = {"group": kind[0], "version": "v1", "kind": kind[1]}
+    return request_from(body, api_version="admission.k8s.io/v1")
 
 
 # -- comparing objects --------------------------------------------------------------------------
