@@ -15,16 +15,10 @@ from gpuclass.shared.admission import Allowed, Decision, Denied, invalid
 from gpuclass.shared.catalog import Catalog
 from gpuclass.shared.envelope import AdmissionRequest
 from gpuclass.shared.resolution import (
-    Plan,
     annotation,
-    capacity_warnings,
-    class_causes,
-    gpu_operations,
+    judge_create,
     license_reference_causes,
-    limit_causes,
     own_license_volume_refs,
-    policy_causes,
-    raw_request_causes,
     selected_licensed_classes,
 )
 from gpuclass.shared.secretrefs import secret_refs
@@ -48,30 +42,10 @@ def admit(request: AdmissionRequest, catalog: Catalog) -> Decision:
 
 def admit_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> Decision:
     """Every input cause and every policy cause at once; 422 if any is input (section 3)."""
-    selection = parse_selection(annotation(obj))
-    causes = list(selection.causes)
-    with_classes = bool(selection.entries) or any(
-        c.field.endswith(".count") or c.field.endswith(".className") for c in causes
-    )
-    causes += raw_request_causes(obj, catalog, with_classes=with_classes, namespace=namespace)
-    licensed = selected_licensed_classes(selection.entries, catalog)
-    license_causes = license_reference_causes(obj, own_license_volume_refs(obj, licensed))
-    if not selection.entries:
-        causes += license_causes
-        return Denied(tuple(causes)) if causes else Allowed()
-    offers, unresolved = class_causes(selection.entries, catalog)
-    totals, over_limit = limit_causes(selection.entries, offers)
-    causes += unresolved + over_limit
-    causes += policy_causes(obj, namespace, selection.entries, offers, catalog)
-    causes += license_causes
-    plan = Plan(totals, offers)
-    operations, op_causes = gpu_operations(
-        obj, plan, licensed=licensed[0] if licensed else None, complete=not unresolved
-    )
-    causes += op_causes
-    if causes:
-        return Denied(tuple(causes))
-    return Allowed(tuple(operations), tuple(capacity_warnings(plan)))
+    judged = judge_create(obj, namespace, catalog)
+    if judged.causes:
+        return Denied(judged.causes)
+    return Allowed(judged.operations, judged.warnings)
 
 
 def admit_update(obj: Mapping[str, Any], old: Mapping[str, Any], catalog: Catalog) -> Decision:

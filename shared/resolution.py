@@ -1,8 +1,9 @@
 """The rules of a tenant's selection (docs/contract.md section 4), one function per rule.
 
 Each function judges one rule on an object that carries a selection and returns its
-causes (or, for rule 6, the patch operations); :mod:`shared.admit_vmi` composes them
-into the VMI's decision. Rule 6 emits narrow patches: the GPU entries, the class
+causes (or, for rule 6, the patch operations); :func:`judge_create` runs them all, for
+the VMI admitter (:mod:`shared.admit_vmi`) and for a VirtualMachine's template
+(:mod:`shared.admit_vm`) alike. Rule 6 emits narrow patches: the GPU entries, the class
 tolerations and the licence volume and disk; applying its result again yields
 nothing (webhooks are reinvoked).
 """
@@ -19,7 +20,7 @@ from gpuclass.shared.catalog import Catalog, Offer
 from gpuclass.shared.entitlement import entitlement_problem
 from gpuclass.shared.patches import PatchBuilder
 from gpuclass.shared.secretrefs import secret_refs
-from gpuclass.shared.selection import ANNOTATION_PATH, MAX_INT_DIGITS, ClassEntry
+from gpuclass.shared.selection import ANNOTATION_PATH, MAX_INT_DIGITS, ClassEntry, parse_selection
 
 GPUS = ("spec", "domain", "devices", "gpus")
 HOST_DEVICES = ("spec", "domain", "devices", "hostDevices")
@@ -76,6 +77,18 @@ class Plan:
             for _ in range(total):
                 entries.append({"name": f"gpu{len(entries) + 1}", "deviceName": resource})
         return entries
+
+
+CLASS_STATE_CODES = frozenset(
+    {
+        "ClassNotFound",
+        "ClassInvalid",
+        "ClassDeleting",
+        "ResourceNameConflict",
+        "ResourceNameNotPermitted",
+    }
+)
+"""The reasons of :func:`class_causes`: the state of a class now, which may change before a VM starts."""
 
 
 def class_causes(
@@ -366,7 +379,43 @@ def capacity_warnings(plan: Plan) -> list[str]:
     """Rule 7: a shortage is a warning, not a refusal; the VM waits for scheduling."""
     warnings = []
     for name, total in plan.totals.items():
+        if name not in plan.offers:  # unresolved: rule 4.3 already names it
+            continue
         free = plan.offers[name].max_free_per_node
         if free is not None and total > free:
             warnings.append(f"class {name}: no node has {total} free units now; the VM will wait")
     return warnings
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """Every rule of section 4 on a CREATE: all causes, and what an allowed answer carries."""
+
+    causes: tuple[Cause, ...]
+    operations: tuple[dict[str, Any], ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+def judge_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> Judgement:
+    """Rules 1 to 8 on `obj` (a VMI, or a VM template of the same shape) in `namespace`."""
+    selection = parse_selection(annotation(obj))
+    causes = list(selection.causes)
+    with_classes = bool(selection.entries) or any(
+        c.field.endswith(".count") or c.field.endswith(".className") for c in causes
+    )
+    causes += raw_request_causes(obj, catalog, with_classes=with_classes, namespace=namespace)
+    licensed = selected_licensed_classes(selection.entries, catalog)
+    license_causes = license_reference_causes(obj, own_license_volume_refs(obj, licensed))
+    if not selection.entries:
+        return Judgement(tuple(causes + license_causes))
+    offers, unresolved = class_causes(selection.entries, catalog)
+    totals, over_limit = limit_causes(selection.entries, offers)
+    causes += unresolved + over_limit
+    causes += policy_causes(obj, namespace, selection.entries, offers, catalog)
+    causes += license_causes
+    plan = Plan(totals, offers)
+    operations, op_causes = gpu_operations(
+        obj, plan, licensed=licensed[0] if licensed else None, complete=not unresolved
+    )
+    causes += op_causes
+    return Judgement(tuple(causes), tuple(operations), tuple(capacity_warnings(plan)))

@@ -5,7 +5,7 @@ AdmissionReview with :class:`MalformedReview`, which the shells map to HTTP 400 
 exit code 2), dispatches on the object's kind to one admitter, and returns the
 request with its decision; :func:`review` also renders it. The admitters sit side
 by side, one module each: :mod:`shared.admit_gpuclass`, :mod:`shared.admit_vmi`,
-:mod:`shared.admit_pod`.
+:mod:`shared.admit_vm`, :mod:`shared.admit_pod`.
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from gpuclass.shared import admit_gpuclass, admit_pod, admit_vmi
+from gpuclass.shared import admit_gpuclass, admit_pod, admit_vm, admit_vmi
 from gpuclass.shared.admission import Decision, render_response
 from gpuclass.shared.catalog import Catalog
 from gpuclass.shared.envelope import (
     GPUCLASS,
     POD,
+    VM,
     VMI,
     AdmissionRequest,
     GroupKind,
@@ -27,13 +28,24 @@ from gpuclass.shared.envelope import (
     parse_envelope,
 )
 
-__all__ = ["ADMITTERS", "GPUCLASS", "POD", "VMI", "MalformedReview", "Review", "decide", "review"]
+__all__ = [
+    "ADMITTERS",
+    "GPUCLASS",
+    "POD",
+    "VM",
+    "VMI",
+    "MalformedReview",
+    "Review",
+    "decide",
+    "review",
+]
 
 Admitter = Callable[[AdmissionRequest, Catalog], Decision]
 
 ADMITTERS: Final[dict[GroupKind, Admitter]] = {
     GPUCLASS: admit_gpuclass.admit,
     VMI: admit_vmi.admit,
+    VM: admit_vm.admit,
     POD: admit_pod.admit,
 }
 
@@ -59,7 +71,7 @@ def decide(body: object, catalog: Catalog, *, expect: GroupKind | None = None) -
     if admitter is None:
         raise MalformedReview(
             f"request.kind: gpuclass does not admit {request.kind} "
-            "(only GPUClass, VirtualMachineInstance and Pod)"
+            "(only GPUClass, VirtualMachine, VirtualMachineInstance and Pod)"
         )
     return Review(request, admitter(request, catalog))
 

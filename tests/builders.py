@@ -286,6 +286,21 @@ def selecting_vmi(namespace: str, selection: Any | None = None, **extra_spec: An
     }
 
 
+def selecting_vm(namespace: str, selection: Any | None = None, **extra_spec: Any) -> RawObject:
+    """A VirtualMachine whose template is `selecting_vmi(namespace, selection, **extra_spec)`."""
+    inner = selecting_vmi(namespace, selection, **extra_spec)
+    template_meta = {k: v for k, v in inner["metadata"].items() if k == "annotations"}
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": inner["metadata"]["name"], "namespace": namespace},
+        "spec": {
+            "runStrategy": "Halted",
+            "template": {"metadata": template_meta, "spec": inner["spec"]},
+        },
+    }
+
+
 class World:
     """Names of the catalog this module creates, so tests can select its classes."""
 

@@ -1,6 +1,6 @@
 """The webhook's HTTP application: FastAPI for the app, raw Starlette routes for admission.
 
-The three admission routes are the hot path: they read the body once (within the
+The admission routes are the hot path: they read the body once (within the
 limits of `webhook.limits`), parse it with orjson, call `shared.review.decide` and
 write bytes rendered by `shared.admission` — no per-request dependency injection or
 pydantic re-validation of the whole object. Every error body has the contract's
@@ -34,6 +34,7 @@ from gpuclass.shared.admission import Allowed, Decision, Denied, encode_response
 from gpuclass.shared.envelope import (
     GPUCLASS,
     POD,
+    VM,
     VMI,
     AdmissionRequest,
     GroupKind,
@@ -51,6 +52,7 @@ WEBHOOKS: dict[str, tuple[str, GroupKind]] = {
     paths.VALIDATE_GPUCLASSES: ("gpuclasses", GPUCLASS),
     paths.MUTATE_VMIS: ("virtualmachineinstances", VMI),
     paths.MUTATE_PODS: ("pods", POD),
+    paths.VALIDATE_VMS: ("virtualmachines", VM),
 }
 LOGGED_STRING_CHARS = 128  # request-derived strings in decision lines (a uid is 36)
 
