@@ -31,6 +31,10 @@ demo: $(STAMP) ## run the offline CLI on examples/: status, then sample reviews
 	  echo "== gpuclass review -o text --objects examples --vgpu-entitled $$f"; \
 	  $(BIN)/gpuclass review -o text --objects examples --vgpu-entitled $$f; \
 	done
+	@for f in examples/manifests/*.yaml; do \
+	  echo "== gpuclass review --manifest -o text --objects examples --vgpu-entitled $$f"; \
+	  $(BIN)/gpuclass review --manifest -o text --objects examples --vgpu-entitled $$f; \
+	done
 	@echo "== gpuclass validate examples/catalog"
 	@$(BIN)/gpuclass validate examples/catalog && echo "catalog is valid"
 

@@ -27,12 +27,19 @@ from gpuclass.shared import names
 from gpuclass.shared.admission import encode_response
 from gpuclass.shared.availability import compute_all
 from gpuclass.shared.catalog import Catalog, Policy, build_catalog
+from gpuclass.shared.envelope import parse_envelope, wrap_manifest
 from gpuclass.shared.lint import FileError, FileInput, lint
 from gpuclass.shared.lintformat import FORMATS, Format, render
 from gpuclass.shared.review import MalformedReview, review
 from gpuclass.shared.reviewtext import render_review_text
 from gpuclass.shared.runtime.clock import now_rfc3339
-from gpuclass.shared.runtime.loader import LoadError, files_under, iter_objects, load_snapshot
+from gpuclass.shared.runtime.loader import (
+    LoadError,
+    documents_from_bytes,
+    files_under,
+    iter_objects,
+    load_snapshot,
+)
 from gpuclass.shared.runtime.settings import migrate_deprecated
 from gpuclass.shared.runtime.version import version_line
 
@@ -167,8 +174,40 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     r.add_argument(
         "--fail-on-deny", action="store_true", help="exit 1 when the response denies the request"
     )
+    m = r.add_argument_group(
+        "plain manifests",
+        "With --manifest, REVIEW is one VirtualMachine, VirtualMachineInstance, Pod or GPUClass "
+        "manifest (YAML or JSON), wrapped as the API server would send it.",
+    )
+    m.add_argument(
+        "--manifest", action="store_true", help="REVIEW is a plain manifest, not an AdmissionReview"
+    )
+    m.add_argument(
+        "--namespace",
+        default="",
+        help="namespace of the request (default: the manifest's own, else default)",
+    )
+    m.add_argument(
+        "--operation",
+        choices=("CREATE", "UPDATE", "DELETE"),
+        default="CREATE",
+        help="operation of the request (default %(default)s)",
+    )
+    m.add_argument(
+        "--old", metavar="FILE", help="the stored object before the change (UPDATE, DELETE)"
+    )
+    m.add_argument(
+        "--as",
+        dest="as_user",
+        metavar="USER",
+        default="",
+        help="user making the request (a launcher Pod is only touched when it is KubeVirt's "
+        "controller user)",
+    )
     r.add_argument(
-        "review", metavar="REVIEW", help="AdmissionReview JSON file, or - for standard input"
+        "review",
+        metavar="REVIEW",
+        help="AdmissionReview JSON file (or with --manifest, a manifest), or - for standard input",
     )
     s = sub.add_parser(
         "status",
@@ -242,13 +281,47 @@ def offline_catalog(
     return build_catalog(snapshot, policy, figures="computed")
 
 
-def run_review(args: argparse.Namespace) -> int:
-    try:
-        data = _read_review(args.review)
+def _review_body(args: argparse.Namespace) -> Any:
+    """The AdmissionReview to answer: the input itself, or with --manifest, the manifest wrapped."""
+    data = _read_review(args.review)
+    if not args.manifest:
+        if args.old or args.namespace or args.as_user or args.operation != "CREATE":
+            raise MalformedReview("--namespace, --operation, --old and --as need --manifest")
         try:
-            body: Any = orjson.loads(data)
+            body = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
             raise MalformedReview(f"not JSON: {exc}") from exc
+        try:
+            parse_envelope(body)
+        except MalformedReview as exc:
+            raise MalformedReview(str(exc) + _manifest_hint(body)) from None
+        return body
+    old = _one_document(_read_review(args.old), args.old) if args.old else None
+    obj = None if args.operation == "DELETE" else _one_document(data, args.review)
+    return wrap_manifest(
+        obj, operation=args.operation, namespace=args.namespace, old=old, username=args.as_user
+    )
+
+
+def _one_document(data: bytes, source: str) -> object:
+    documents = [d for d in documents_from_bytes(data, source) if d is not None]
+    if len(documents) != 1:
+        raise MalformedReview(f"{source}: one manifest expected, found {len(documents)}")
+    return documents[0]
+
+
+def _manifest_hint(body: object) -> str:
+    if not isinstance(body, dict) or not isinstance(body.get("apiVersion"), str):
+        return ""
+    kind = body.get("kind")
+    if isinstance(kind, str) and kind != "AdmissionReview":
+        return f" (this is a {kind[:40]} manifest: add --manifest to review it as one)"
+    return ""
+
+
+def run_review(args: argparse.Namespace) -> int:
+    try:
+        body = _review_body(args)
         policy = Policy(args.vgpu_entitled, args.license_namespace, args.kubevirt_controller_user)
         catalog = offline_catalog(
             _objects(args), policy, kubevirt_namespace=args.kubevirt_namespace

@@ -148,6 +148,20 @@ def _documents(path: Path, *, strict_keys: bool = False) -> Iterator[object]:
     if path.suffix == ".json":
         yield _json_document(path, data, strict_keys=strict_keys)
         return
+    yield from _yaml_documents(path, data)
+
+
+def documents_from_bytes(data: bytes, source: str) -> list[object]:
+    """The documents of one input that may be JSON or YAML (a file or standard input):
+    JSON when it parses as JSON, YAML otherwise, with the file loader's checks."""
+    path = Path(source)
+    try:
+        return [orjson.loads(data)]
+    except orjson.JSONDecodeError:
+        return list(_yaml_documents(path, data))
+
+
+def _yaml_documents(path: Path, data: bytes) -> Iterator[object]:
     try:
         yield from yaml.load_all(data, Loader=_YamlLoader)
     except DuplicateKey as exc:
