@@ -9,6 +9,7 @@ import pytest
 
 from gpuclass.shared.lint import FileError, FileInput, lint
 from gpuclass.shared.lintformat import escape_data, escape_property, render, workflow_command
+from tests.builders import example_class
 
 
 @pytest.mark.parametrize(
@@ -32,24 +33,8 @@ def test_workflow_command_shape() -> None:
     assert line == "::error file=a%2Cb.yaml,line=3,title=x%3A y::bad%0Avalue\n"
 
 
-def _class(name: str, **spec: object) -> dict[str, object]:
-    body = {
-        "vendor": "v",
-        "model": "m",
-        "mode": "passthrough",
-        "source": {"devicePlugin": {"resourceName": f"example.com/{name}"}},
-        **spec,
-    }
-    return {
-        "apiVersion": "cozystack.io/v1alpha1",
-        "kind": "GPUClass",
-        "metadata": {"name": name},
-        "spec": body,
-    }
-
-
 INPUTS = [
-    FileInput("a.yaml", [_class("ok"), _class("bad", mode="mig", memory="0")]),
+    FileInput("a.yaml", [example_class("ok"), example_class("bad", mode="mig", memory="0")]),
     FileInput("b.yaml", error=FileError("InvalidYAML", "not valid YAML", 2)),
     FileInput("c.yaml", [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}}]),
 ]
