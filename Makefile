@@ -28,8 +28,12 @@ demo: $(STAMP) ## run the offline CLI on examples/: status, then sample reviews
 	@echo "== gpuclass status --objects examples   (JSON summarised as a table)"
 	@$(BIN)/gpuclass status --objects examples | $(BIN)/python examples/show_status.py
 	@for f in examples/reviews/*.json; do \
-	  echo "== gpuclass review --objects examples --vgpu-entitled $$f"; \
-	  $(BIN)/gpuclass review --objects examples --vgpu-entitled $$f | $(BIN)/python examples/show_review.py; \
+	  echo "== gpuclass review -o text --objects examples --vgpu-entitled $$f"; \
+	  $(BIN)/gpuclass review -o text --objects examples --vgpu-entitled $$f; \
+	done
+	@for f in examples/manifests/*.yaml; do \
+	  echo "== gpuclass review --manifest -o text --objects examples --vgpu-entitled $$f"; \
+	  $(BIN)/gpuclass review --manifest -o text --objects examples --vgpu-entitled $$f; \
 	done
 	@echo "== gpuclass validate examples/catalog"
 	@$(BIN)/gpuclass validate examples/catalog && echo "catalog is valid"

@@ -104,7 +104,7 @@ Call with (dict "root" $ "kind" KIND "configuration" NAME "hook" NAME).
 {{- end -}}
 {{- end -}}
 
-{{/* webhook clientConfig, shared by the three webhooks:
+{{/* webhook clientConfig, shared by the four webhooks:
 call with (dict "root" $ "path" "/x" "kind" KIND "configuration" NAME "hook" NAME) */}}
 {{- define "gpuclass.webhook.clientConfig" -}}
 {{- $mode := include "gpuclass.tlsMode" .root -}}
