@@ -12,7 +12,7 @@ from pydantic_settings import NoDecode
 from gpuclass.shared.certrotation import Policy as CertPolicy
 from gpuclass.shared.runtime.settings import CommonSettings
 
-DAY = 86400.0
+DAY = 86400  # seconds; whole numbers, so that --help prints them as such
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -55,16 +55,22 @@ class WebhookSettings(CommonSettings):
         None, description="ValidatingWebhookConfiguration whose caBundle --cert-secret keeps"
     )
     cert_ca_validity_seconds: float = Field(
-        1825 * DAY, gt=0, description="lifetime of a CA made for --cert-secret"
+        1825 * DAY, gt=0, description="lifetime of a CA made for --cert-secret (1825 days)"
     )
     cert_ca_renew_before_seconds: float = Field(
-        365 * DAY, gt=0, description="a next CA is introduced when the CA has this long left"
+        365 * DAY,
+        gt=0,
+        description="a next CA is introduced when the CA has this long left (365 days)",
     )
     cert_validity_seconds: float = Field(
-        90 * DAY, gt=0, description="lifetime of a serving certificate made for --cert-secret"
+        90 * DAY,
+        gt=0,
+        description="lifetime of a serving certificate made for --cert-secret (90 days)",
     )
     cert_renew_before_seconds: float = Field(
-        30 * DAY, gt=0, description="the serving certificate is renewed when it has this long left"
+        30 * DAY,
+        gt=0,
+        description="the serving certificate is renewed when it has this long left (30 days)",
     )
     cert_overlap_seconds: float = Field(
         3600,
