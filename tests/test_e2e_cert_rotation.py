@@ -166,6 +166,7 @@ def test_ca_and_certificate_rotate_with_traffic_flowing_and_no_admission_fails(
             tls_dir=tmp_path_factory.mktemp("cert-rotation-tls"),
         )  # fmt: skip
 
+    _rights_are_limited_by_name(identity.api(), mutating)
     server = replica(port)
     other = replica(free_port())  # a second replica racing for the same writes, not called
     try:
@@ -194,6 +195,29 @@ def test_ca_and_certificate_rotate_with_traffic_flowing_and_no_admission_fails(
         server.stop()
         for configuration in configurations:
             api.delete(configuration)
+
+
+def _rights_are_limited_by_name(sa: Api, mutating: str) -> None:
+    """The chart's RBAC: get/update on the one Secret and the two configurations, nothing else."""
+    secrets = f"/api/v1/namespaces/{NAMESPACE}/secrets"
+    configurations = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+    with sa:
+        own = sa.call("GET", f"{secrets}/gpuclass-webhook-certs")
+        assert sa.request("PUT", f"{secrets}/gpuclass-webhook-certs", body=own).status_code == 200
+        assert sa.request("GET", f"{configurations}/{mutating}").status_code == 200
+        refused = {
+            ("GET", f"{secrets}/gpuclass-webhook-tls"),
+            ("GET", secrets),
+            ("POST", secrets),
+            ("GET", f"{configurations}/other"),
+            ("GET", configurations),
+        }
+        body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}}
+        got = {
+            (m, p): sa.request(m, p, body=body if m == "POST" else None).status_code
+            for m, p in refused
+        }
+        assert set(got.values()) == {403}, got
 
 
 def _resolves(api: Api, classes: World) -> bool:

@@ -206,7 +206,9 @@ def test_webhook_resolves_selections_with_only_the_charts_rbac(
 def test_webhook_identity_has_no_more_than_read_rights(
     control_plane: ControlPlane, routing: Routing
 ) -> None:
-    """The identity the webhook ran with reads what it needs and can write nothing."""
+    """The identity the webhook ran with reads what it needs and writes nothing here (its only
+    writes, to its certificate Secret and webhook configurations by name, are checked in
+    tests/test_e2e_cert_rotation.py)."""
     reads = {
         GPUCLASSES: 200,
         "/api/v1/namespaces": 200,
