@@ -205,6 +205,19 @@ def plan(state: SecretState, bundles: Bundles, *, now: datetime, policy: Policy)
             retire_after=max(_after(state.retire_after, now), now + policy.overlap),
             next_trusted_at=state.next_trusted_at,
         )
+    if state.next is not None and state.next_trusted_at is not None:
+        upcoming = state.next.cert.fingerprint
+        if not all(
+            upcoming in {c.fingerprint for c in entry.certs}
+            for entries in bundles.values()
+            for entry in entries
+        ):
+            # A bundle lost the next CA (a hand edit): its overlap starts again once it is back.
+            return UpdateSecret(
+                "a bundle no longer carries the next CA: its overlap starts again",
+                retired=state.retired,
+                retire_after=state.retire_after,
+            )
     wanted = trusted_set(state, now)
     stale = tuple(name for name, entries in bundles.items() if not _carries(entries, wanted))
     if stale:

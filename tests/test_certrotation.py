@@ -165,6 +165,12 @@ ROWS = [
     ),
     pytest.param(
         replace(STAGED, next_trusted_at=NOW - 61 * timedelta(minutes=1)),
+        bundles(CA1, CA2, validating=(CA1,)),
+        UpdateSecret(""),
+        id="next-ca-lost-from-a-bundle-restarts-its-overlap",
+    ),
+    pytest.param(
+        replace(STAGED, next_trusted_at=NOW - 61 * timedelta(minutes=1)),
         bundles(CA1, CA2),
         UpdateSecret(
             "",

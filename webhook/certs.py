@@ -105,7 +105,9 @@ class SelfManagedCertificates:
             delay = self.poll_seconds
             try:
                 until = await self.sync()
-            except ApiError as exc:
+            except (ApiError, OSError, ValueError, TypeError) as exc:
+                # API refusals, an unwritable --tls-dir, key material that does not load: the
+                # served certificate stays, and the next poll tries again.
                 log.warning(
                     "certificates not synced; retrying",
                     extra={"fields": {"error": str(exc), "secret": self.target.secret}},
