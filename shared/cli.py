@@ -3,6 +3,7 @@
 - `validate FILE...`: lint catalog manifests for a GitOps repository.
 - `review [--objects PATH]... [--vgpu-entitled] REVIEW`: the webhook's answer to a review.
 - `status [--objects PATH]...`: each class's status, computed from the objects.
+- `explain CLASS|--manifest FILE ...`: can a VM start now, and why not (`shared/explaincmd.py`).
 
 `review` calls :func:`shared.review.review`, the same function the webhook calls.
 """
@@ -22,6 +23,8 @@ from gpuclass.shared import names
 from gpuclass.shared.admission import encode_response
 from gpuclass.shared.availability import compute_all
 from gpuclass.shared.catalog import Catalog, Policy, build_catalog
+from gpuclass.shared.explaincmd import add_parser as add_explain_parser
+from gpuclass.shared.explaincmd import run_explain
 from gpuclass.shared.review import MalformedReview, review
 from gpuclass.shared.runtime.clock import now_rfc3339
 from gpuclass.shared.runtime.loader import LoadError, iter_named_objects, load_snapshot
@@ -79,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         "status", help='print {"items": [{"name", "status"}]} computed from the objects'
     )
     _objects_arg(s)
+    add_explain_parser(sub, _objects_arg)
     return parser
 
 
@@ -184,6 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_validate(args.files)
     if args.command == "review":
         return run_review(args)
+    if args.command == "explain":
+        return run_explain(args)
     return run_status(args)
 
 

@@ -44,19 +44,42 @@ def user_agent(binary: str) -> str:
     return f"{binary}/{version}"
 
 
-async def api_client(kubeconfig: Path | None, *, binary: str) -> client.ApiClient:
-    """An ApiClient from `kubeconfig`, else from the in-cluster service account, whose every
-    request names `binary` and the installed version in its User-Agent."""
+async def api_client(
+    kubeconfig: Path | None, *, binary: str, context: str | None = None
+) -> client.ApiClient:
+    """An ApiClient from `kubeconfig` (and its `context`, else the current one), else from the
+    in-cluster service account, whose every request names `binary` and the installed version
+    in its User-Agent. A `context` without a `kubeconfig` reads the default kubeconfig
+    (`KUBECONFIG`, else `~/.kube/config`), as kubectl does."""
     configuration = client.Configuration()
-    if kubeconfig is not None:
+    if kubeconfig is not None or context is not None:
         await config.load_kube_config(
-            config_file=str(kubeconfig), client_configuration=configuration
+            config_file=str(kubeconfig) if kubeconfig is not None else None,
+            context=context,
+            client_configuration=configuration,
         )
     else:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     api = client.ApiClient(configuration)
     api.user_agent = user_agent(binary)
     return api
+
+
+class KubeconfigError(Exception):
+    """A kubeconfig (or context) that cannot be used; the message says why."""
+
+
+async def kubeconfig_client(
+    kubeconfig: Path | None, *, binary: str, context: str | None = None
+) -> client.ApiClient:
+    """:func:`api_client` for the command line (the caller gives a kubeconfig or a context):
+    every way the file or context can be unusable becomes one :class:`KubeconfigError`."""
+    if kubeconfig is None and context is None:
+        raise KubeconfigError("give a kubeconfig or a context")
+    try:
+        return await api_client(kubeconfig, binary=binary, context=context)
+    except (config.ConfigException, OSError, ValueError, TypeError) as exc:
+        raise KubeconfigError(str(exc) or type(exc).__name__) from exc
 
 
 async def _error(response: aiohttp.ClientResponse) -> ApiError:
