@@ -25,6 +25,8 @@ class Figures:
     max_free_per_node: int = 0
     max_units_per_node: int = 0
     eligible_nodes: int = 0
+    allocatable: int = 0
+    """Allocatable summed over eligible nodes (the usage metrics: used = allocatable - free)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +86,11 @@ def survey(record: ClassRecord, index: UsageIndex, *, conflict_lost: bool) -> Su
 
 def figures_of(found: Survey) -> Figures:
     return Figures(
-        found.free, found.max_free_per_node, found.max_units_per_node, found.eligible_nodes
+        found.free,
+        found.max_free_per_node,
+        found.max_units_per_node,
+        found.eligible_nodes,
+        found.allocatable,
     )
 
 

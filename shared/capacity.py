@@ -135,6 +135,7 @@ class Survey:
     max_free_per_node: int = 0
     max_units_per_node: int = 0
     eligible_nodes: int = 0
+    allocatable: int = 0
     counts: Counter[str] = field(default_factory=Counter)
     hosts: int = 0
     taint_keys: list[frozenset[str]] = field(default_factory=list)
@@ -148,6 +149,7 @@ class Survey:
         self.hosts += fit.host
         if fit.verdict in ("withFree", "noFreeUnits"):
             self.free += fit.free
+            self.allocatable += fit.allocatable
             self.max_free_per_node = max(self.max_free_per_node, fit.free)
             self.eligible_nodes += 1
         elif fit.verdict == "untolerated":

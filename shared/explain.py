@@ -142,11 +142,14 @@ def explain_class(
     )
     conditions = {c["type"]: c for c in status["conditions"]}
     resource = record.resource_name
-    used = index.used.get(resource, {}) if resource else {}
-    fits_ = [
-        judge_node(node, resource, record.tolerations, used)
-        for node in (index.nodes_by_resource.get(resource, ()) if resource else ())
-    ]
+    fits_ = (
+        [
+            judge_node(node, resource, record.tolerations, index.used.get(resource, {}))
+            for node in index.nodes_by_resource.get(resource, ())
+        ]
+        if resource
+        else []
+    )
     rows = tuple(
         sorted((_row(f, count) for f in fits_), key=lambda r: (_RANK[r.verdict], -r.free, r.node))
     )
@@ -214,16 +217,17 @@ class ManifestExplanation:
 def selection_of(manifest: Mapping[str, Any]) -> tuple[str, str, str | None]:
     """(kind, name, raw annotation): a VM's selection is on its template (docs/contract.md 2)."""
     kind = str(manifest.get("kind") or "")
-    meta = manifest.get("metadata") if isinstance(manifest.get("metadata"), dict) else {}
-    holder: Any = meta
+    meta = _dict(manifest.get("metadata"))
+    holder = meta
     if kind == "VirtualMachine":
-        spec = manifest.get("spec") if isinstance(manifest.get("spec"), dict) else {}
-        template = spec.get("template") if isinstance(spec.get("template"), dict) else {}  # type: ignore[union-attr]
-        holder = template.get("metadata") if isinstance(template.get("metadata"), dict) else {}  # type: ignore[union-attr]
-    annotations = holder.get("annotations") if isinstance(holder, dict) else None
-    raw = annotations.get(names.SELECTION_ANNOTATION) if isinstance(annotations, dict) else None
-    name = meta.get("name") if isinstance(meta, dict) else None  # type: ignore[union-attr]
+        holder = _dict(_dict(_dict(manifest.get("spec")).get("template")).get("metadata"))
+    raw = _dict(holder.get("annotations")).get(names.SELECTION_ANNOTATION)
+    name = meta.get("name")
     return kind, str(name or "(no name)"), raw if isinstance(raw, str) else None
+
+
+def _dict(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def joint_fits(snapshot: Snapshot, index: UsageIndex, wanted: Mapping[str, int]) -> int:
