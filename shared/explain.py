@@ -60,6 +60,8 @@ class Explanation:
     answer: str
     condition: Mapping[str, Any] | None = None
     """The class's Schedulable condition as the reconciler would write it (None: no class)."""
+    class_blocked: bool = False
+    """Admission refuses the VM, or the class is not ready: no node can help."""
 
 
 def _taint(t: Taint) -> str:
@@ -136,7 +138,8 @@ def explain_class(
     record = snapshot.classes.get(name)
     if record is None:
         why = refusal(None, name, snapshot, count=count, max_units=0, winners=winners)
-        return Explanation(name, count, None, (), 0, False, f"admission refuses the VM: {why}")
+        answer = f"admission refuses the VM: {why}"
+        return Explanation(name, count, None, (), 0, False, answer, class_blocked=True)
     status = compute_status(
         record, snapshot, index=index, winners=winners, license_namespace=license_namespace, now=now
     )
@@ -171,7 +174,15 @@ def explain_class(
         found = survey(record, index, conflict_lost=False)  # a conflict loser was refused above
         answer, can_start = _why_not(found, rows, resource or "", count), False
     return Explanation(
-        name, count, resource, rows, fits, can_start, answer, conditions[names.SCHEDULABLE]
+        name,
+        count,
+        resource,
+        rows,
+        fits,
+        can_start,
+        answer,
+        conditions[names.SCHEDULABLE],
+        class_blocked=why is not None or ready["status"] != "True",
     )
 
 
@@ -208,10 +219,8 @@ class ManifestExplanation:
     joint_fits: int
     can_start: bool
     answer: str
-
-    @property
-    def blocking(self) -> tuple[str, ...]:
-        return tuple(e.class_name for e in self.classes if not e.can_start)
+    blocking: tuple[str, ...] = ()
+    """The classes that keep the VM from starting now."""
 
 
 def selection_of(manifest: Mapping[str, Any]) -> tuple[str, str, str | None]:
@@ -279,13 +288,17 @@ def explain_manifest(
         for c, n in wanted.items()
     )
     together = joint_fits(snapshot, index, wanted)
-    blocking = [e.class_name for e in classes if not e.can_start]
-    if blocking:
-        answer = "blocked by " + ", ".join(blocking)
-    elif together == 0:
-        answer = "each class has room, but no node has all of them free at once: the VM waits"
+    refused = tuple(e.class_name for e in classes if e.class_blocked)
+    short = tuple(e.class_name for e in classes if not e.can_start)
+    if refused:
+        blocking, answer = refused, "blocked by " + ", ".join(refused)
+    elif together:
+        # One node has every class's units, under all their tolerations: a class that alone
+        # found no node (its taint tolerated by another class of the VM) does not block.
+        blocking, answer = (), f"the VM can start on {_nodes(together)} now"
+    elif short:
+        blocking, answer = short, "blocked by " + ", ".join(short)
     else:
-        answer = f"the VM can start on {_nodes(together)} now"
-    return ManifestExplanation(
-        kind, name, classes, (), together, not blocking and together > 0, answer
-    )
+        blocking = tuple(wanted)
+        answer = "each class has room, but no node has all of them free at once: the VM waits"
+    return ManifestExplanation(kind, name, classes, (), together, not blocking, answer, blocking)

@@ -184,7 +184,7 @@ ELIGIBLE_VERDICTS = frozenset({"fits", "tooFewFree", "noFreeUnits"})
 """Rows whose FREE counts (docs/contract.md 6.3); other nodes show "-"."""
 
 
-def render_class(e: Explanation) -> str:
+def render_class(e: Explanation, *, label: str = "answer") -> str:
     units = "unit" if e.count == 1 else "units"
     lines = [
         f"class {e.class_name} ({e.resource or 'no resource'}), a VM needing {e.count} {units}"
@@ -204,7 +204,7 @@ def render_class(e: Explanation) -> str:
     if e.condition is not None:
         c = e.condition
         lines.append(f"  Schedulable={c['status']} ({c['reason']}): {c['message']}")
-    lines.append(f"answer: {e.answer}")
+    lines.append(f"{label}: {e.answer}")
     return "\n".join(lines) + "\n"
 
 
@@ -213,7 +213,7 @@ def render_manifest(m: ManifestExplanation) -> str:
     lines += [f"  {p}" for p in m.problems]
     text = "\n".join(lines) + "\n"
     for e in m.classes:
-        text += render_class(e)
+        text += render_class(e, label="  this class")
     if m.classes:
         text += f"nodes where every class fits at once: {m.joint_fits}\n"
     return text + f"answer: {m.answer}\n"
