@@ -18,6 +18,7 @@ import kubernetes_asyncio.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Mapping
 from importlib import metadata
 from pathlib import Path
@@ -76,6 +77,8 @@ async def kubeconfig_client(
     every way the file or context can be unusable becomes one :class:`KubeconfigError`."""
     if kubeconfig is None and context is None:
         raise KubeconfigError("give a kubeconfig or a context")
+    if kubeconfig is None:  # as kubectl: $KUBECONFIG (a list of files), else ~/.kube/config
+        kubeconfig = Path(os.environ.get("KUBECONFIG") or "~/.kube/config")
     try:
         return await api_client(kubeconfig, binary=binary, context=context)
     except (config.ConfigException, OSError, ValueError, TypeError) as exc:
