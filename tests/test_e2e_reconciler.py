@@ -319,7 +319,8 @@ def test_free_figures_follow_nodes_pods_cordon_and_readiness(world: World) -> No
     expect_figures(world, name, (4, 4, 4))
 
     cordon(world.admin, plain)  # not eligible, still a host for maxUnitsPerNode
-    expect_figures(world, name, (0, 0, 4))
+    cordoned = expect_figures(world, name, (0, 0, 4))
+    assert conditions(cordoned)["Schedulable"] == "False"  # no free unit anywhere (6.8)
     cordon(world.admin, plain, False)
     expect_figures(world, name, (4, 4, 4))
     set_node_status(world.admin, plain, ready=False)  # the same for a node that is not Ready
@@ -329,9 +330,14 @@ def test_free_figures_follow_nodes_pods_cordon_and_readiness(world: World) -> No
 
     set_taints(world.admin, fresh, [])  # the node controller's job: the node becomes a host
     last = expect_figures(world, name, (12, 8, 8))
-    assert {
-        c["type"]: c["lastTransitionTime"] for c in last["status"]["conditions"]
-    } == ready_since, "lastTransitionTime moves only when a condition flips"
+    times = {c["type"]: c["lastTransitionTime"] for c in last["status"]["conditions"]}
+    schedulable_since = ready_since.pop("Schedulable")
+    assert {t: v for t, v in times.items() if t != "Schedulable"} == ready_since, (
+        "lastTransitionTime moves only when a condition flips"
+    )
+    # Schedulable did flip (False while the cordon left 0 free) and is True again.
+    assert conditions(last)["Schedulable"] == "True"
+    assert times["Schedulable"] >= schedulable_since
 
 
 def test_pod_deleted_and_allocatable_changed_move_the_figures(world: World) -> None:
