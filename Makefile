@@ -32,8 +32,12 @@ demo: $(STAMP) ## run the offline CLI on examples/: status, explain, then sample
 	@echo "== gpuclass explain example-whole-gpu --count 4 --objects examples"
 	@$(BIN)/gpuclass explain example-whole-gpu --count 4 --objects examples || true
 	@for f in examples/reviews/*.json; do \
-	  echo "== gpuclass review --objects examples --vgpu-entitled $$f"; \
-	  $(BIN)/gpuclass review --objects examples --vgpu-entitled $$f | $(BIN)/python examples/show_review.py; \
+	  echo "== gpuclass review -o text --objects examples --vgpu-entitled $$f"; \
+	  $(BIN)/gpuclass review -o text --objects examples --vgpu-entitled $$f; \
+	done
+	@for f in examples/manifests/*.yaml; do \
+	  echo "== gpuclass review --manifest -o text --objects examples --vgpu-entitled $$f"; \
+	  $(BIN)/gpuclass review --manifest -o text --objects examples --vgpu-entitled $$f; \
 	done
 	@echo "== gpuclass validate examples/catalog"
 	@$(BIN)/gpuclass validate examples/catalog && echo "catalog is valid"

@@ -184,14 +184,14 @@ class ClusterCache:
         return True
 
     def held_version(self, source: Source, key: Key) -> str:
-        """resourceVersion the view holds for an object we write ("" when none)."""
-        if source == "gpuclasses":
-            entry = self.classes.get(key[1])
-            return entry.resource_version if entry else ""
-        if source == "managed-secrets":
-            managed = self.managed_secrets.get(key)
-            return managed.resource_version if managed else ""
-        return ""
+        """resourceVersion the view holds for an object of `source` ("" when none or not kept).
+
+        Only the stores of objects the reconciler writes (classes, managed Secrets) keep
+        a version: their entries carry `resource_version`.
+        """
+        entry = self._store(source).get(self._store_key(source, key))
+        version = getattr(entry, "resource_version", "")
+        return version if isinstance(version, str) else ""
 
     def forget_deleted(self, source: Source, key: Key, version: str) -> None:
         """Our delete succeeded: drop the object, unless the view already holds a newer one."""
@@ -204,17 +204,19 @@ class ClusterCache:
             self._handlers[source](key, None)
 
     def keys(self, source: Source) -> list[Key]:
-        stores: dict[Source, Iterable[Key]] = {
-            "gpuclasses": (("", n) for n in self.classes),
-            "nodes": (("", n) for n in self.nodes),
-            "pods": self.pods,
-            "kubevirts": self.kubevirts,
-            "licence-secrets": self.license_secrets,
-            "managed-secrets": self.managed_secrets,
-            "namespaces": (("", n) for n in self.namespaces),
-            "vmis": self.vmis,
-        }
-        return list(stores[source])
+        """The object keys the store of `source` holds (cluster-scoped stores hold names)."""
+        store = self._store(source)
+        if SPECS[source].cluster_scoped:
+            return [("", name) for name in store]
+        return list(store)
+
+    def _store(self, source: Source) -> Mapping[Any, Any]:
+        store: Mapping[Any, Any] = getattr(self, SPECS[source].store)
+        return store
+
+    @staticmethod
+    def _store_key(source: Source, key: Key) -> Any:
+        return key[1] if SPECS[source].cluster_scoped else key
 
     def take_dirty(self) -> Dirty:
         taken, self.dirty = self.dirty, Dirty()

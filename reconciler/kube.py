@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 
 from gpuclass.reconciler.ports import ApiError, RawObject
 from gpuclass.reconciler.settings import ReconcilerSettings
@@ -55,13 +55,15 @@ class KubeAdapter(RawClient):
 
     @classmethod
     async def connect(cls, settings: ReconcilerSettings) -> KubeAdapter:
+        from gpuclass.shared.runtime.clusterconfig import ClusterConfigError
         from gpuclass.shared.runtime.kubeclient import api_client
 
         try:
-            api = await api_client(settings.kubeconfig, binary=FIELD_MANAGER)
-        except (config.ConfigException, OSError) as exc:
-            where = settings.kubeconfig or "the in-cluster service account"
-            raise ApiError(0, "ConfigError", f"no API client from {where}: {exc}") from exc
+            api = await api_client(
+                settings.kubeconfig, binary=FIELD_MANAGER, context=settings.context
+            )
+        except ClusterConfigError as exc:
+            raise ApiError(0, "ConfigError", f"no API client: {exc}") from exc
         return cls(
             api,
             license_namespace=settings.license_namespace,

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 
 from gpuclass.shared import names
 from gpuclass.shared.availability import Figures
+from gpuclass.shared.runtime.processmetrics import register_standard_metrics
 
 # No `<counter>_created` gauges, as in the webhook: nothing reads them, they double the series count.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -31,6 +32,7 @@ class ReconcilerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        register_standard_metrics(r)
         self.free = Gauge(
             "gpuclass_free_units",
             "Free units of the class across eligible nodes",

@@ -12,6 +12,8 @@ from gpuclass.shared.runtime.settings import CommonSettings
 
 
 class ReconcilerSettings(CommonSettings):
+    """Keep every GPUClass status, licence copy and in-use finalizer current."""
+
     port: int = Field(
         8080,
         ge=0,

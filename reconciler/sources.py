@@ -50,7 +50,11 @@ class SourceSpec:
     path: str
     """Collection path; `{namespace}` stands for the scoped namespace."""
     feeds: str
-    """The cache store the source's events update (`ClusterCache._set_<feeds>`)."""
+    """The cache handler the source's events go to (`ClusterCache._set_<feeds>`)."""
+    store: str
+    """The `ClusterCache` attribute holding the source's records."""
+    cluster_scoped: bool = False
+    """Cluster-scoped kinds are stored by name alone; the others by (namespace, name)."""
     namespace: Literal["", "licence", "kubevirt"] = ""
     field_selector: str = ""
     label_selector: str = ""
@@ -67,14 +71,15 @@ class SourceSpec:
 SPECS: Mapping[Source, SourceSpec] = {
     spec.name: spec
     for spec in (
-        SourceSpec("gpuclasses", names.KIND, CLASSES, "class"),
-        SourceSpec("nodes", "Node", "/api/v1/nodes", "node"),
-        SourceSpec("pods", "Pod", "/api/v1/pods", "pod", field_selector=POD_FIELD_SELECTOR),
+        SourceSpec("gpuclasses", names.KIND, CLASSES, "class", "classes", cluster_scoped=True),
+        SourceSpec("nodes", "Node", "/api/v1/nodes", "node", "nodes", cluster_scoped=True),
+        SourceSpec("pods", "Pod", "/api/v1/pods", "pod", "pods", field_selector=POD_FIELD_SELECTOR),
         SourceSpec(
             "kubevirts",
             "KubeVirt",
             "/apis/kubevirt.io/v1/namespaces/{namespace}/kubevirts",
             "kubevirt",
+            "kubevirts",
             namespace="kubevirt",
         ),
         SourceSpec(
@@ -82,6 +87,7 @@ SPECS: Mapping[Source, SourceSpec] = {
             "Secret",
             "/api/v1/namespaces/{namespace}/secrets",
             "license_secret",
+            "license_secrets",
             namespace="licence",
         ),
         SourceSpec(
@@ -89,11 +95,23 @@ SPECS: Mapping[Source, SourceSpec] = {
             "Secret",
             "/api/v1/secrets",
             "managed_secret",
+            "managed_secrets",
             label_selector=MANAGED_SELECTOR,
         ),
-        SourceSpec("namespaces", "Namespace", "/api/v1/namespaces", "namespace"),
         SourceSpec(
-            "vmis", "VirtualMachineInstance", "/apis/kubevirt.io/v1/virtualmachineinstances", "vmi"
+            "namespaces",
+            "Namespace",
+            "/api/v1/namespaces",
+            "namespace",
+            "namespaces",
+            cluster_scoped=True,
+        ),
+        SourceSpec(
+            "vmis",
+            "VirtualMachineInstance",
+            "/apis/kubevirt.io/v1/virtualmachineinstances",
+            "vmi",
+            "vmis",
         ),
     )
 }

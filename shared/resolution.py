@@ -1,11 +1,11 @@
-"""VMI admission (docs/contract.md section 4): from a tenant's selection to KubeVirt GPU entries.
+"""The rules of a tenant's selection (docs/contract.md section 4), one function per rule.
 
-`admit_vmi` takes the AdmissionReview request and the catalog and returns a
-decision. On CREATE it checks the selection and every other GPU request, refuses
-what must be refused (every cause with its path), and otherwise emits narrow
-patches: the GPU entries, the class tolerations and the licence volume and disk.
-Applying its result again yields nothing (webhooks are reinvoked). On UPDATE only
-the selection's immutability and the licence hand-mount rule apply.
+Each function judges one rule on an object that carries a selection and returns its
+causes (or, for rule 6, the patch operations); :func:`judge_create` runs them all, for
+the VMI admitter (:mod:`shared.admit_vmi`) and for a VirtualMachine's template
+(:mod:`shared.admit_vm`) alike. Rule 6 emits narrow patches: the GPU entries, the class
+tolerations and the licence volume and disk; applying its result again yields
+nothing (webhooks are reinvoked).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuclass.shared import names
-from gpuclass.shared.admission import Allowed, Cause, Decision, Denied, forbidden, invalid
+from gpuclass.shared.admission import Cause, forbidden, invalid
 from gpuclass.shared.catalog import Catalog, Offer
 from gpuclass.shared.entitlement import entitlement_problem
 from gpuclass.shared.patches import PatchBuilder
@@ -45,11 +45,6 @@ def _list(obj: object, *path: str) -> list[Any]:
 def annotation(obj: object) -> str | None:
     value = _dig(obj, "metadata", "annotations", names.SELECTION_ANNOTATION)
     return value if isinstance(value, str) else None
-
-
-def request_namespace(request: Mapping[str, Any]) -> str:
-    namespace = request.get("namespace") or _dig(request.get("object"), "metadata", "namespace")
-    return namespace if isinstance(namespace, str) else ""
 
 
 def license_volume(class_name: str) -> dict[str, Any]:
@@ -84,7 +79,19 @@ class Plan:
         return entries
 
 
-def _class_causes(
+CLASS_STATE_CODES = frozenset(
+    {
+        "ClassNotFound",
+        "ClassInvalid",
+        "ClassDeleting",
+        "ResourceNameConflict",
+        "ResourceNameNotPermitted",
+    }
+)
+"""The reasons of :func:`class_causes`: the state of a class now, which may change before a VM starts."""
+
+
+def class_causes(
     entries: tuple[ClassEntry, ...], catalog: Catalog
 ) -> tuple[dict[str, Offer], list[Cause]]:
     """Rule 3: each selected class exists, is not deleting, owns its resource and is permitted."""
@@ -146,7 +153,7 @@ def _units(total: int) -> str:
     return str(total) if total < 10**MAX_INT_DIGITS else f"more than 10^{MAX_INT_DIGITS}"
 
 
-def _limit_causes(
+def limit_causes(
     entries: tuple[ClassEntry, ...], offers: Mapping[str, Offer]
 ) -> tuple[dict[str, int], list[Cause]]:
     """Rule 4: per-class totals within the effective maxCount, all within 1024, one vGPU class."""
@@ -188,7 +195,7 @@ def _limit_causes(
     return totals, causes
 
 
-def _policy_causes(
+def policy_causes(
     obj: Mapping[str, Any],
     namespace: str,
     entries: tuple[ClassEntry, ...],
@@ -226,7 +233,7 @@ def _policy_causes(
     return causes
 
 
-def _raw_request_causes(
+def raw_request_causes(
     obj: Mapping[str, Any], catalog: Catalog, *, with_classes: bool, namespace: str
 ) -> list[Cause]:
     """Rule 2 (no raw request of a catalog resource beside class entries) and rule 5 for raw entries."""
@@ -291,7 +298,7 @@ def own_license_volume_refs(obj: Mapping[str, Any], licensed: list[str]) -> set[
     return refs
 
 
-def _license_reference_causes(
+def license_reference_causes(
     obj: Mapping[str, Any], permitted: set[tuple[str, str]]
 ) -> list[Cause]:
     """Rule 8: a licence copy reaches a guest only as the licence volume of its own licensed class.
@@ -311,7 +318,7 @@ def _license_reference_causes(
     ]
 
 
-def _operations(
+def gpu_operations(
     obj: Mapping[str, Any], plan: Plan, *, licensed: str | None, complete: bool
 ) -> tuple[list[dict[str, Any]], list[Cause]]:
     """Rule 6: GPU entries, tolerations and the licence volume/disk, as narrow appends.
@@ -368,78 +375,47 @@ def _append_named(
     return []
 
 
-def _capacity_warnings(plan: Plan) -> list[str]:
+def capacity_warnings(plan: Plan) -> list[str]:
     """Rule 7: a shortage is a warning, not a refusal; the VM waits for scheduling."""
     warnings = []
     for name, total in plan.totals.items():
+        if name not in plan.offers:  # unresolved: rule 4.3 already names it
+            continue
         free = plan.offers[name].max_free_per_node
         if free is not None and total > free:
             warnings.append(f"class {name}: no node has {total} free units now; the VM will wait")
     return warnings
 
 
-def admit_vmi_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> Decision:
-    """Every input cause and every policy cause at once; 422 if any is input (section 3)."""
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """Every rule of section 4 on a CREATE: all causes, and what an allowed answer carries."""
+
+    causes: tuple[Cause, ...]
+    operations: tuple[dict[str, Any], ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+def judge_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> Judgement:
+    """Rules 1 to 8 on `obj` (a VMI, or a VM template of the same shape) in `namespace`."""
     selection = parse_selection(annotation(obj))
     causes = list(selection.causes)
     with_classes = bool(selection.entries) or any(
         c.field.endswith(".count") or c.field.endswith(".className") for c in causes
     )
-    causes += _raw_request_causes(obj, catalog, with_classes=with_classes, namespace=namespace)
+    causes += raw_request_causes(obj, catalog, with_classes=with_classes, namespace=namespace)
     licensed = selected_licensed_classes(selection.entries, catalog)
-    license_causes = _license_reference_causes(obj, own_license_volume_refs(obj, licensed))
+    license_causes = license_reference_causes(obj, own_license_volume_refs(obj, licensed))
     if not selection.entries:
-        causes += license_causes
-        return Denied(tuple(causes)) if causes else Allowed()
-    offers, class_causes = _class_causes(selection.entries, catalog)
-    totals, limit_causes = _limit_causes(selection.entries, offers)
-    causes += class_causes + limit_causes
-    causes += _policy_causes(obj, namespace, selection.entries, offers, catalog)
+        return Judgement(tuple(causes + license_causes))
+    offers, unresolved = class_causes(selection.entries, catalog)
+    totals, over_limit = limit_causes(selection.entries, offers)
+    causes += unresolved + over_limit
+    causes += policy_causes(obj, namespace, selection.entries, offers, catalog)
     causes += license_causes
     plan = Plan(totals, offers)
-    operations, op_causes = _operations(
-        obj, plan, licensed=licensed[0] if licensed else None, complete=not class_causes
+    operations, op_causes = gpu_operations(
+        obj, plan, licensed=licensed[0] if licensed else None, complete=not unresolved
     )
     causes += op_causes
-    if causes:
-        return Denied(tuple(causes))
-    return Allowed(tuple(operations), tuple(_capacity_warnings(plan)))
-
-
-def admit_vmi_update(obj: Mapping[str, Any], old: Mapping[str, Any], catalog: Catalog) -> Decision:
-    before, after = annotation(old), annotation(obj)
-    if before != after:
-        verb = "added" if before is None else "removed" if after is None else "changed"
-        return Denied(
-            (
-                invalid(
-                    ANNOTATION_PATH,
-                    f"cannot be {verb} on a running VMI: recreate the VM to change its GPUs",
-                    "SelectionImmutable",
-                ),
-            )
-        )
-    # The VMI's own licence volume (its class may be deleting by now) and every reference the
-    # stored object already had stay, so KubeVirt's own updates and finalizer removal keep working.
-    licensed = selected_licensed_classes(parse_selection(after).entries, catalog)
-    permitted = own_license_volume_refs(obj, licensed)
-    permitted |= {(ref.path, ref.name) for ref in secret_refs(old.get("spec"))}
-    causes = _license_reference_causes(obj, permitted)
-    return Denied(tuple(causes)) if causes else Allowed()
-
-
-def admit_vmi(request: Mapping[str, Any], catalog: Catalog) -> Decision:
-    obj = request.get("object")
-    operation = request.get("operation")
-    if not isinstance(obj, dict):
-        if operation in ("CREATE", "UPDATE"):
-            return Denied(
-                (invalid("object", "the request carries no VirtualMachineInstance object"),)
-            )
-        return Allowed()
-    if operation == "CREATE":
-        return admit_vmi_create(obj, request_namespace(request), catalog)
-    if operation == "UPDATE":
-        old = request.get("oldObject")
-        return admit_vmi_update(obj, old if isinstance(old, dict) else {}, catalog)
-    return Allowed()
+    return Judgement(tuple(causes), tuple(operations), tuple(capacity_warnings(plan)))

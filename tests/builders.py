@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuclass.shared import names
+from gpuclass.shared.envelope import AdmissionRequest, request_from
 from tests.controlplane.cluster import unique_name
 
 if TYPE_CHECKING:
@@ -285,6 +286,21 @@ def selecting_vmi(namespace: str, selection: Any | None = None, **extra_spec: An
     }
 
 
+def selecting_vm(namespace: str, selection: Any | None = None, **extra_spec: Any) -> RawObject:
+    """A VirtualMachine whose template is `selecting_vmi(namespace, selection, **extra_spec)`."""
+    inner = selecting_vmi(namespace, selection, **extra_spec)
+    template_meta = {k: v for k, v in inner["metadata"].items() if k == "annotations"}
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": inner["metadata"]["name"], "namespace": namespace},
+        "spec": {
+            "runStrategy": "Halted",
+            "template": {"metadata": template_meta, "spec": inner["spec"]},
+        },
+    }
+
+
 class World:
     """Names of the catalog this module creates, so tests can select its classes."""
 
@@ -330,6 +346,17 @@ def vmi_request(class_name: str = "stored", count: int = 1) -> dict[str, Any]:
             "spec": {"domain": {"devices": {}}},
         },
     }
+
+
+def admission_request(
+    kind: tuple[str, str] = ("kubevirt.io", "VirtualMachineInstance"), **request: Any
+) -> AdmissionRequest:
+    """The typed request an admitter receives, made by the webhook's own envelope parser
+    from a `request` object (uid and kind filled in; None fields dropped as absent)."""
+    body = {k: v for k, v in request.items() if v is not None}
+    body.setdefault("uid", "u")
+    body["kind"] = {"group": kind[0], "version": "v1", "kind": kind[1]}
+    return request_from(body, api_version="admission.k8s.io/v1")
 
 
 # -- comparing objects --------------------------------------------------------------------------

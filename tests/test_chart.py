@@ -269,10 +269,14 @@ def test_webhook_paths_are_the_webhook_route_constants(values: dict[str, Any]) -
         paths.MUTATE_VMIS
     )
     assert webhook_for(objects, "pods")["clientConfig"]["service"]["path"] == paths.MUTATE_PODS
+    assert webhook_for(objects, "virtualmachines")["clientConfig"]["service"]["path"] == (
+        paths.VALIDATE_VMS
+    )
     assert {h["clientConfig"]["service"]["path"] for h in webhooks(objects).values()} == {
         paths.VALIDATE_GPUCLASSES,
         paths.MUTATE_VMIS,
         paths.MUTATE_PODS,
+        paths.VALIDATE_VMS,
     }
 
 
@@ -280,7 +284,7 @@ def test_every_webhook_uses_the_safe_common_settings() -> None:
     objects = render_objects()
     service = one(of_kind(objects, "Service"), "Service", "gpuclass-webhook")
     hooks = webhooks(objects)
-    assert len(hooks) == 3
+    assert len(hooks) == 4
     for name, hook in hooks.items():
         assert hook["sideEffects"] == "None", name
         assert hook["admissionReviewVersions"] == ["v1"], name
@@ -318,6 +322,28 @@ def test_vmi_webhook_sees_every_create_and_update_outside_kube_system_and_fails_
     assert "objectSelector" not in hook
     assert [c["name"] for c in hook["matchConditions"]] == ["create-or-selection-or-spec-changed"]
     assert hook["matchConditions"][0]["expression"].startswith("request.operation != 'UPDATE' ||")
+
+
+def test_vm_webhook_validates_creates_and_template_changes_and_never_blocks() -> None:
+    """docs/contract.md 4.10 and the section 3 table: validating, Ignore, outside kube-system."""
+    hook = webhook_for(render_objects(), "virtualmachines")
+    assert hook["_kind"] == "ValidatingWebhookConfiguration"
+    assert hook["failurePolicy"] == "Ignore"
+    assert hook["rules"] == [
+        {
+            "apiGroups": ["kubevirt.io"],
+            "apiVersions": ["*"],
+            "resources": ["virtualmachines"],
+            "operations": ["CREATE", "UPDATE"],
+            "scope": "Namespaced",
+        }
+    ]
+    assert hook["namespaceSelector"] == {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}
+        ]
+    }
+    assert [c["name"] for c in hook["matchConditions"]] == ["create-or-template-changed"]
 
 
 def test_launcher_pod_webhook_only_sees_kubevirt_launchers_and_never_blocks() -> None:

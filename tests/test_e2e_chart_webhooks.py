@@ -28,6 +28,7 @@ import httpx
 import pytest
 
 from tests.builders import World
+from tests.builders import selecting_vm as vm
 from tests.builders import selecting_vmi as vmi
 from tests.chart_helpers import NAMESPACE, chart_webhook_configurations, documents, render
 from tests.controlplane.api import Api, ApiError, RawObject
@@ -303,6 +304,72 @@ def test_kube_system_is_excluded(control_plane: ControlPlane, routing: Routing) 
         control_plane.admin.delete(stored)
 
 
+# -- the VirtualMachine webhook: the template judged at apply (docs/contract.md 4.10) --------------
+
+
+def test_vm_refusals_reach_the_tenant_at_apply_in_their_terms(
+    control_plane: ControlPlane, routing: Routing
+) -> None:
+    api, c = control_plane.admin, routing.classes
+    error = _refusal(api, vm(TENANT, [{"className": c.whole, "count": 0}]))
+    assert error.status_code == 422
+    assert (
+        'admission webhook "virtualmachines.gpuclass.cozystack.io" denied' in error.body["message"]
+    )
+    assert "gpus[0].count" in error.body["message"]
+    assert "metadata.annotations" not in error.body["message"]
+    # vGPU in a namespace without the entitlement label: a policy refusal, named by entry.
+    error = _refusal(api, vm(UNLABELLED, [{"className": c.byol}]))
+    assert error.status_code == 403
+    assert "gpus[0].className" in error.body["message"]
+
+
+def test_a_vm_whose_class_may_appear_later_is_stored_as_applied_with_a_warning(
+    control_plane: ControlPlane, routing: Routing
+) -> None:
+    api = control_plane.admin
+    obj = vm(TENANT, [{"className": unique_name("not-yet")}])
+    response = api.request(
+        "POST",
+        f"/apis/kubevirt.io/v1/namespaces/{TENANT}/virtualmachines",
+        body=obj,
+        params={"fieldValidation": "Strict"},
+    )
+    assert response.status_code == 201, response.text
+    try:
+        warnings = response.headers.get_list("warning")
+        assert any("gpus[0].className" in w and "checked again" in w for w in warnings), warnings
+        stored = response.json()
+        assert stored["spec"]["template"] == obj["spec"]["template"]  # never patched
+    finally:
+        api.delete(obj)
+
+
+def test_vm_updates_reach_the_webhook_only_when_the_template_changes(
+    control_plane: ControlPlane, routing: Routing
+) -> None:
+    api, c = control_plane.admin, routing.classes
+    stored = api.create(vm(TENANT, [{"className": c.whole}]))
+    name = stored["metadata"]["name"]
+    try:
+        assert routing.calls(operation="CREATE", kind="VirtualMachine", name=name) == 1
+        relabelled = json.loads(json.dumps(stored))
+        relabelled["metadata"]["labels"] = {"team": "ml"}
+        relabelled["spec"]["runStrategy"] = "Always"
+        stored = api.call("PUT", api.object_path(relabelled), body=relabelled)
+        assert routing.calls(operation="UPDATE", kind="VirtualMachine", name=name) == 0
+        broken = json.loads(json.dumps(stored))
+        broken["spec"]["template"]["metadata"]["annotations"][ANN] = json.dumps(
+            [{"className": c.whole, "count": 0}]
+        )
+        error = _refusal(api, broken, "PUT")
+        assert error.status_code == 422
+        assert "gpus[0].count" in error.body["message"]
+        assert routing.calls(operation="UPDATE", kind="VirtualMachine", name=name) == 1
+    finally:
+        api.delete(stored)
+
+
 # -- the GPUClass webhook's own effects ------------------------------------------------------------
 
 
@@ -390,7 +457,8 @@ def test_failure_policy_with_the_webhook_stopped(
     control_plane: ControlPlane, routing: Routing
 ) -> None:
     """VMI hook Fail: creates are refused while nobody answers. Pod hook Ignore: launcher Pods
-    are created (without tolerations) rather than blocking KubeVirt."""
+    are created (without tolerations) rather than blocking KubeVirt. VM hook Ignore: VMs are
+    stored as applied."""
     api, c = control_plane.admin, routing.classes
     routing.stop_server()
     try:
@@ -404,6 +472,9 @@ def test_failure_policy_with_the_webhook_stopped(
         finally:
             controller.close()
         assert c.toleration not in pod["spec"].get("tolerations", [])
+        # VM hook Ignore: applying a VM goes on (the VMI hook decides at start).
+        stored = api.create(vm(TENANT, [{"className": c.whole, "count": 0}]))
+        api.delete(stored)
     finally:
         routing.remove()
         routing.start()

@@ -47,6 +47,7 @@ def test_every_contract_rule_has_a_fixture() -> None:
         assert any(f"vmi-{rule}-" in n for n in names), rule
     assert any(n.startswith("vmi-update-") for n in names)
     assert any(n.startswith("pod-launcher-") for n in names)
+    assert sum(n.startswith("vm-4.10-") for n in names) >= 10
     assert sum(n.startswith("gpuclass-5-") for n in names) >= 15
 
 

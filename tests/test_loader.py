@@ -236,3 +236,37 @@ def test_secret_values_are_redacted(tmp_path: Path) -> None:
         assert TOKEN not in shown
     assert "<redacted>" in repr(record)
     assert value == Redacted(TOKEN) and value != Redacted("other") and value != TOKEN
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        pytest.param("kind: Node\nmetadata:\n  name: a\n  name: b\n", 4, id="block-mapping"),
+        pytest.param("kind: Node\nmetadata: {name: a, name: b}\n", 2, id="flow-mapping"),
+        pytest.param("kind: Node\nkind: Pod\n", 2, id="top-level"),
+        pytest.param(
+            "kind: Node\n---\nkind: Pod\nmetadata: {}\nmetadata: {}\n", 5, id="second-document"
+        ),
+    ],
+)
+def test_a_duplicate_yaml_key_is_a_load_error(tmp_path: Path, text: str, line: int) -> None:
+    """PyYAML would keep the last value; the API server's strict decoder refuses the file."""
+    path = write(tmp_path / "dup.yaml", text)
+    with pytest.raises(LoadError) as info:
+        list(iter_objects(path))
+    assert info.value.code == "DuplicateKey" and info.value.line == line
+    assert str(info.value).startswith(f"{path}: line {line}: duplicate key")
+
+
+def test_merge_keys_may_be_overridden(tmp_path: Path) -> None:
+    path = write(tmp_path / "m.yaml", "base: &b {x: 1}\nkind: Node\nmetadata:\n  <<: *b\n  x: 2\n")
+    [obj] = iter_objects(path)
+    assert obj["metadata"] == {"x": 2}
+
+
+def test_duplicate_json_keys_only_when_strict(tmp_path: Path) -> None:
+    path = write(tmp_path / "d.json", '{"kind": "Node", "kind": "Pod"}')
+    assert [o["kind"] for o in iter_objects(path)] == ["Pod"]  # --objects: orjson, fast
+    with pytest.raises(LoadError) as info:
+        list(iter_objects(path, strict_keys=True))
+    assert info.value.code == "DuplicateKey"

@@ -84,9 +84,11 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     ca = ssl.create_default_context(cafile=webhook.ca)
     for case in golden_cases():  # traffic: allowed, patched and denied answers
         kind = case.request["request"]["kind"]["kind"]
-        path = {"VirtualMachineInstance": paths.MUTATE_VMIS, "Pod": paths.MUTATE_PODS}.get(
-            kind, paths.VALIDATE_GPUCLASSES
-        )
+        path = {
+            "VirtualMachineInstance": paths.MUTATE_VMIS,
+            "Pod": paths.MUTATE_PODS,
+            "VirtualMachine": paths.VALIDATE_VMS,
+        }.get(kind, paths.VALIDATE_GPUCLASSES)
         httpx.post(
             webhook.url + path,
             content=json.dumps(case.request),

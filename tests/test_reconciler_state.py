@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from gpuclass.reconciler.cache import ClusterCache
-from gpuclass.reconciler.sources import Source
+from gpuclass.reconciler.sources import SOURCES, Source
 from gpuclass.shared import names
-from tests.builders import gpuclass, kubevirt, node, pod, secret
+from tests.builders import gpuclass, kubevirt, node, pod, secret, vmi
 
 R = "example.com/gpu"
 OTHER = "example.com/other"
@@ -433,3 +433,39 @@ def test_license_secret_keeps_only_the_token() -> None:
     state = ClusterCache()
     state.upsert("licence-secrets", secret("src", data={names.TOKEN_KEY: "dG9r", "other": "eA=="}))
     assert set(state.license_secrets[("cozy-system", "src")].data) == {names.TOKEN_KEY}
+
+
+def _one_of_each() -> dict[Source, dict[str, Any]]:
+    managed = secret(
+        names.license_copy_name("c"),
+        "tenant-a",
+        labels={names.MANAGED_BY_LABEL: names.MANAGED_BY_VALUE},
+    )
+    return {
+        "gpuclasses": gpuclass("c", R),
+        "nodes": node("n1", {R: "1"}),
+        "pods": pod("p", "n1", {R: 1}),
+        "kubevirts": kubevirt(R),
+        "licence-secrets": secret("src"),
+        "managed-secrets": managed,
+        "namespaces": {"metadata": {"name": "tenant-a"}},
+        "vmis": vmi("v", "tenant-a", classes=["c"], devices=[R]),
+    }
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_every_source_keeps_and_forgets_by_the_object_key(source: Source) -> None:
+    """keys() and sweep() read the store SPECS names: an object in is an object key out."""
+    obj = {**_one_of_each()[source]}
+    obj["metadata"] = {**obj["metadata"], "resourceVersion": "7"}
+    state = ClusterCache()
+    state.upsert(source, obj)
+    meta = obj["metadata"]
+    key = (meta.get("namespace", ""), meta["name"])
+    assert state.keys(source) == [key]
+    # Only the stores of objects the reconciler writes keep a version (to absorb write responses).
+    kept = source in ("gpuclasses", "managed-secrets")
+    assert state.held_version(source, key) == ("7" if kept else "")
+    state.sweep(source, set())
+    assert state.keys(source) == []
+    assert state.held_version(source, key) == ""

@@ -18,9 +18,10 @@ import jsonpatch
 import pytest
 
 from gpuclass.shared.admission import Allowed, Decision, Denied
+from gpuclass.shared.admit_vmi import admit
 from gpuclass.shared.catalog import Catalog, Policy, build_catalog
-from gpuclass.shared.resolution import admit_vmi
 from gpuclass.shared.snapshot import SnapshotBuilder
+from tests.builders import admission_request
 
 ANN_KEY = "gpu.cozystack.io/classes"
 ANN = f"metadata.annotations[{ANN_KEY}]"
@@ -186,12 +187,12 @@ def create(
     obj: dict[str, Any], cat: Catalog = CATALOG, *, namespace: str | None = None
 ) -> Decision:
     ns = namespace if namespace is not None else obj["metadata"].get("namespace")
-    return admit_vmi({"operation": "CREATE", "namespace": ns, "object": obj}, cat)
+    return admit(admission_request(operation="CREATE", namespace=ns, object=obj), cat)
 
 
 def update(obj: dict[str, Any], old: dict[str, Any], cat: Catalog = CATALOG) -> Decision:
-    return admit_vmi(
-        {"operation": "UPDATE", "namespace": "tenant-a", "object": obj, "oldObject": old}, cat
+    return admit(
+        admission_request(operation="UPDATE", namespace="tenant-a", object=obj, oldObject=old), cat
     )
 
 
@@ -635,7 +636,7 @@ def test_4_5_passthrough_needs_no_entitlement() -> None:
 
 def test_4_5_namespace_from_object_when_request_has_none() -> None:
     obj = vmi([cls("byol")], namespace="tenant-c")
-    decision = admit_vmi({"operation": "CREATE", "object": obj}, CATALOG)
+    decision = admit(admission_request(operation="CREATE", object=obj), CATALOG)
     assert causes_of(decision) == [(f"{ANN}[0].className", "forbidden", "NotEntitled")]
 
 
@@ -1103,14 +1104,12 @@ def test_update_keeps_the_license_it_was_admitted_with_even_if_class_is_gone() -
 @pytest.mark.parametrize("operation", ["DELETE", "CONNECT"])
 def test_other_operations_pass(operation: str) -> None:
     assert (
-        admit_vmi(
-            {"operation": operation, "object": None, "oldObject": vmi([cls("gone")])}, CATALOG
-        )
+        admit(admission_request(operation=operation, oldObject=vmi([cls("gone")])), CATALOG)
         == Allowed()
     )
 
 
 @pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
 def test_missing_object_refused(operation: str) -> None:
-    decision = admit_vmi({"operation": operation, "object": None}, CATALOG)
+    decision = admit(admission_request(operation=operation), CATALOG)
     assert causes_of(decision) == [("object", "invalid", "Invalid")]

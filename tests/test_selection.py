@@ -7,8 +7,8 @@ import json
 import pytest
 
 from gpuclass.shared.admission import Denied, render_response
+from gpuclass.shared.admit_vmi import admit_create
 from gpuclass.shared.catalog import Catalog
-from gpuclass.shared.resolution import admit_vmi_create
 from gpuclass.shared.selection import NO_SELECTION, ClassEntry, parse_selection
 
 ANN = "metadata.annotations[gpu.cozystack.io/classes]"
@@ -204,7 +204,7 @@ def test_ten_thousand_entries_are_refused_with_a_capped_message() -> None:
         },
         "spec": {},
     }
-    decision = admit_vmi_create(obj, "tenant-a", Catalog())
+    decision = admit_create(obj, "tenant-a", Catalog())
     assert isinstance(decision, Denied)
     assert len(decision.causes) == 10_000
     status = render_response(decision, uid="u", api_version="admission.k8s.io/v1")["response"][

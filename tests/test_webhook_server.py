@@ -33,6 +33,7 @@ ENDPOINT = {
     "VirtualMachineInstance": paths.MUTATE_VMIS,
     "Pod": paths.MUTATE_PODS,
     "GPUClass": paths.VALIDATE_GPUCLASSES,
+    "VirtualMachine": paths.VALIDATE_VMS,
 }
 OBJECT_ARGS = [a for p in OBJECTS for a in ("--objects", p)]
 VMI_BODY = (

@@ -1,6 +1,6 @@
 """The webhook's HTTP application: FastAPI for the app, raw Starlette routes for admission.
 
-The three admission routes are the hot path: they read the body once (within the
+The admission routes are the hot path: they read the body once (within the
 limits of `webhook.limits`), parse it with orjson, call `shared.review.decide` and
 write bytes rendered by `shared.admission` — no per-request dependency injection or
 pydantic re-validation of the whole object. Every error body has the contract's
@@ -30,8 +30,17 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gpuclass.shared.admission import Denied, encode_response, render_response
-from gpuclass.shared.review import GPUCLASS, POD, VMI, MalformedReview, decide
+from gpuclass.shared.admission import Allowed, Decision, Denied, encode_response
+from gpuclass.shared.envelope import (
+    GPUCLASS,
+    POD,
+    VM,
+    VMI,
+    AdmissionRequest,
+    GroupKind,
+    MalformedReview,
+)
+from gpuclass.shared.review import Review, decide
 from gpuclass.webhook import paths
 from gpuclass.webhook.limits import BodyLimits, BodyRefused, read_body
 from gpuclass.webhook.metrics import WebhookMetrics
@@ -39,10 +48,11 @@ from gpuclass.webhook.state import CatalogState
 
 log = logging.getLogger("gpuclass.webhook")
 
-WEBHOOKS: dict[str, tuple[str, tuple[str, str]]] = {
+WEBHOOKS: dict[str, tuple[str, GroupKind]] = {
     paths.VALIDATE_GPUCLASSES: ("gpuclasses", GPUCLASS),
     paths.MUTATE_VMIS: ("virtualmachineinstances", VMI),
     paths.MUTATE_PODS: ("pods", POD),
+    paths.VALIDATE_VMS: ("virtualmachines", VM),
 }
 LOGGED_STRING_CHARS = 128  # request-derived strings in decision lines (a uid is 36)
 
@@ -72,7 +82,7 @@ def _clip(value: object, limit: int = LOGGED_STRING_CHARS) -> str:
 
 
 def _admission_endpoint(
-    ctx: AppContext, webhook: str, expect: tuple[str, str]
+    ctx: AppContext, webhook: str, expect: GroupKind
 ) -> Callable[[Request], Awaitable[Response]]:
     metrics = ctx.metrics
     duration = metrics.duration.labels(webhook)
@@ -114,11 +124,11 @@ def _admission_endpoint(
         except orjson.JSONDecodeError:
             return _client_error(400, "body is not JSON: expected an AdmissionReview")
         try:
-            api_version, uid, decision, _ = decide(parsed, ctx.state.catalog, expect=expect)
+            answer = decide(parsed, ctx.state.catalog, expect=expect)
         except MalformedReview as exc:
             return _client_error(400, str(exc))
-        payload = encode_response(render_response(decision, uid=uid, api_version=api_version))
-        _account(parsed["request"], uid, decision, started)
+        payload = encode_response(answer.response())
+        _account(answer, started)
         return Response(payload, media_type="application/json")
 
     def _client_error(status: int, message: str, close: bool = False) -> Response:
@@ -129,36 +139,33 @@ def _admission_endpoint(
         )
         return _error(status, message, close=close)
 
-    def _account(req: dict[str, Any], uid: str, decision: Any, started: float) -> None:
-        operation = req["operation"]  # one of the four: parse_envelope checked it
-        allowed = not isinstance(decision, Denied)
-        code = "200" if allowed else str(decision.code)
-        metrics.requests.labels(webhook, operation, str(allowed).lower(), code).inc()
-        causes = [c.code for c in decision.causes] if isinstance(decision, Denied) else []
+    def _account(answer: Review, started: float) -> None:
+        req, decision = answer.request, answer.decision
+        denied = decision if isinstance(decision, Denied) else None
+        code = str(denied.code) if denied else "200"
+        metrics.requests.labels(webhook, req.operation, str(not denied).lower(), code).inc()
+        causes = [c.code for c in denied.causes] if denied else []
         for cause in set(causes):
             metrics.denials.labels(webhook, cause).inc()
-        obj = req.get("object") if isinstance(req.get("object"), dict) else req.get("oldObject")
-        meta = _as_dict(obj.get("metadata")) if isinstance(obj, dict) else {}
-        kind = _as_dict(req.get("kind"))
-        log.info(
-            "admission",
-            extra={
-                "fields": {
-                    "uid": _clip(uid),
-                    "webhook": webhook,
-                    "operation": operation,
-                    "kind": _clip(kind.get("kind", ""), 64),
-                    "namespace": _clip(req.get("namespace") or meta.get("namespace") or ""),
-                    "name": _clip(
-                        req.get("name") or meta.get("name") or meta.get("generateName") or ""
-                    ),
-                    "allowed": allowed,
-                    "causes": causes[:20],
-                    "patched": allowed and bool(decision.operations),
-                    "duration_ms": round((time.perf_counter() - started) * 1000, 3),
-                }
-            },
-        )
+        log.info("admission", extra={"fields": _decision_fields(req, decision, causes, started)})
+
+    def _decision_fields(
+        req: AdmissionRequest, decision: Decision, causes: list[str], started: float
+    ) -> dict[str, object]:
+        obj = req.object if req.object is not None else req.old_object
+        meta = _as_dict(obj.get("metadata")) if obj is not None else {}
+        return {
+            "uid": _clip(req.uid),
+            "webhook": webhook,
+            "operation": req.operation,
+            "kind": _clip(req.kind.kind, 64),
+            "namespace": _clip(req.namespace or meta.get("namespace") or ""),
+            "name": _clip(req.name or meta.get("name") or meta.get("generateName") or ""),
+            "allowed": not isinstance(decision, Denied),
+            "causes": causes[:20],
+            "patched": isinstance(decision, Allowed) and bool(decision.operations),
+            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+        }
 
     return endpoint
 

@@ -2,7 +2,8 @@
 
 With `--objects`, answers come from those files (re-read when they change) and a
 self-signed certificate is made when none is given; otherwise the catalog is a
-list+watch cache of the API server (in-cluster or `--kubeconfig`).
+list+watch cache of the API server (`--kubeconfig`, `KUBECONFIG`, in-cluster or
+`~/.kube/config`; `--context` picks a context).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import uvicorn
 
+from gpuclass.shared.runtime.clusterconfig import ClusterConfigError
 from gpuclass.shared.runtime.loader import LoadError
 from gpuclass.shared.runtime.logs import setup_logging
 from gpuclass.shared.runtime.settings import parse_settings
@@ -34,7 +36,7 @@ async def _cluster_state(settings: WebhookSettings, metrics: WebhookMetrics) -> 
     from gpuclass.shared.runtime.kubeclient import api_client
     from gpuclass.webhook.kube import FIELD_MANAGER, webhook_client
 
-    api = await api_client(settings.kubeconfig, binary=FIELD_MANAGER)
+    api = await api_client(settings.kubeconfig, binary=FIELD_MANAGER, context=settings.context)
     return ClusterCache(
         webhook_client(api, kubevirt_namespace=settings.kubevirt_namespace),
         settings.policy(),
@@ -153,7 +155,11 @@ def _connection_limits(settings: WebhookSettings, metrics: WebhookMetrics) -> Co
 def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(WebhookSettings, argv, "gpuclass-webhook")
     setup_logging(settings.log_level, settings.log_format)
-    return asyncio.run(serve(settings))
+    try:
+        return asyncio.run(serve(settings))
+    except ClusterConfigError as exc:
+        print(f"gpuclass-webhook: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
+from gpuclass.shared.runtime.processmetrics import register_standard_metrics
+
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 DURATION_BUCKETS = (
@@ -39,6 +41,7 @@ class WebhookMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        register_standard_metrics(r)
         self.requests = Counter(
             "gpuclass_webhook_requests",
             "Admission requests answered, by webhook, operation, verdict and HTTP-level code.",

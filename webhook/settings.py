@@ -12,6 +12,8 @@ from gpuclass.shared.runtime.settings import CommonSettings
 
 
 class WebhookSettings(CommonSettings):
+    """Serve the GPUClass admission webhook over HTTPS."""
+
     port: int = Field(8443, ge=0, le=65535, description="HTTPS port (0: any free port)")
     bind_address: str = Field("0.0.0.0", description="address to listen on")
     tls_cert_file: Path | None = Field(
@@ -26,7 +28,9 @@ class WebhookSettings(CommonSettings):
     )
     tls_hosts: Annotated[list[str], NoDecode] = Field(
         ["localhost", "127.0.0.1", "::1"],
-        description="host names/IPs of the self-signed certificate (comma-separated in the env var)",
+        description="host names/IPs of the self-signed certificate; repeatable "
+        "(comma-separated in the variable)",
+        json_schema_extra={"metavar": "HOST"},
     )
     tls_reload_seconds: float = Field(
         2.0, gt=0, description="how often to check certificate files for changes"

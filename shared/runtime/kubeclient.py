@@ -1,7 +1,8 @@
 """The Kubernetes API client both binaries use: the factory, and raw requests, lists and watches.
 
 `api_client` builds a kubernetes_asyncio ApiClient from a kubeconfig or the
-in-cluster service account, naming the binary and version in its User-Agent.
+in-cluster service account (the order: :func:`choose_cluster_config`), naming the
+binary and version in its User-Agent.
 :class:`RawClient` is the one HTTP list/watch implementation under
 :class:`shared.runtime.listwatch.Reflector` for both binaries: requests go through
 `ApiClient.call_api` with `_preload_content=False`, bodies are parsed with orjson
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,14 @@ import aiohttp
 import orjson
 from kubernetes_asyncio import client, config
 
+from gpuclass.shared.runtime.clusterconfig import (
+    ClusterConfigError,
+    choose_cluster_config,
+    first_current_context,
+)
 from gpuclass.shared.runtime.listwatch import ApiError, ListPage, RawObject, WatchEvent
 from gpuclass.shared.runtime.ratelimit import TokenBucket
+from gpuclass.shared.runtime.version import package_version
 
 WRITE_METHODS = frozenset({"PATCH", "POST", "PUT"})
 Collections = Mapping[str, tuple[str, Mapping[str, str]]]
@@ -38,51 +44,44 @@ Collections = Mapping[str, tuple[str, Mapping[str, str]]]
 
 def user_agent(binary: str) -> str:
     """`gpuclass-reconciler/<version>`: what the API server's audit log and metrics show."""
-    try:
-        version = metadata.version("gpuclass")
-    except metadata.PackageNotFoundError:
-        version = "unknown"
-    return f"{binary}/{version}"
+    return f"{binary}/{package_version()}"
 
 
 async def api_client(
-    kubeconfig: Path | None, *, binary: str, context: str | None = None
+    kubeconfig: Path | None,
+    *,
+    binary: str,
+    context: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    home: Path | None = None,
 ) -> client.ApiClient:
-    """An ApiClient from `kubeconfig` (and its `context`, else the current one), else from the
-    in-cluster service account, whose every request names `binary` and the installed version
-    in its User-Agent. A `context` without a `kubeconfig` reads the default kubeconfig
-    (`KUBECONFIG`, else `~/.kube/config`), as kubectl does."""
+    """An ApiClient configured as :func:`choose_cluster_config` finds, whose every request
+    names `binary` and the installed version in its User-Agent.
+
+    Raises :class:`ClusterConfigError` (naming the source) when that configuration is
+    missing or unusable, or names no such context.
+    """
+    chosen = choose_cluster_config(
+        kubeconfig,
+        context=context,
+        environ=os.environ if environ is None else environ,
+        home=Path.home() if home is None else home,
+    )
     configuration = client.Configuration()
-    if kubeconfig is not None or context is not None:
-        await config.load_kube_config(
-            config_file=str(kubeconfig) if kubeconfig is not None else None,
-            context=context,
-            client_configuration=configuration,
-        )
-    else:
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    try:
+        if chosen.kubeconfig is not None:
+            if context is None and os.pathsep in chosen.kubeconfig:
+                context = first_current_context(chosen.kubeconfig)
+            await config.load_kube_config(
+                config_file=chosen.kubeconfig, context=context, client_configuration=configuration
+            )
+        else:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except (config.ConfigException, OSError, ValueError, KeyError) as exc:
+        raise ClusterConfigError(f"cannot use {chosen.describe()}: {exc}") from exc
     api = client.ApiClient(configuration)
     api.user_agent = user_agent(binary)
     return api
-
-
-class KubeconfigError(Exception):
-    """A kubeconfig (or context) that cannot be used; the message says why."""
-
-
-async def kubeconfig_client(
-    kubeconfig: Path | None, *, binary: str, context: str | None = None
-) -> client.ApiClient:
-    """:func:`api_client` for the command line (the caller gives a kubeconfig or a context):
-    every way the file or context can be unusable becomes one :class:`KubeconfigError`."""
-    if kubeconfig is None and context is None:
-        raise KubeconfigError("give a kubeconfig or a context")
-    if kubeconfig is None:  # as kubectl: $KUBECONFIG (a list of files), else ~/.kube/config
-        kubeconfig = Path(os.environ.get("KUBECONFIG") or "~/.kube/config")
-    try:
-        return await api_client(kubeconfig, binary=binary, context=context)
-    except (config.ConfigException, OSError, ValueError, TypeError) as exc:
-        raise KubeconfigError(str(exc) or type(exc).__name__) from exc
 
 
 async def _error(response: aiohttp.ClientResponse) -> ApiError:

@@ -12,10 +12,14 @@ namespace land in `default`, a KubeVirt CR without one in the KubeVirt namespace
 and only the KubeVirt CRs in that namespace count (the reconciler watches no
 other); the same object given twice counts once (the snapshot keys objects by
 kind, namespace and name, the later one winning).
+
+A YAML mapping that names one key twice is refused with both lines (PyYAML would keep the
+last value silently; Kubernetes' strict decoder refuses it too): docs/decisions.md, CLI.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +35,45 @@ _YamlLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when
 # datetimes, whose str() sorts differently from RFC 3339 (creationTimestamp orders classes).
 _YamlLoader = type("KubeYamlLoader", (_YamlLoader,), {})
 _YamlLoader.add_constructor("tag:yaml.org,2002:timestamp", _YamlLoader.construct_yaml_str)
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
+class DuplicateKey(yaml.YAMLError):
+    """A mapping that names one key twice: PyYAML would silently keep the last value."""
+
+    def __init__(self, key: object, line: int, first_line: int) -> None:
+        super().__init__(f"duplicate key {key!r}")
+        self.key, self.line, self.first_line = key, line, first_line
+
+
+def _construct_mapping(loader: Any, node: yaml.Node, deep: bool = False) -> Any:
+    """PyYAML's mapping constructor, refusing a key written twice in one mapping.
+
+    Kubernetes' strict decoder refuses them too; PyYAML would keep the last value silently.
+    Keys brought in by a `<<` merge may be overridden, as YAML's merge key intends.
+    """
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[object, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue
+            # String keys (nearly all) compare by their text; others as constructed.
+            plain = isinstance(key_node, yaml.ScalarNode) and key_node.tag == _STR_TAG
+            key = key_node.value if plain else loader.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                if key in seen:
+                    raise DuplicateKey(key, line, seen[key])
+                seen[key] = line
+            except TypeError:  # an unhashable key: the base constructor reports it
+                continue
+    return _BASE_CONSTRUCT_MAPPING(loader, node, deep)
+
+
+_BASE_CONSTRUCT_MAPPING = _YamlLoader.construct_mapping
+_YamlLoader.construct_mapping = _construct_mapping
+
 
 SUFFIXES = (".json", ".yaml", ".yml")
 MAX_DEPTH = 100
@@ -38,7 +81,27 @@ MAX_DEPTH = 100
 
 
 class LoadError(Exception):
-    """A file that cannot be read as Kubernetes objects; the message names the file."""
+    """A file that cannot be read as Kubernetes objects; the message names the file.
+
+    `reason` is the message without the file, `code` a short word for machine-readable
+    output (`gpuclass validate -o json`), `line` the 1-based line when one is known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: Path | None = None,
+        reason: str | None = None,
+        code: str = "Unreadable",
+        line: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.path, self.reason, self.code, self.line = path, reason or message, code, line
+
+
+def _error(path: Path, reason: str, code: str, line: int | None = None) -> LoadError:
+    return LoadError(f"{path}: {reason}", path=path, reason=reason, code=code, line=line)
 
 
 def files_under(paths: Iterable[str | Path]) -> list[Path]:
@@ -50,25 +113,72 @@ def files_under(paths: Iterable[str | Path]) -> list[Path]:
         elif path.is_file():
             found.append(path)
         else:
-            raise LoadError(f"{path}: no such file or folder")
+            raise _error(path, "no such file or folder", "NotFound")
     return found
 
 
-def _documents(path: Path) -> Iterator[object]:
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    for key in keys:
+        if keys.count(key) > 1:
+            raise DuplicateKey(key, 0, 0)
+    return dict(pairs)
+
+
+def _json_document(path: Path, data: bytes, *, strict_keys: bool) -> object:
+    try:
+        document = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise _error(path, f"not valid JSON: {exc}", "InvalidJSON") from exc
+    if strict_keys:  # orjson keeps the last of duplicate keys; the stdlib can tell
+        try:
+            json.loads(data, object_pairs_hook=_unique_pairs)
+        except DuplicateKey as exc:
+            raise _error(
+                path, f"duplicate key {exc.key!r} in one object: remove one", "DuplicateKey"
+            ) from exc
+    return document
+
+
+def _documents(path: Path, *, strict_keys: bool = False) -> Iterator[object]:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise LoadError(f"{path}: {exc.strerror or exc}") from exc
+        raise _error(path, str(exc.strerror or exc), "Unreadable") from exc
     if path.suffix == ".json":
-        try:
-            yield orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise LoadError(f"{path}: not valid JSON: {exc}") from exc
+        yield _json_document(path, data, strict_keys=strict_keys)
         return
+    yield from _yaml_documents(path, data)
+
+
+def documents_from_bytes(data: bytes, source: str) -> list[object]:
+    """The documents of one input that may be JSON or YAML (a file or standard input):
+    JSON when it parses as JSON, YAML otherwise, with the file loader's checks."""
+    path = Path(source)
+    try:
+        return [orjson.loads(data)]
+    except orjson.JSONDecodeError:
+        return list(_yaml_documents(path, data))
+
+
+def _yaml_documents(path: Path, data: bytes) -> Iterator[object]:
     try:
         yield from yaml.load_all(data, Loader=_YamlLoader)
+    except DuplicateKey as exc:
+        raise _error(
+            path,
+            f"line {exc.line}: duplicate key {exc.key!r} (first at line {exc.first_line}): "
+            "YAML would keep only the last value; remove one",
+            "DuplicateKey",
+            exc.line,
+        ) from exc
     except yaml.YAMLError as exc:
-        raise LoadError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from exc
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        where = f" (line {line})" if line else ""
+        raise _error(
+            path, f"not valid YAML: {str(exc).splitlines()[0]}{where}", "InvalidYAML", line
+        ) from exc
 
 
 def nesting_depth(value: object, limit: int = MAX_DEPTH) -> int:
@@ -85,20 +195,26 @@ def nesting_depth(value: object, limit: int = MAX_DEPTH) -> int:
     return deepest
 
 
-def iter_objects(path: Path) -> Iterator[Mapping[str, Any]]:
-    """Every object in one file, `kind: List` unpacked; empty documents skipped."""
-    for document in _documents(path):
+def iter_objects(path: Path, *, strict_keys: bool = False) -> Iterator[Mapping[str, Any]]:
+    """Every object in one file, `kind: List` unpacked; empty documents skipped.
+
+    A YAML mapping with a duplicate key is always an error; `strict_keys` checks JSON
+    objects too (slower: `--objects` snapshots can be 50 MB, catalog manifests are small).
+    """
+    for document in _documents(path, strict_keys=strict_keys):
         if nesting_depth(document) > MAX_DEPTH:
-            raise LoadError(f"{path}: an object nests deeper than {MAX_DEPTH} levels")
+            raise _error(path, f"an object nests deeper than {MAX_DEPTH} levels", "TooDeep")
         if document is None:
             continue
         if not isinstance(document, dict):
-            raise LoadError(f"{path}: each document must be a Kubernetes object (a mapping)")
+            raise _error(
+                path, "each document must be a Kubernetes object (a mapping)", "NotAnObject"
+            )
         kind = document.get("kind")
         if isinstance(kind, str) and kind.endswith("List") and "items" in document:
             items = document.get("items") or []
             if not isinstance(items, list):
-                raise LoadError(f"{path}: items of a List must be a list")
+                raise _error(path, "items of a List must be a list", "NotAnObject")
             for item in items:
                 if isinstance(item, dict):
                     if kind != "List":

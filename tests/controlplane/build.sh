@@ -69,7 +69,7 @@ install_bin() { mv "$work/out/$1" "$dest/$1"; echo "controlplane: $1 ready" >&2;
 pkgs=()
 for bin in "${kube_bins[@]}"; do missing "$bin" && pkgs+=("k8s.io/kubernetes/cmd/$bin"); done
 if ((${#pkgs[@]})); then
-  echo "controlplane: building ${pkgs[*]##*/} $kube_version with $go_version (first time only: about 25 min on 2 cores for all four)" >&2
+  echo "controlplane: building ${pkgs[*]##*/} $kube_version with $go_version (first time only; docs/testing.md gives the measured time)" >&2
   # One `go build` for all of them: the packages they share are compiled once.
   (cd "$work/kube" && nice -n 10 go build -trimpath -ldflags "$ldflags" -o "$work/out/" "${pkgs[@]}")
   for pkg in "${pkgs[@]}"; do install_bin "${pkg##*/}"; done

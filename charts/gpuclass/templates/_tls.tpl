@@ -91,7 +91,7 @@ Returns YAML: {caCert, cert, key, caNotAfter, certNotAfter, generated}.
 {{- (include "gpuclass.webhook.selfManagedTLS" . | fromYaml).caCert | b64enc -}}
 {{- end -}}
 
-{{/* webhook clientConfig, shared by the three webhooks: call with (dict "root" $ "path" "/x") */}}
+{{/* webhook clientConfig, shared by the four webhooks: call with (dict "root" $ "path" "/x") */}}
 {{- define "gpuclass.webhook.clientConfig" -}}
 service:
   name: {{ include "gpuclass.webhook.fullname" .root }}

@@ -1,4 +1,4 @@
-"""virt-launcher Pods: copy the current class tolerations onto the Pod (never refuse).
+"""virt-launcher Pod admission (docs/contract.md section 3): add class tolerations, never refuse.
 
 KubeVirt copies the VMI's annotations, the selection among them, onto the launcher
 Pod it creates. Only Pods labelled as launchers and created by KubeVirt's controller
@@ -14,29 +14,27 @@ from typing import Any
 from gpuclass.shared import names
 from gpuclass.shared.admission import Allowed, Decision
 from gpuclass.shared.catalog import Catalog
+from gpuclass.shared.envelope import AdmissionRequest
 from gpuclass.shared.patches import PatchBuilder
 from gpuclass.shared.resolution import TOLERATIONS, annotation
 from gpuclass.shared.selection import parse_selection
 
 
-def is_launcher(request: Mapping[str, Any], catalog: Catalog) -> bool:
-    obj = request.get("object")
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
+def is_launcher(request: AdmissionRequest, catalog: Catalog) -> bool:
+    meta = request.object.get("metadata") if request.object is not None else None
     labels = meta.get("labels") if isinstance(meta, dict) else None
-    user = request.get("userInfo")
-    username = user.get("username") if isinstance(user, dict) else None
     return (
-        request.get("operation") == "CREATE"
+        request.operation == "CREATE"
         and isinstance(labels, dict)
         and labels.get(names.LAUNCHER_LABEL) == names.LAUNCHER_LABEL_VALUE
-        and username == catalog.policy.kubevirt_controller_user
+        and request.username == catalog.policy.kubevirt_controller_user
     )
 
 
-def admit_launcher_pod(request: Mapping[str, Any], catalog: Catalog) -> Decision:
-    if not is_launcher(request, catalog):
+def admit(request: AdmissionRequest, catalog: Catalog) -> Decision:
+    if request.object is None or not is_launcher(request, catalog):
         return Allowed()
-    obj: Mapping[str, Any] = request["object"]
+    obj: Mapping[str, Any] = request.object
     builder = PatchBuilder(obj)
     spec_tolerations = builder.get(TOLERATIONS)
     present = list(spec_tolerations) if isinstance(spec_tolerations, list) else []

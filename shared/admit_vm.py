@@ -1,0 +1,82 @@
+"""VirtualMachine admission (docs/contract.md 4.10): the template's selection, judged when applied.
+
+A VirtualMachine carries the tenant's selection in `spec.template`; KubeVirt makes a
+VMI of that template each time the VM starts, and the VMI admitter decides then. This
+admitter runs the same rules (:func:`shared.resolution.judge_create`) on the template
+when the VM is created or its template changes, so a tenant learns at `kubectl apply`
+what would be refused at every start:
+
+- what cannot change before the VM starts (annotation syntax, mixing, counts and
+  per-VM limits, one vGPU class, worker pools passthrough-only, entitlement, a hand-
+  mounted licence, raw GPU requests beside classes) is refused;
+- what can (a class missing, invalid, deleting, losing its resource name, not
+  permitted, and capacity) is a warning: the VMI admitter checks it again at start.
+
+Fields are named as the tenant wrote them: an entry of the selection is `gpus[i]`
+(the application chart renders the tenant's `gpus` list verbatim into the
+annotation, docs/contract.md section 2); any other field is its path in the VM,
+`spec.template.…`. It never patches: the VM is stored as applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpuclass.shared.admission import Allowed, Cause, Decision, Denied, invalid
+from gpuclass.shared.catalog import Catalog
+from gpuclass.shared.envelope import AdmissionRequest
+from gpuclass.shared.resolution import CLASS_STATE_CODES, judge_create
+from gpuclass.shared.selection import ANNOTATION_PATH
+
+TENANT_LIST = "gpus"
+
+
+def template_of(vm: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """`spec.template` of a VirtualMachine, or None when it has none (or not an object)."""
+    spec = vm.get("spec")
+    template = spec.get("template") if isinstance(spec, dict) else None
+    return template if isinstance(template, dict) else None
+
+
+def admit(request: AdmissionRequest, catalog: Catalog) -> Decision:
+    obj = request.object
+    if request.operation not in ("CREATE", "UPDATE"):
+        return Allowed()
+    if obj is None:
+        return Denied((invalid("object", "the request carries no VirtualMachine object"),))
+    template = template_of(obj)
+    old = request.old_object if request.operation == "UPDATE" else None
+    if old is not None and template == template_of(old):
+        return Allowed()  # KubeVirt's own updates (finalizers, run strategy) pass untouched
+    if template is None:
+        return Allowed()  # the API server's schema requires a template; nothing of ours to judge
+    return judge_template(template, request.namespace, catalog)
+
+
+def judge_template(template: Mapping[str, Any], namespace: str, catalog: Catalog) -> Decision:
+    view = {"metadata": template.get("metadata") or {}, "spec": template.get("spec") or {}}
+    judged = judge_create(view, namespace, catalog)
+    refusals = tuple(tenant_cause(c) for c in judged.causes if c.code not in CLASS_STATE_CODES)
+    later = [
+        f"{tenant_field(c.field)}: {c.message}; checked again when the VM starts"
+        for c in judged.causes
+        if c.code in CLASS_STATE_CODES
+    ]
+    warnings = (*later, *judged.warnings)
+    if refusals:
+        return Denied(refusals, warnings)
+    return Allowed((), warnings)
+
+
+def tenant_field(field: str) -> str:
+    """`gpus[0].className` for an entry of the selection; `spec.template.<path>` for the rest."""
+    if field == ANNOTATION_PATH:
+        return TENANT_LIST
+    if field.startswith(ANNOTATION_PATH + "["):
+        return TENANT_LIST + field[len(ANNOTATION_PATH) :]
+    return f"spec.template.{field}" if field else "spec.template"
+
+
+def tenant_cause(cause: Cause) -> Cause:
+    return Cause(tenant_field(cause.field), cause.message, cause.kind, cause.code)
