@@ -68,29 +68,31 @@ class NodeFit:
     host: bool = False
 
 
+def verdict_of(node: NodeRecord, allocatable: int, blocking: bool, free: int) -> Verdict:
+    """The one statement of the verdict order (module docstring); both callers below use it."""
+    if allocatable <= 0:
+        return "noUnits"
+    if not node.ready:
+        return "notReady"
+    if node.unschedulable:
+        return "cordoned"
+    if blocking:
+        return "untolerated"
+    return "withFree" if free > 0 else "noFreeUnits"
+
+
 def judge_node(
     node: NodeRecord,
     resource: str,
     tolerations: tuple[Mapping[str, Any], ...],
     used: Mapping[str, int],
 ) -> NodeFit:
-    """The verdict of one node for a class (the order is the module docstring's)."""
+    """The verdict of one node for a class, with what `gpuclass explain` shows of it."""
     allocatable = node.allocatable.get(resource, 0)
-    blocking = untolerated_taints(tolerations, node.taints)
-    host = not blocking
+    blocking = untolerated_taints(tolerations, node.taints) if node.taints else ()
     free = max(allocatable - used.get(node.name, 0), 0)
-    verdict: Verdict
-    if allocatable <= 0:
-        verdict = "noUnits"
-    elif not node.ready:
-        verdict = "notReady"
-    elif node.unschedulable:
-        verdict = "cordoned"
-    elif blocking:
-        verdict = "untolerated"
-    else:
-        verdict = "withFree" if free > 0 else "noFreeUnits"
-    return NodeFit(node.name, allocatable, free, verdict, blocking, host)
+    verdict = verdict_of(node, allocatable, bool(blocking), free)
+    return NodeFit(node.name, allocatable, free, verdict, blocking, not blocking)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,24 +138,9 @@ class Survey:
     max_units_per_node: int = 0
     eligible_nodes: int = 0
     allocatable: int = 0
-    counts: Counter[str] = field(default_factory=Counter)
     hosts: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
     taint_keys: list[frozenset[str]] = field(default_factory=list)
-
-    def add(self, fit: NodeFit) -> None:
-        if fit.host:
-            self.max_units_per_node = max(self.max_units_per_node, fit.allocatable)
-        if fit.verdict == "noUnits":
-            return
-        self.counts[fit.verdict] += 1
-        self.hosts += fit.host
-        if fit.verdict in ("withFree", "noFreeUnits"):
-            self.free += fit.free
-            self.allocatable += fit.allocatable
-            self.max_free_per_node = max(self.max_free_per_node, fit.free)
-            self.eligible_nodes += 1
-        elif fit.verdict == "untolerated":
-            self.taint_keys.append(frozenset(t.key for t in fit.taints))
 
     def capacity(self) -> Capacity:
         per_key = Counter(key for keys in self.taint_keys for key in keys)
@@ -162,14 +149,14 @@ class Survey:
         other = sum(1 for keys in self.taint_keys if not keys & shown)
         c = self.counts
         return Capacity(
-            advertising=sum(c.values()),
+            advertising=sum(n for v, n in c.items() if v != "noUnits"),
             hosts=self.hosts,
             eligible=self.eligible_nodes,
-            with_free=c["withFree"],
-            not_ready=c["notReady"],
-            cordoned=c["cordoned"],
-            untolerated=c["untolerated"],
-            no_free_units=c["noFreeUnits"],
+            with_free=c.get("withFree", 0),
+            not_ready=c.get("notReady", 0),
+            cordoned=c.get("cordoned", 0),
+            untolerated=c.get("untolerated", 0),
+            no_free_units=c.get("noFreeUnits", 0),
             taints=tuple(listed),
             other_taint_nodes=other,
         )
@@ -178,14 +165,46 @@ class Survey:
 def survey_nodes(
     record: ClassRecord, nodes: Iterable[NodeRecord], used: Mapping[str, int]
 ) -> Survey:
-    """Judge every node that lists the class's resource; an invalid class surveys nothing."""
+    """Judge every node that lists the class's resource; an invalid class surveys nothing.
+
+    The reconciler runs this for every dirty class on every pass, so it is one plain loop
+    (no object per node); the verdict itself is :func:`verdict_of`, as in :func:`judge_node`.
+    """
     survey = Survey()
     resource = record.resource_name
     if resource is None or record.spec is None:
         return survey
     tolerations = record.tolerations
+    counts = survey.counts
+    free_total = max_free = max_units = eligible = allocatable_total = hosts = 0
     for node in nodes:
-        survey.add(judge_node(node, resource, tolerations, used))
+        allocatable = node.allocatable.get(resource, 0)
+        blocking = untolerated_taints(tolerations, node.taints) if node.taints else ()
+        free = allocatable - used.get(node.name, 0)
+        if free < 0:
+            free = 0
+        if not blocking and allocatable > max_units:
+            max_units = allocatable  # 6.3: any host, ready or not
+        verdict = verdict_of(node, allocatable, bool(blocking), free)
+        counts[verdict] = counts.get(verdict, 0) + 1
+        if verdict == "noUnits":
+            continue
+        if not blocking:
+            hosts += 1
+        if verdict == "withFree" or verdict == "noFreeUnits":
+            free_total += free
+            allocatable_total += allocatable
+            eligible += 1
+            if free > max_free:
+                max_free = free
+        elif verdict == "untolerated":
+            survey.taint_keys.append(frozenset(t.key for t in blocking))
+    survey.free, survey.max_free_per_node, survey.max_units_per_node = (
+        free_total,
+        max_free,
+        max_units,
+    )
+    survey.eligible_nodes, survey.allocatable, survey.hosts = eligible, allocatable_total, hosts
     return survey
 
 

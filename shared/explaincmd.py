@@ -97,14 +97,17 @@ def _manifest(path: str) -> Mapping[str, Any]:
 
 
 def _snapshot(args: argparse.Namespace) -> Snapshot:
-    if args.objects:
-        if args.kubeconfig or args.context:
+    cluster = args.kubeconfig is not None or args.context is not None
+    # --objects flags, else (offline only) the GPUCLASS_OBJECTS list, as `status` reads it
+    objects = list(args.objects or ([] if cluster else getattr(args, "objects_from_env", [])))
+    if objects:
+        if cluster:
             raise LoadError("give --objects or --kubeconfig/--context, not both")
-        snapshot = load_snapshot(args.objects, kubevirt_namespace=args.kubevirt_namespace)
+        snapshot = load_snapshot(objects, kubevirt_namespace=args.kubevirt_namespace)
         # Computed from the objects, never read from them (docs/contract.md 7).
         snapshot.classes = {n: replace(r, status=None) for n, r in snapshot.classes.items()}
         return snapshot
-    if args.kubeconfig is None and args.context is None:
+    if not cluster:
         raise LoadError("give --objects PATH (offline) or --kubeconfig/--context (a cluster)")
     return asyncio.run(
         read_cluster(
@@ -125,7 +128,8 @@ async def read_cluster(
     may not (a tenant), a licensed class's stored LicenseSecretMissing condition, the
     reconciler's view, stands in for it.
     """
-    from gpuclass.shared.runtime.kubeclient import KubeconfigError, RawClient, kubeconfig_client
+    from gpuclass.shared.runtime.clusterconfig import ClusterConfigError
+    from gpuclass.shared.runtime.kubeclient import RawClient, api_client
     from gpuclass.shared.runtime.listwatch import ApiError
 
     collections = {
@@ -135,10 +139,10 @@ async def read_cluster(
         "KubeVirt": (f"/apis/kubevirt.io/v1/namespaces/{kubevirt_namespace}/kubevirts", {}),
         "Secret": (f"/api/v1/namespaces/{license_namespace}/secrets", {}),
     }
-    try:
-        api = await kubeconfig_client(kubeconfig, binary="gpuclass", context=context)
-    except KubeconfigError as exc:
-        raise LoadError(f"cannot use the kubeconfig: {exc}") from exc
+    try:  # --kubeconfig, else KUBECONFIG, else ~/.kube/config, as kubectl finds them
+        api = await api_client(kubeconfig, binary="gpuclass", context=context)
+    except ClusterConfigError as exc:
+        raise LoadError(str(exc)) from exc
     raw = RawClient(api, collections, field_manager="gpuclass")
     builder = SnapshotBuilder()
     secrets_readable = True

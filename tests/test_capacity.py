@@ -9,13 +9,17 @@ NoNodeAdvertises, NoEligibleNode or AllUnitsInUse, and True with Fragmented or C
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuclass.shared.availability import compute_all
-from gpuclass.shared.capacity import MAX_TAINT_KEYS
-from gpuclass.shared.snapshot import SnapshotBuilder
+from gpuclass.shared.capacity import MAX_TAINT_KEYS, judge_node, survey_nodes
+from gpuclass.shared.k8s import Taint
+from gpuclass.shared.snapshot import NodeRecord, SnapshotBuilder, compact_class
 from gpuclass.shared.statusdiff import status_patch, transitions
 from tests.builders import gpuclass, kubevirt, node, pod
 
@@ -390,3 +394,58 @@ def test_unchanged_cluster_needs_no_write_and_a_flip_is_an_event() -> None:
     assert [(t.status, t.reason, t.type) for t in changes] == [
         ("False", "AllUnitsInUse", "Warning")
     ]
+
+
+# -- the reconciler's loop and explain's per-node verdicts agree ------------------------------------
+
+KEYS = ("k1", "k2", "gpu.example.com/dedicated")
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[list[NodeRecord], dict[str, int], list[dict[str, Any]]]:
+    nodes = []
+    for i in range(draw(st.integers(0, 8))):
+        taints = tuple(
+            Taint(k, "x", draw(st.sampled_from(["NoSchedule", "NoExecute", "PreferNoSchedule"])))
+            for k in draw(st.lists(st.sampled_from(KEYS), unique=True, max_size=3))
+        )
+        nodes.append(
+            NodeRecord(
+                f"n{i}",
+                draw(st.booleans()),
+                draw(st.booleans()),
+                taints,
+                {R: draw(st.integers(0, 4))},
+            )
+        )
+    used = {n.name: draw(st.integers(0, 5)) for n in nodes}
+    tolerated = draw(st.lists(st.sampled_from(KEYS), unique=True, max_size=3))
+    return nodes, used, [{"key": k, "operator": "Exists"} for k in tolerated]
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters())
+def test_survey_counts_what_judge_node_says(
+    cluster: tuple[list[NodeRecord], dict[str, int], list[dict[str, Any]]],
+) -> None:
+    nodes, used, tolerations = cluster
+    record = compact_class(cls(tolerations=tolerations))
+    assert record is not None
+    found = survey_nodes(record, nodes, used)
+    fits = [judge_node(n, R, record.tolerations, used) for n in nodes]
+    counted = Counter(f.verdict for f in fits)
+    capacity = found.capacity()
+    assert (capacity.with_free, capacity.no_free_units) == (
+        counted["withFree"],
+        counted["noFreeUnits"],
+    )
+    assert (capacity.not_ready, capacity.cordoned, capacity.untolerated) == (
+        counted["notReady"],
+        counted["cordoned"],
+        counted["untolerated"],
+    )
+    eligible = [f for f in fits if f.verdict in ("withFree", "noFreeUnits")]
+    assert found.free == sum(f.free for f in eligible)
+    assert found.max_free_per_node == max((f.free for f in eligible), default=0)
+    assert found.max_units_per_node == max((f.allocatable for f in fits if f.host), default=0)
+    assert capacity.hosts == sum(1 for f in fits if f.host and f.verdict != "noUnits")
