@@ -24,9 +24,13 @@ $(TYPECHECK):
 	mkdir -p $(TYPECHECK)
 	for p in shared webhook reconciler; do ln -sfn ../../../$$p $(TYPECHECK)/$$p; done
 
-demo: $(STAMP) ## run the offline CLI on examples/: status, then sample reviews
+demo: $(STAMP) ## run the offline CLI on examples/: status, explain, then sample reviews
 	@echo "== gpuclass status --objects examples   (JSON summarised as a table)"
 	@$(BIN)/gpuclass status --objects examples | $(BIN)/python examples/show_status.py
+	@echo "== gpuclass explain example-reserved-gpu --objects examples   (why 0 free)"
+	@$(BIN)/gpuclass explain example-reserved-gpu --objects examples || true
+	@echo "== gpuclass explain example-whole-gpu --count 4 --objects examples"
+	@$(BIN)/gpuclass explain example-whole-gpu --count 4 --objects examples || true
 	@for f in examples/reviews/*.json; do \
 	  echo "== gpuclass review -o text --objects examples --vgpu-entitled $$f"; \
 	  $(BIN)/gpuclass review -o text --objects examples --vgpu-entitled $$f; \

@@ -16,7 +16,8 @@ this again", never "this happened"):
 - the KubeVirt CR: every class, when the permitted set changes;
 - a licence source Secret: the classes naming it, and the licence copies;
 - a VMI: the in-use finalizer of the classes it selects, and the copies if it
-  mounts a licence; a Namespace or managed Secret: the copies.
+  mounts a licence (a change of its phase alone only moves the usage counters of
+  :class:`VMIUsage`); a Namespace or managed Secret: the copies.
 
 Pure: no I/O, no clock; `now` and settings come in as arguments.
 """
@@ -85,6 +86,42 @@ class Dirty:
         return len(self.statuses) + len(self.finalizers) + int(self.copies)
 
 
+HOLDING_PHASES = frozenset({"Scheduled", "Running"})
+"""VMI phases whose launcher Pod is bound: the VMI's units are in use (docs/metrics.md)."""
+WAITING_PHASES = frozenset({"", "Pending", "Scheduling"})
+"""VMI phases before its launcher Pod is bound: the VMI waits for capacity (docs/metrics.md)."""
+
+
+@dataclass(slots=True)
+class VMIUsage:
+    """Units in use per (namespace, class) and VMIs waiting per class, kept current per event."""
+
+    units: dict[tuple[str, str], int] = field(default_factory=dict)
+    waiting: dict[str, int] = field(default_factory=dict)
+    changed: bool = True
+
+    def add(self, vmi: VMIUse, sign: int) -> None:
+        if not vmi.units:
+            return
+        if vmi.phase in HOLDING_PHASES:
+            for class_name, count in vmi.units:
+                _bump(self.units, (vmi.namespace, class_name), sign * count)
+        elif vmi.phase in WAITING_PHASES:
+            for class_name, _ in vmi.units:
+                _bump(self.waiting, class_name, sign)
+        else:
+            return
+        self.changed = True
+
+
+def _bump(counts: dict[Any, int], key: Any, by: int) -> None:
+    total = counts.get(key, 0) + by
+    if total:
+        counts[key] = total
+    else:
+        counts.pop(key, None)
+
+
 @dataclass(frozen=True, slots=True)
 class StatusContext:
     """What computing statuses needs, built once per batch (winners are catalog-wide)."""
@@ -109,6 +146,7 @@ class ClusterCache:
         self.namespaces: dict[str, Mapping[str, str]] = {}
         self.vmis: dict[Key, VMIUse] = {}
         self.usage = UsageCounters()
+        self.vmi_usage = VMIUsage()
         self.dirty = Dirty()
         self._by_resource: dict[str, set[str]] = {}
         self._vmis_by_class: dict[str, set[Key]] = {}
@@ -330,6 +368,15 @@ class ClusterCache:
         record = compact_vmi_use(obj) if obj is not None else None
         old = self.vmis.get(key)
         if record == old:
+            return
+        if old is not None:
+            self.vmi_usage.add(old, -1)
+        if record is not None:
+            self.vmi_usage.add(record, 1)
+        if record is not None and record.same_use(old):
+            self.vmis[key] = record  # a phase change: usage only, no class or copy to revisit
+            if key in self._license_vmis:
+                self._license_vmis[key] = record
             return
         for vmi in (old, record):
             if vmi is not None:

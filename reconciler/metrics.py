@@ -22,6 +22,10 @@ from gpuclass.shared.runtime.processmetrics import register_standard_metrics
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 CONDITION_STATUSES = ("True", "False", "Unknown")
+MAX_TENANT_SERIES = 500
+"""Largest namespace x class series of gpuclass_tenant_units (docs/metrics.md, "Cardinality")."""
+OTHER = "_other"
+"""Namespace label of the series that sums the rest (not a valid namespace name)."""
 
 
 class ReconcilerMetrics:
@@ -53,6 +57,34 @@ class ReconcilerMetrics:
             ["class"],
             registry=r,
         )
+        self.allocatable = Gauge(
+            "gpuclass_allocatable_units",
+            "Allocatable units of the class summed over eligible nodes",
+            ["class"],
+            registry=r,
+        )
+        self.used = Gauge(
+            "gpuclass_used_units",
+            "Units of the class requested on eligible nodes (allocatable - free)",
+            ["class"],
+            registry=r,
+        )
+        self.tenant_units = Gauge(
+            "gpuclass_tenant_units",
+            "Units in use by admitted, scheduled or running VMIs, per namespace and class "
+            f"(the {MAX_TENANT_SERIES} largest; the rest summed under namespace {OTHER!r})",
+            ["namespace", "class"],
+            registry=r,
+        )
+        self.waiting = Gauge(
+            "gpuclass_waiting_vmis",
+            "Admitted VMIs of the class whose launcher Pod is not bound yet (phase Pending or "
+            "Scheduling)",
+            ["class"],
+            registry=r,
+        )
+        self._tenant_series: set[tuple[str, str]] = set()
+        self._waiting_series: set[str] = set()
         self.condition = Gauge(
             "gpuclass_condition",
             "1 for the current status of each condition of the class",
@@ -109,12 +141,14 @@ class ReconcilerMetrics:
         self.max_free.labels(name).set(status.get("maxFreePerNode", 0))
         self.max_units.labels(name).set(status.get("maxUnitsPerNode", 0))
         self.eligible.labels(name).set(figures.eligible_nodes)
+        self.allocatable.labels(name).set(figures.allocatable)
+        self.used.labels(name).set(figures.allocatable - figures.free)
         current = {
             c.get("type"): c.get("status")
             for c in status.get("conditions") or ()
             if isinstance(c, dict)
         }
-        for type_ in names.CONDITION_TYPES:
+        for type_ in names.STATUS_CONDITION_TYPES:
             for value in CONDITION_STATUSES:
                 self.condition.labels(name, type_, value).set(
                     1 if current.get(type_) == value else 0
@@ -122,11 +156,48 @@ class ReconcilerMetrics:
 
     def forget_class(self, name: str) -> None:
         """Remove a deleted class's series (a stale gauge would keep alerting)."""
-        for gauge in (self.free, self.max_free, self.max_units, self.eligible):
+        for gauge in (
+            self.free,
+            self.max_free,
+            self.max_units,
+            self.eligible,
+            self.allocatable,
+            self.used,
+        ):
             _remove(gauge, name)
-        for type_ in names.CONDITION_TYPES:
+        for type_ in names.STATUS_CONDITION_TYPES:
             for value in CONDITION_STATUSES:
                 _remove(self.condition, name, type_, value)
+
+    def set_usage(self, units: Mapping[tuple[str, str], int], waiting: Mapping[str, int]) -> None:
+        """Tenant usage (bounded: :func:`bounded_tenant_units`) and waiting VMIs, stale series removed."""
+        bounded = bounded_tenant_units(units)
+        for key in self._tenant_series - set(bounded):
+            _remove(self.tenant_units, *key)
+        for (namespace, class_name), value in bounded.items():
+            self.tenant_units.labels(namespace, class_name).set(value)
+        self._tenant_series = set(bounded)
+        for class_name in self._waiting_series - set(waiting):
+            _remove(self.waiting, class_name)
+        for class_name, count in waiting.items():
+            self.waiting.labels(class_name).set(count)
+        self._waiting_series = set(waiting)
+
+
+def bounded_tenant_units(
+    units: Mapping[tuple[str, str], int], cap: int = MAX_TENANT_SERIES
+) -> dict[tuple[str, str], int]:
+    """The `cap` largest (namespace, class) series; the rest summed per class under `_other`.
+
+    Ties are broken by namespace and class, so the same state always gives the same series.
+    At most `cap` + (number of classes) series, whatever the number of tenants.
+    """
+    ranked = sorted(units.items(), key=lambda item: (-item[1], item[0]))
+    kept = dict(ranked[:cap])
+    for (_, class_name), value in ranked[cap:]:
+        key = (OTHER, class_name)
+        kept[key] = kept.get(key, 0) + value
+    return kept
 
 
 def _remove(gauge: Gauge, *labels: str) -> None:

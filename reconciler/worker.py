@@ -143,6 +143,10 @@ class Worker:
             await self._finalizer(name)
         if dirty.copies:
             await self.copies.reconcile()
+        usage = self.state.vmi_usage
+        if usage.changed:
+            usage.changed = False
+            self.metrics.set_usage(usage.units, usage.waiting)
         self.metrics.duration.observe(time.perf_counter() - started)
         self.on_pass()
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuclass.shared import names
-from gpuclass.shared.k8s import tolerates_all
+from gpuclass.shared.capacity import Capacity, Survey, schedulable, survey_nodes
 from gpuclass.shared.snapshot import ClassRecord, NodeRecord, Snapshot
 
 
@@ -25,6 +25,8 @@ class Figures:
     max_free_per_node: int = 0
     max_units_per_node: int = 0
     eligible_nodes: int = 0
+    allocatable: int = 0
+    """Allocatable summed over eligible nodes (the usage metrics: used = allocatable - free)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,28 +70,36 @@ def conflict_winners(classes: Mapping[str, ClassRecord]) -> dict[str, str]:
     return {resource: record.name for resource, record in winners.items()}
 
 
+def survey(record: ClassRecord, index: UsageIndex, *, conflict_lost: bool) -> Survey:
+    """One pass over the nodes listing the class's resource (:mod:`shared.capacity`).
+
+    A class that lost a resource-name conflict, or whose stored spec is invalid, offers
+    nothing: an empty survey (zero figures, zero counts).
+    """
+    resource = record.resource_name
+    if resource is None or record.spec is None or conflict_lost:
+        return Survey()
+    return survey_nodes(
+        record, index.nodes_by_resource.get(resource, ()), index.used.get(resource, {})
+    )
+
+
+def figures_of(found: Survey) -> Figures:
+    return Figures(
+        found.free,
+        found.max_free_per_node,
+        found.max_units_per_node,
+        found.eligible_nodes,
+        found.allocatable,
+    )
+
+
 def compute_figures(record: ClassRecord, index: UsageIndex, *, conflict_lost: bool) -> Figures:
     """free, maxFreePerNode and maxUnitsPerNode of one class; zeros when it lost a conflict.
 
     An invalid stored class (`spec` None) offers nothing: zeros too.
     """
-    resource = record.resource_name
-    if resource is None or record.spec is None or conflict_lost:
-        return Figures()
-    tolerations = record.tolerations
-    used = index.used.get(resource, {})
-    free = max_free = max_units = eligible = 0
-    for node in index.nodes_by_resource.get(resource, ()):
-        if not tolerates_all(tolerations, node.taints):
-            continue
-        allocatable = node.allocatable[resource]
-        max_units = max(max_units, allocatable)
-        if node.ready and not node.unschedulable:
-            node_free = max(allocatable - used.get(node.name, 0), 0)
-            free += node_free
-            max_free = max(max_free, node_free)
-            eligible += 1
-    return Figures(free, max_free, max_units, eligible)
+    return figures_of(survey(record, index, conflict_lost=conflict_lost))
 
 
 def license_problem(record: ClassRecord, snapshot: Snapshot, license_namespace: str) -> str | None:
@@ -141,7 +151,8 @@ def compute_conditions(
     previous: Sequence[Mapping[str, Any]],
     now: str,
 ) -> list[dict[str, Any]]:
-    """The four conditions, always all present; lastTransitionTime kept unless status flips."""
+    """The contract's four conditions (6.4), always all present; lastTransitionTime kept unless
+    status flips. :func:`compute_status` appends the fifth, `Schedulable` (6.8)."""
     before = {c.get("type"): c for c in previous if isinstance(c, dict)}
     resource = record.resource_name or "(invalid spec)"
     gen = record.generation
@@ -260,6 +271,35 @@ def class_state(
     )
 
 
+def schedulable_condition(
+    record: ClassRecord,
+    found: Survey,
+    capacity: Capacity,
+    *,
+    ready: Mapping[str, Any],
+    previous: Mapping[str, Any] | None,
+    now: str,
+) -> dict[str, Any]:
+    """The fifth condition, `Schedulable` (docs/contract.md 6.8), from the survey and `Ready`."""
+    verdict = schedulable(
+        record,
+        capacity,
+        free=found.free,
+        max_free_per_node=found.max_free_per_node,
+        max_units_per_node=found.max_units_per_node,
+        not_ready=None if ready.get("status") == "True" else str(ready.get("message") or ""),
+    )
+    return _condition(
+        names.SCHEDULABLE,
+        verdict.status,
+        verdict.reason,
+        verdict.message,
+        previous=previous,
+        now=now,
+        generation=record.generation,
+    )
+
+
 def compute_status(
     record: ClassRecord,
     snapshot: Snapshot,
@@ -271,23 +311,37 @@ def compute_status(
 ) -> dict[str, Any]:
     """The full status subresource of one class, as the reconciler writes it."""
     state = class_state(record, snapshot, winners, license_namespace)
-    figures = compute_figures(record, index, conflict_lost=state.conflict_with is not None)
+    found = survey(record, index, conflict_lost=state.conflict_with is not None)
+    capacity = found.capacity()
     previous = (
         [c.model_dump(by_alias=True) for c in record.status.conditions] if record.status else []
     )
-    return {
-        "free": figures.free,
-        "maxFreePerNode": figures.max_free_per_node,
-        "maxUnitsPerNode": figures.max_units_per_node,
-        "observedGeneration": record.generation,
-        "conditions": compute_conditions(
+    conditions = compute_conditions(
+        record,
+        conflict_with=state.conflict_with,
+        permitted=snapshot.permitted,
+        license=state.license_problem,
+        previous=previous,
+        now=now,
+    )
+    before = {c.get("type"): c for c in previous}
+    conditions.append(
+        schedulable_condition(
             record,
-            conflict_with=state.conflict_with,
-            permitted=snapshot.permitted,
-            license=state.license_problem,
-            previous=previous,
+            found,
+            capacity,
+            ready=conditions[-1],
+            previous=before.get(names.SCHEDULABLE),
             now=now,
-        ),
+        )
+    )
+    return {
+        "free": found.free,
+        "maxFreePerNode": found.max_free_per_node,
+        "maxUnitsPerNode": found.max_units_per_node,
+        "capacity": capacity.to_status(),
+        "observedGeneration": record.generation,
+        "conditions": conditions,
     }
 
 

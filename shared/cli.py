@@ -5,6 +5,7 @@
 - `review [--objects PATH]... [--vgpu-entitled] [-o json|text] [--fail-on-deny] REVIEW`:
   the webhook's answer to a review.
 - `status [--objects PATH]...`: each class's status, computed from the objects.
+- `explain CLASS|--manifest FILE ...`: can a VM start now, and why not (`shared/explaincmd.py`).
 
 `review` calls :func:`shared.review.review`, the same function the webhook calls. The
 options the servers share read the same `GPUCLASS_*` variables as theirs (flags win).
@@ -28,6 +29,8 @@ from gpuclass.shared.admission import encode_response
 from gpuclass.shared.availability import compute_all
 from gpuclass.shared.catalog import Catalog, Policy, build_catalog
 from gpuclass.shared.envelope import parse_envelope, wrap_manifest
+from gpuclass.shared.explaincmd import add_parser as add_explain_parser
+from gpuclass.shared.explaincmd import run_explain
 from gpuclass.shared.lint import FileError, FileInput, lint
 from gpuclass.shared.lintformat import FORMATS, Format, render
 from gpuclass.shared.review import MalformedReview, review
@@ -215,6 +218,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         epilog=EPILOG,
     )
     _objects_arg(s, env)
+    add_explain_parser(sub, lambda p: _objects_arg(p, env))
     return parser
 
 
@@ -362,6 +366,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return run_validate(args.files, args.output, fail_on_warn=args.fail_on_warn)
     if args.command == "review":
         return run_review(args)
+    if args.command == "explain":
+        return run_explain(args)
     return run_status(args)
 
 

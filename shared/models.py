@@ -97,14 +97,47 @@ class Condition(_Strict):
     observed_generation: int | None = None
 
 
-class GPUClassStatus(BaseModel):
-    """What the reconciler writes. Read leniently: it is our output, not user input."""
+class _Lenient(BaseModel):
+    """Our own output read back: lenient, since it is never user input."""
 
     model_config = ConfigDict(populate_by_name=True, alias_generator=to_camel, frozen=True)
+
+
+class TaintNodes(_Lenient):
+    """One untolerated taint key and how many of the `untolerated` nodes carry it."""
+
+    key: str
+    nodes: int
+
+
+class Excluded(_Lenient):
+    """Advertising nodes a VM of the class cannot use now, each under its first reason."""
+
+    not_ready: int = 0
+    cordoned: int = 0
+    untolerated: int = 0
+    no_free_units: int = 0
+    taints: list[TaintNodes] = Field(default_factory=list)
+    other_taint_nodes: int = 0
+
+
+class Capacity(_Lenient):
+    """Node counts that explain the figures (docs/contract.md 6.8)."""
+
+    advertising: int = 0
+    hosts: int = 0
+    eligible: int = 0
+    with_free: int = 0
+    excluded: Excluded = Field(default_factory=Excluded)
+
+
+class GPUClassStatus(_Lenient):
+    """What the reconciler writes. Read leniently: it is our output, not user input."""
 
     free: int = 0
     max_free_per_node: int = 0
     max_units_per_node: int = 0
+    capacity: Capacity | None = None
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
 

@@ -44,6 +44,13 @@ CONDITION_TYPES: Final = (
     "LicenseSecretMissing",
     "Ready",
 )
+"""The contract's four condition types (docs/contract.md 6.4): fixed."""
+
+SCHEDULABLE: Final = "Schedulable"
+"""The fifth condition (docs/contract.md 6.8): whether a VM of the class can start now."""
+
+STATUS_CONDITION_TYPES: Final = (*CONDITION_TYPES, SCHEDULABLE)
+"""Every condition type a status carries, in the order it lists them."""
 
 
 def license_copy_name(class_name: str) -> str:

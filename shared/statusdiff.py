@@ -16,10 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-# Conditions whose True status is a problem; Ready is the other way round.
+# Conditions whose True status is a problem; Ready and Schedulable are the other way round.
 PROBLEM_CONDITIONS = frozenset(
     {"ResourceNameConflict", "ResourceNameNotPermitted", "LicenseSecretMissing"}
 )
+GOOD_WHEN_TRUE = frozenset({"Ready", "Schedulable"})
 _MISSING: Any = object()
 
 
@@ -64,7 +65,7 @@ def _conditions(status: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]
 
 
 def _is_problem(condition: str, status: str) -> bool:
-    if condition == "Ready":
+    if condition in GOOD_WHEN_TRUE:
         return status != "True"
     return condition in PROBLEM_CONDITIONS and status == "True"
 

@@ -18,7 +18,7 @@ Pure: a dict in, a small frozen record out.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuclass.shared import names
@@ -37,6 +37,18 @@ class VMIUse:
     """secretName of the `gpulicense` volume when it names a licence copy, else None."""
     admitted: frozenset[str] = frozenset()
     """Classes this VMI passed admission with (:func:`admitted_classes`): what holds a class."""
+    units: tuple[tuple[str, int], ...] = ()
+    """(class, units) for each admitted class: what the VMI takes (usage metrics)."""
+    phase: str = ""
+    """`status.phase` as KubeVirt reports it ("" before it sets one)."""
+
+    def same_use(self, other: VMIUse | None) -> bool:
+        """Equal but for the phase: a phase change moves usage metrics, nothing else."""
+        return (
+            other is not None
+            and self.phase != other.phase
+            and self == replace(other, phase=self.phase)
+        )
 
 
 def _dict(value: object) -> Mapping[str, Any]:
@@ -55,8 +67,11 @@ def selected_classes(annotation: object) -> tuple[str, ...]:
     return tuple(dict.fromkeys(entry.class_name for entry in entries))
 
 
-def admitted_classes(annotation: object, gpus: list[Any], namespace: str) -> frozenset[str]:
-    """The classes a VMI passed admission with, read from what only admission can produce.
+def admitted_units(
+    annotation: object, gpus: list[Any], namespace: str
+) -> tuple[tuple[str, int], ...]:
+    """(class, units) of each class a VMI passed admission with, read from what only admission
+    can produce (:func:`admitted_classes` takes the names).
 
     The webhook sees every VMI CREATE outside `kube-system`; for a class selection it
     accepts `spec.domain.devices.gpus` only empty or exactly as resolution writes it
@@ -70,26 +85,29 @@ def admitted_classes(annotation: object, gpus: list[Any], namespace: str) -> fro
     not `gpuN`, another count, mixed device names within one class) records nothing.
     """
     if not isinstance(annotation, str) or namespace == names.WEBHOOK_EXCLUDED_NAMESPACE:
-        return frozenset()
+        return ()
     selection = parse_selection(annotation)
     if selection.causes or not selection.entries:
-        return frozenset()
+        return ()
     counts: dict[str, int] = {}
     for entry in selection.entries:
         counts[entry.class_name] = counts.get(entry.class_name, 0) + entry.count
     if len(gpus) != sum(counts.values()):
-        return frozenset()
-    admitted: set[str] = set()
+        return ()
     position = 0
-    for class_name, count in counts.items():
+    for count in counts.values():
         block = gpus[position : position + count]
         devices = {_dict(g).get("deviceName") for g in block}
         named = all(_dict(g).get("name") == f"gpu{position + i + 1}" for i, g in enumerate(block))
         position += count
         if not named or len(devices) != 1 or not all(isinstance(d, str) and d for d in devices):
-            return frozenset()  # not admission's output: the whole record is void
-        admitted.add(class_name)
-    return frozenset(admitted)
+            return ()  # not admission's output: the whole record is void
+    return tuple(counts.items())
+
+
+def admitted_classes(annotation: object, gpus: list[Any], namespace: str) -> frozenset[str]:
+    """The classes a VMI passed admission with (:func:`admitted_units`)."""
+    return frozenset(name for name, _ in admitted_units(annotation, gpus, namespace))
 
 
 def license_volume_secret(spec: Mapping[str, Any]) -> str | None:
@@ -118,11 +136,15 @@ def compact_vmi_use(obj: Mapping[str, Any]) -> VMIUse | None:
         if isinstance(g, dict) and isinstance(g.get("deviceName"), str)
     )
     annotation = _dict(meta.get("annotations")).get(names.SELECTION_ANNOTATION)
+    units = admitted_units(annotation, gpus, namespace)
+    phase = _dict(obj.get("status")).get("phase")
     return VMIUse(
         namespace=namespace,
         name=name,
         classes=selected_classes(annotation),
         device_names=devices,
         license_secret=license_volume_secret(spec),
-        admitted=admitted_classes(annotation, gpus, namespace),
+        admitted=frozenset(c for c, _ in units),
+        units=units,
+        phase=phase if isinstance(phase, str) else "",
     )

@@ -45,6 +45,10 @@ EXPORTED_METRICS = {
     "gpuclass_max_units_per_node_units",
     "gpuclass_condition",
     "gpuclass_eligible_nodes",
+    "gpuclass_allocatable_units",
+    "gpuclass_used_units",
+    "gpuclass_tenant_units",
+    "gpuclass_waiting_vmis",
     "gpuclass_reconcile_total",
     "gpuclass_reconcile_duration_seconds",
     "gpuclass_queue_depth",
@@ -128,11 +132,13 @@ def test_the_issue_asks_for_these_alerts() -> None:
         "status stale": "GPUClassStatusStale",
         "class not Ready": "GPUClassNotReady",
         "no free units for a while": "GPUClassNoFreeUnits",
+        "class cannot start a VM": "GPUClassCannotStartVMs",
     }
     assert set(wanted.values()) <= set(exprs)
     assert "gpuclass_free_units" in exprs["GPUClassNoFreeUnits"]
     assert "gpuclass_leader" in exprs["GPUClassReconcilerNoLeader"]
     assert 'type="Ready"' in exprs["GPUClassNotReady"]
+    assert 'type="Schedulable", status="False"' in exprs["GPUClassCannotStartVMs"]
 
 
 def test_every_alert_has_a_firing_promtool_unit_test() -> None:
@@ -304,6 +310,10 @@ def test_dashboard_shows_what_operators_need() -> None:
         "gpuclass_webhook_denials_total",  # denials by cause
         "gpuclass_reconcile_duration_seconds",
         "gpuclass_watch_restarts_total",
+        "gpuclass_allocatable_units",  # usage: capacity planning and billing
+        "gpuclass_used_units",
+        "gpuclass_tenant_units",
+        "gpuclass_waiting_vmis",
     }
     assert wanted <= used, wanted - used
     denials = [e for e in _dashboard_exprs() if "gpuclass_webhook_denials_total" in e]

@@ -17,10 +17,11 @@ DOC = ROOT / "docs" / "architecture.md"
 PLAIN = {
     "webhook": {"webhook", "connection", "limits", "hot", "path", "catalog", "from", "files", "or",
                 "the", "api"},
-    "cli": {"shared", "cli", "py", "gpuclass", "validate", "review", "status"},
+    "cli": {"shared", "cli", "py", "gpuclass", "validate", "review", "status", "explain"},
     "reconciler": {"reconciler", "manager", "informers", "lease", "offline", "twin"},
     "shared": {"shared", "the", "pure", "core", "values", "in", "decisions", "out", "no", "i", "o",
-               "clock", "environment", "rules", "world", "words", "render"},
+               "clock", "environment", "rules", "world", "words", "render", "can", "a", "vm",
+               "start", "now"},
     "shared/runtime": {"shared", "runtime", "the", "i", "o", "all", "three", "share", "files",
                        "snapshot", "one", "reflector", "http", "client", "and"},
 }  # fmt: skip
@@ -72,7 +73,7 @@ def test_every_word_in_a_box_is_a_module_of_its_folder_or_a_plain_word() -> None
 
 def test_every_core_and_edge_module_is_in_its_box() -> None:
     found = boxes()
-    missing_core = modules("shared") - {"cli"} - found["shared"]
+    missing_core = modules("shared") - {"cli", "explaincmd"} - found["shared"]  # the CLI edge
     assert not missing_core, f"core modules missing from the picture: {sorted(missing_core)}"
     missing_edge = modules("shared/runtime") - found["shared/runtime"]
     assert not missing_edge, (

@@ -504,14 +504,20 @@ def test_ready_and_all_four_types_always_present(
     objects: list[dict[str, Any]], ready: str, failing: list[str]
 ) -> None:
     result = status(*objects)["conditions"]
+    # The contract's four (6.4), unchanged and in their order, then the fifth (6.8).
     assert [c["type"] for c in result] == [
         "ResourceNameConflict",
         "ResourceNameNotPermitted",
         "LicenseSecretMissing",
         "Ready",
+        "Schedulable",
     ]
-    assert [c["type"] for c in result if c["type"] != "Ready" and c["status"] == "True"] == failing
-    assert result[-1]["status"] == ready
+    assert [
+        c["type"]
+        for c in result
+        if c["type"] not in ("Ready", "Schedulable") and c["status"] == "True"
+    ] == failing
+    assert result[3]["status"] == ready
     for condition in result:
         assert set(condition) == {
             "type",

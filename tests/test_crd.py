@@ -316,6 +316,10 @@ PRINTER_COLUMNS = [
     ("MaxUnitsPerNode", "integer", ".status.maxUnitsPerNode", 1),
     ("Ready", "string", '.status.conditions[?(@.type=="Ready")].status', 0),
     ("Reason", "string", '.status.conditions[?(@.type=="Ready")].reason', 1),
+    ("Advertising", "integer", ".status.capacity.advertising", 1),
+    ("Eligible", "integer", ".status.capacity.eligible", 1),
+    ("Schedulable", "string", '.status.conditions[?(@.type=="Schedulable")].status', 1),
+    ("Why", "string", '.status.conditions[?(@.type=="Schedulable")].reason', 1),
     ("Age", "date", ".metadata.creationTimestamp", 0),
 ]
 
@@ -331,10 +335,12 @@ def test_printer_columns() -> None:
     assert (
         "resourceName" in SPEC["properties"]["source"]["properties"]["devicePlugin"]["properties"]
     )
-    assert {"free", "maxFreePerNode", "maxUnitsPerNode"} <= set(STATUS["properties"])
+    assert {"free", "maxFreePerNode", "maxUnitsPerNode", "capacity"} <= set(STATUS["properties"])
+    assert {"advertising", "eligible"} <= set(STATUS["properties"]["capacity"]["properties"])
     condition = STATUS["properties"]["conditions"]["items"]["properties"]
     assert {"status", "reason"} <= set(condition)
     assert "Ready" in names.CONDITION_TYPES
+    assert names.STATUS_CONDITION_TYPES[-1] == names.SCHEDULABLE == "Schedulable"
 
 
 def _fields(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:

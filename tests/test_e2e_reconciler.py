@@ -79,6 +79,7 @@ CONDITION_TYPES = {
     "ResourceNameNotPermitted",
     "LicenseSecretMissing",
     "Ready",
+    "Schedulable",  # the fifth (docs/contract.md 6.8)
 }
 MANAGED_SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED.items())
 SETTLE = 20.0  # seconds a status may take to follow a change (it takes well under one)
@@ -318,7 +319,8 @@ def test_free_figures_follow_nodes_pods_cordon_and_readiness(world: World) -> No
     expect_figures(world, name, (4, 4, 4))
 
     cordon(world.admin, plain)  # not eligible, still a host for maxUnitsPerNode
-    expect_figures(world, name, (0, 0, 4))
+    cordoned = expect_figures(world, name, (0, 0, 4))
+    assert conditions(cordoned)["Schedulable"] == "False"  # no free unit anywhere (6.8)
     cordon(world.admin, plain, False)
     expect_figures(world, name, (4, 4, 4))
     set_node_status(world.admin, plain, ready=False)  # the same for a node that is not Ready
@@ -328,9 +330,14 @@ def test_free_figures_follow_nodes_pods_cordon_and_readiness(world: World) -> No
 
     set_taints(world.admin, fresh, [])  # the node controller's job: the node becomes a host
     last = expect_figures(world, name, (12, 8, 8))
-    assert {
-        c["type"]: c["lastTransitionTime"] for c in last["status"]["conditions"]
-    } == ready_since, "lastTransitionTime moves only when a condition flips"
+    times = {c["type"]: c["lastTransitionTime"] for c in last["status"]["conditions"]}
+    schedulable_since = ready_since.pop("Schedulable")
+    assert {t: v for t, v in times.items() if t != "Schedulable"} == ready_since, (
+        "lastTransitionTime moves only when a condition flips"
+    )
+    # Schedulable did flip (False while the cordon left 0 free) and is True again.
+    assert conditions(last)["Schedulable"] == "True"
+    assert times["Schedulable"] >= schedulable_since
 
 
 def test_pod_deleted_and_allocatable_changed_move_the_figures(world: World) -> None:
@@ -431,6 +438,66 @@ def test_kubectl_get_gpuclasses_shows_the_reconciled_figures(
     ).stdout.splitlines()
     assert shown[0].split() == [c.upper() for c in columns]
     assert shown[1].split()[:6] == [name, "passthrough", res, "3", "3", "True"]
+
+
+def _schedulable(obj: RawObject) -> RawObject:
+    (found,) = [c for c in obj["status"]["conditions"] if c["type"] == "Schedulable"]
+    return dict(found)
+
+
+def test_capacity_and_schedulable_are_written_and_shown_with_o_wide(world: World) -> None:
+    """docs/contract.md 6.8 through the real API server: the CRD keeps every field (nothing
+    pruned), the condition flips with lastTransitionTime, and `-o wide` shows the columns."""
+    res = world.resource("explained")
+    name = world.new_class(gpuclass(unique_name("rec-explained"), res))
+    world.node({res: 4}, taints=[DEDICATED_TAINT])  # the class does not tolerate it
+    blocked = settle(
+        world,
+        name,
+        lambda o: (o.get("status") or {}).get("capacity", {}).get("advertising") == 1,
+        "one advertising node",
+    )
+    assert blocked["status"]["capacity"] == {
+        "advertising": 1,
+        "hosts": 0,
+        "eligible": 0,
+        "withFree": 0,
+        "excluded": {
+            "notReady": 0,
+            "cordoned": 0,
+            "untolerated": 1,
+            "noFreeUnits": 0,
+            "taints": [{"key": DEDICATED_TAINT["key"], "nodes": 1}],
+            "otherTaintNodes": 0,
+        },
+    }
+    first = _schedulable(blocked)
+    assert (first["status"], first["reason"]) == ("False", "NoEligibleNode")
+
+    free_node = world.node({res: 2})
+    can = settle(world, name, lambda o: _schedulable(o)["status"] == "True", "Schedulable=True")
+    assert _schedulable(can)["reason"] == "CanStart"
+    assert _schedulable(can)["lastTransitionTime"] >= first["lastTransitionTime"]
+    assert can["status"]["capacity"]["withFree"] == 1
+
+    world.pod(free_node, {res: 2})
+    full = settle(
+        world, name, lambda o: _schedulable(o)["reason"] == "AllUnitsInUse", "AllUnitsInUse"
+    )
+    assert _schedulable(full)["status"] == "False"
+    assert full["status"]["capacity"]["excluded"]["noFreeUnits"] == 1
+
+    table = world.admin.call("GET", f"{GPUCLASSES}/{name}", accept=TABLE)
+    [row] = table["rows"]
+    cells = dict(zip([c["name"] for c in table["columnDefinitions"]], row["cells"], strict=True))
+    assert (cells["Advertising"], cells["Eligible"], cells["Schedulable"], cells["Why"]) == (
+        2,
+        1,
+        "False",
+        "AllUnitsInUse",
+    )
+    reasons = {e.get("reason") for e in events_about(world.admin, name)}
+    assert "AllUnitsInUse" in reasons, "the flip to False is an Event (Warning)"
 
 
 # -- 3. licence copies ----------------------------------------------------------------------------

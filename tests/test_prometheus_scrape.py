@@ -69,6 +69,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             str(Path(sys.executable).with_name("gpuclass-reconciler")),
             "--objects",
             "examples",
+            "--objects",  # admitted VMIs, so the usage panels have series
+            "tests/fixtures/usage",
             "--bind-address",
             "127.0.0.1",
             "--port",

@@ -69,11 +69,12 @@ def test_once_on_examples_prints_the_statuses_of_gpuclass_status(
     ] == [
         ("example-byol-vgpu", 8, 8, 8),
         ("example-licensed-vgpu", 7, 7, 8),
+        ("example-reserved-gpu", 0, 0, 0),  # its nodes: one untolerated taint, one cordoned
         ("example-whole-gpu", 2, 2, 8),
     ]
     assert report["statusWrites"] == sorted(expected)
     assert report["licenceCopies"] == [] and report["finalizers"] == []
-    assert [e["reason"] for e in report["events"]] == ["Ready"] * 3
+    assert [e["reason"] for e in report["events"]] == ["Ready"] * 4  # one per example class
 
 
 @pytest.fixture

@@ -350,6 +350,8 @@ def test_observed_generation_and_kept_transition_time() -> None:
         "ResourceNameNotPermitted": "LATER",
         "LicenseSecretMissing": "NOW",
         "Ready": "LATER",
+        # No node advertises R: False before (NoNodeAdvertises), False after (ClassNotReady).
+        "Schedulable": "NOW",
     }
 
 

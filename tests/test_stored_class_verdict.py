@@ -124,8 +124,16 @@ def test_validate_admission_and_status_name_the_same_cause(
     assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
     assert f"{field}: " in ready["message"]
     assert sorted(c["type"] for c in status["conditions"]) == sorted(
-        ["ResourceNameConflict", "ResourceNameNotPermitted", "LicenseSecretMissing", "Ready"]
+        [
+            "ResourceNameConflict",
+            "ResourceNameNotPermitted",
+            "LicenseSecretMissing",
+            "Ready",
+            "Schedulable",
+        ]
     )
+    schedulable = {c["type"]: c for c in status["conditions"]}["Schedulable"]
+    assert (schedulable["status"], schedulable["reason"]) == ("False", "ClassNotReady")  # 6.8
 
 
 def test_a_valid_class_is_selectable_and_counts(

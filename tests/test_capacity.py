@@ -1,0 +1,451 @@
+"""Capacity explained and the Schedulable condition (docs/contract.md 6.8), one row per reason.
+
+Each row is a small cluster of raw objects and the node counts and condition a person
+gets by hand from the rule: every node listing the resource above 0 advertises it and
+takes the first of NotReady, cordoned, untolerated taint, no free units, else it has
+free units; `hosts` is 6.1's figure. The condition is False with ClassNotReady,
+NoNodeAdvertises, NoEligibleNode or AllUnitsInUse, and True with Fragmented or CanStart.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuclass.shared.availability import compute_all
+from gpuclass.shared.capacity import MAX_TAINT_KEYS, judge_node, survey_nodes
+from gpuclass.shared.k8s import Taint
+from gpuclass.shared.snapshot import NodeRecord, SnapshotBuilder, compact_class
+from gpuclass.shared.statusdiff import status_patch, transitions
+from tests.builders import gpuclass, kubevirt, node, pod
+
+R = "example.com/gpu"
+NS = "cozy-system"
+NOW = "2030-01-01T00:00:00Z"
+DEDICATED = {"key": "gpu.example.com/dedicated", "value": "true", "effect": "NoSchedule"}
+TOLERATE = {"key": "gpu.example.com/dedicated", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def cls(**spec: Any) -> dict[str, Any]:
+    obj = gpuclass("c", R)
+    obj["spec"].update(spec)
+    return obj
+
+
+def vgpu(**spec: Any) -> dict[str, Any]:
+    return cls(mode="vgpu", profile="p", **spec)
+
+
+def taint(key: str, effect: str = "NoSchedule") -> dict[str, str]:
+    return {"key": key, "value": "x", "effect": effect}
+
+
+def status_of(*objects: dict[str, Any], name: str = "c", now: str = NOW) -> dict[str, Any]:
+    snapshot = SnapshotBuilder().add_all([kubevirt(R), *objects])
+    return compute_all(snapshot, license_namespace=NS, now=now)[name]
+
+
+def capacity(
+    advertising: int = 0,
+    hosts: int = 0,
+    eligible: int = 0,
+    with_free: int = 0,
+    *,
+    not_ready: int = 0,
+    cordoned: int = 0,
+    untolerated: int = 0,
+    no_free: int = 0,
+    taints: list[tuple[str, int]] | None = None,
+    other: int = 0,
+) -> dict[str, Any]:
+    return {
+        "advertising": advertising,
+        "hosts": hosts,
+        "eligible": eligible,
+        "withFree": with_free,
+        "excluded": {
+            "notReady": not_ready,
+            "cordoned": cordoned,
+            "untolerated": untolerated,
+            "noFreeUnits": no_free,
+            "taints": [{"key": k, "nodes": n} for k, n in taints or []],
+            "otherTaintNodes": other,
+        },
+    }
+
+
+def schedulable(s: dict[str, Any]) -> tuple[str, str]:
+    (condition,) = [c for c in s["conditions"] if c["type"] == "Schedulable"]
+    return condition["status"], condition["reason"]
+
+
+ROWS = [
+    # False: no node advertises the resource.
+    pytest.param([cls()], capacity(), ("False", "NoNodeAdvertises"), id="no-nodes"),
+    pytest.param(
+        [cls(), node("a", {R: 0})],
+        capacity(),
+        ("False", "NoNodeAdvertises"),
+        id="resource-listed-at-zero-is-not-advertised",
+    ),
+    pytest.param(
+        [cls(), node("a", {"example.com/other": 4})],
+        capacity(),
+        ("False", "NoNodeAdvertises"),
+        id="other-resource-only",
+    ),
+    # False: advertised, none eligible.
+    pytest.param(
+        [cls(), node("a", {R: 4}, ready=False)],
+        capacity(1, 1, not_ready=1),
+        ("False", "NoEligibleNode"),
+        id="not-ready",
+    ),
+    pytest.param(
+        [cls(), node("a", {R: 4}, unschedulable=True)],
+        capacity(1, 1, cordoned=1),
+        ("False", "NoEligibleNode"),
+        id="cordoned",
+    ),
+    pytest.param(
+        [cls(), node("a", {R: 4}, taints=[DEDICATED])],
+        capacity(1, 0, untolerated=1, taints=[("gpu.example.com/dedicated", 1)]),
+        ("False", "NoEligibleNode"),
+        id="untolerated-taint",
+    ),
+    pytest.param(
+        [cls(), node("a", {R: 4}, taints=[taint("k", "NoExecute")])],
+        capacity(1, 0, untolerated=1, taints=[("k", 1)]),
+        ("False", "NoEligibleNode"),
+        id="untolerated-noexecute-taint",
+    ),
+    pytest.param(
+        [cls(), node("a", {R: 4}, ready=False, taints=[DEDICATED])],
+        capacity(1, 0, not_ready=1),
+        ("False", "NoEligibleNode"),
+        id="not-ready-comes-before-taints",
+    ),
+    pytest.param(
+        [cls(), node("a", {R: 4}, unschedulable=True, taints=[taint("node.kubernetes.io/x")])],
+        capacity(1, 0, cordoned=1),
+        ("False", "NoEligibleNode"),
+        id="cordoned-comes-before-taints",
+    ),
+    pytest.param(
+        [cls(), node("a", {R: 4}, ready=False, unschedulable=True)],
+        capacity(1, 1, not_ready=1),
+        ("False", "NoEligibleNode"),
+        id="not-ready-comes-before-cordoned",
+    ),
+    pytest.param(
+        [cls(), node("a", {R: 4}, taints=[taint("k1"), taint("k2")])],
+        capacity(1, 0, untolerated=1, taints=[("k1", 1), ("k2", 1)]),
+        ("False", "NoEligibleNode"),
+        id="node-counted-under-each-of-its-keys",
+    ),
+    pytest.param(
+        [
+            cls(),
+            node("a", {R: 4}, ready=False),
+            node("b", {R: 4}, unschedulable=True),
+            node("c", {R: 4}, taints=[DEDICATED]),
+            node("d", {R: 4}, taints=[DEDICATED]),
+        ],
+        capacity(
+            4, 2, not_ready=1, cordoned=1, untolerated=2, taints=[("gpu.example.com/dedicated", 2)]
+        ),
+        ("False", "NoEligibleNode"),
+        id="every-exclusion-at-once",
+    ),
+    # False: eligible nodes, every unit in use.
+    pytest.param(
+        [cls(), node("a", {R: 4}), pod("p", "a", {R: 4})],
+        capacity(1, 1, 1, 0, no_free=1),
+        ("False", "AllUnitsInUse"),
+        id="all-units-in-use",
+    ),
+    pytest.param(
+        [cls(), node("a", {R: 2}), pod("p", "a", {R: 3})],
+        capacity(1, 1, 1, 0, no_free=1),
+        ("False", "AllUnitsInUse"),
+        id="overcommitted-node-is-full",
+    ),
+    # True: a VM can start; Fragmented when the largest allowed VM cannot.
+    pytest.param(
+        [cls(), node("a", {R: 4})], capacity(1, 1, 1, 1), ("True", "CanStart"), id="free-node"
+    ),
+    pytest.param(
+        [cls(), node("a", {R: 4}, taints=[{**DEDICATED, "effect": "PreferNoSchedule"}])],
+        capacity(1, 1, 1, 1),
+        ("True", "CanStart"),
+        id="prefer-noschedule-does-not-exclude",
+    ),
+    pytest.param(
+        [cls(tolerations=[TOLERATE]), node("a", {R: 4}, taints=[DEDICATED])],
+        capacity(1, 1, 1, 1),
+        ("True", "CanStart"),
+        id="tolerated-taint",
+    ),
+    pytest.param(
+        [cls(), node("a", {R: 4}), node("b", {R: 4}), pod("p", "a", {R: 3}), pod("q", "b", {R: 3})],
+        capacity(2, 2, 2, 2),
+        ("True", "Fragmented"),
+        id="passthrough-default-limit-4-at-most-1-free-on-a-node",
+    ),
+    pytest.param(
+        [cls(), node("a", {R: 8}, ready=False), node("b", {R: 2})],
+        capacity(2, 2, 1, 1, not_ready=1),
+        ("True", "Fragmented"),
+        id="limit-from-a-not-ready-host",
+    ),
+    pytest.param(
+        [cls(maxCount=2), node("a", {R: 4}), pod("p", "a", {R: 2})],
+        capacity(1, 1, 1, 1),
+        ("True", "CanStart"),
+        id="max-count-2-fits",
+    ),
+    pytest.param(
+        [cls(maxCount=3), node("a", {R: 4}), pod("p", "a", {R: 2})],
+        capacity(1, 1, 1, 1),
+        ("True", "Fragmented"),
+        id="max-count-3-does-not",
+    ),
+    pytest.param(
+        [cls(maxCount=8), node("a", {R: 4})],
+        capacity(1, 1, 1, 1),
+        ("True", "CanStart"),
+        id="max-count-above-any-host-means-the-largest-host",
+    ),
+    pytest.param(
+        [vgpu(), node("a", {R: 8}), pod("p", "a", {R: 7})],
+        capacity(1, 1, 1, 1),
+        ("True", "CanStart"),
+        id="vgpu-default-limit-1",
+    ),
+    pytest.param(
+        [cls(), node("a", {R: 4}), node("b", {R: 0})],
+        capacity(1, 1, 1, 1),
+        ("True", "CanStart"),
+        id="zero-node-not-counted",
+    ),
+]
+
+
+@pytest.mark.parametrize(("objects", "expected", "condition"), ROWS)
+def test_capacity_and_schedulable(
+    objects: list[dict[str, Any]], expected: dict[str, Any], condition: tuple[str, str]
+) -> None:
+    result = status_of(*objects)
+    assert result["capacity"] == expected
+    assert schedulable(result) == condition
+
+
+@pytest.mark.parametrize(("objects", "expected", "condition"), ROWS)
+def test_every_advertising_node_has_one_verdict(
+    objects: list[dict[str, Any]], expected: dict[str, Any], condition: tuple[str, str]
+) -> None:
+    found = status_of(*objects)["capacity"]
+    excluded = found["excluded"]
+    parts = ("notReady", "cordoned", "untolerated", "noFreeUnits")
+    assert found["advertising"] == found["withFree"] + sum(excluded[p] for p in parts)
+    assert found["eligible"] == found["withFree"] + excluded["noFreeUnits"]
+
+
+@pytest.mark.parametrize(
+    ("objects", "reason"),
+    [
+        pytest.param(
+            [gpuclass("c", R), node("a", {R: 4})], "ResourceNameNotPermitted", id="not-permitted"
+        ),
+        pytest.param(
+            [gpuclass("c", R, license="missing"), node("a", {R: 4})],
+            "LicenseSecretMissing",
+            id="licence-missing",
+        ),
+    ],
+)
+def test_class_not_ready_cannot_start_whatever_the_nodes(
+    objects: list[dict[str, Any]], reason: str
+) -> None:
+    snapshot = SnapshotBuilder().add_all(
+        [*objects] if reason == "ResourceNameNotPermitted" else [kubevirt(R), *objects]
+    )
+    result = compute_all(snapshot, license_namespace=NS, now=NOW)["c"]
+    assert schedulable(result) == ("False", "ClassNotReady")
+    (condition,) = [c for c in result["conditions"] if c["type"] == "Schedulable"]
+    assert reason in condition["message"], "names what makes the class not ready"
+    assert result["capacity"]["withFree"] == 1, "the nodes are still counted"
+
+
+def test_conflict_loser_reports_no_capacity() -> None:
+    older = gpuclass("a", R, created="2020-01-01T00:00:00Z")
+    younger = gpuclass("c", R, created="2026-01-01T00:00:00Z")
+    result = status_of(older, younger, node("n", {R: 4}))
+    assert result["capacity"] == capacity(), "its units belong to the winner (6.3)"
+    assert schedulable(result) == ("False", "ClassNotReady")
+    assert schedulable(status_of(older, younger, node("n", {R: 4}), name="a")) == (
+        "True",
+        "CanStart",
+    )
+
+
+def test_invalid_stored_class_cannot_start() -> None:
+    broken = cls(memory="-16Gi")
+    result = status_of(broken, node("n", {R: 4}))
+    assert result["capacity"] == capacity()
+    assert schedulable(result) == ("False", "ClassNotReady")
+
+
+def test_taint_keys_are_bounded() -> None:
+    nodes = [node(f"a{i}", {R: 1}, taints=[taint("k-a")]) for i in range(3)]
+    nodes += [node(f"b{i}", {R: 1}, taints=[taint("k-b")]) for i in range(2)]
+    nodes += [node(f"x-{k}", {R: 1}, taints=[taint(f"k-{k}")]) for k in "cdefg"]
+    result = status_of(cls(), *nodes)["capacity"]
+    assert MAX_TAINT_KEYS == 5
+    assert result["excluded"]["untolerated"] == 10
+    assert result["excluded"]["taints"] == [
+        {"key": "k-a", "nodes": 3},
+        {"key": "k-b", "nodes": 2},
+        {"key": "k-c", "nodes": 1},
+        {"key": "k-d", "nodes": 1},
+        {"key": "k-e", "nodes": 1},
+    ]
+    assert result["excluded"]["otherTaintNodes"] == 2, "the k-f and k-g nodes"
+
+
+@pytest.mark.parametrize(
+    ("objects", "words"),
+    [
+        pytest.param([cls()], ["no node advertises example.com/gpu"], id="no-node"),
+        pytest.param(
+            [
+                cls(),
+                node("a", {R: 4}, ready=False),
+                node("b", {R: 4}, unschedulable=True),
+                node("c", {R: 4}, taints=[DEDICATED]),
+            ],
+            [
+                "3 nodes advertise example.com/gpu but none is eligible",
+                "1 NotReady",
+                "1 cordoned",
+                "1 with untolerated taints (gpu.example.com/dedicated: 1)",
+            ],
+            id="no-eligible",
+        ),
+        pytest.param(
+            [cls(), node("a", {R: 4}), pod("p", "a", {R: 4})],
+            ["every unit on the 1 node eligible is in use"],
+            id="in-use",
+        ),
+        pytest.param(
+            [
+                cls(),
+                node("a", {R: 4}),
+                node("b", {R: 4}),
+                pod("p", "a", {R: 2}),
+                pod("q", "b", {R: 2}),
+            ],
+            ["up to 2 units can start now, not one of 4", "4 units free but at most 2 on one node"],
+            id="fragmented",
+        ),
+        pytest.param(
+            [cls(), node("a", {R: 4})], ["a VM of up to 4 units can start now"], id="can-start"
+        ),
+    ],
+)
+def test_messages_say_why(objects: list[dict[str, Any]], words: list[str]) -> None:
+    (condition,) = [c for c in status_of(*objects)["conditions"] if c["type"] == "Schedulable"]
+    for word in words:
+        assert word in condition["message"]
+
+
+def _stored(*objects: dict[str, Any], now: str) -> dict[str, Any]:
+    return status_of(*objects, now=now)
+
+
+def test_last_transition_time_only_when_status_flips() -> None:
+    then, later = "2029-01-01T00:00:00Z", NOW
+    free = [node("a", {R: 4})]
+    first = _stored(cls(), *free, now=then)
+    assert schedulable(first) == ("True", "CanStart")
+    # CanStart -> Fragmented: still True, the time stays.
+    fragmented = status_of(cls() | {"status": first}, *free, pod("p", "a", {R: 2}), now=later)
+    (cond,) = [c for c in fragmented["conditions"] if c["type"] == "Schedulable"]
+    assert (cond["reason"], cond["lastTransitionTime"]) == ("Fragmented", then)
+    # True -> False: the time moves.
+    full = status_of(cls() | {"status": first}, *free, pod("p", "a", {R: 4}), now=later)
+    (cond,) = [c for c in full["conditions"] if c["type"] == "Schedulable"]
+    assert (cond["status"], cond["lastTransitionTime"]) == ("False", later)
+
+
+def test_unchanged_cluster_needs_no_write_and_a_flip_is_an_event() -> None:
+    free = [node("a", {R: 4})]
+    first = _stored(cls(), *free, now="2029-01-01T00:00:00Z")
+    again = status_of(cls() | {"status": first}, *free, now=NOW)
+    assert status_patch(first, again) is None, "write only when something changed (6.7)"
+    full = status_of(cls() | {"status": first}, *free, pod("p", "a", {R: 4}), now=NOW)
+    patch = status_patch(first, full)
+    assert patch is not None and "capacity" in patch
+    changes = [t for t in transitions(first, full) if t.condition == "Schedulable"]
+    assert [(t.status, t.reason, t.type) for t in changes] == [
+        ("False", "AllUnitsInUse", "Warning")
+    ]
+
+
+# -- the reconciler's loop and explain's per-node verdicts agree ------------------------------------
+
+KEYS = ("k1", "k2", "gpu.example.com/dedicated")
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[list[NodeRecord], dict[str, int], list[dict[str, Any]]]:
+    nodes = []
+    for i in range(draw(st.integers(0, 8))):
+        taints = tuple(
+            Taint(k, "x", draw(st.sampled_from(["NoSchedule", "NoExecute", "PreferNoSchedule"])))
+            for k in draw(st.lists(st.sampled_from(KEYS), unique=True, max_size=3))
+        )
+        nodes.append(
+            NodeRecord(
+                f"n{i}",
+                draw(st.booleans()),
+                draw(st.booleans()),
+                taints,
+                {R: draw(st.integers(0, 4))},
+            )
+        )
+    used = {n.name: draw(st.integers(0, 5)) for n in nodes}
+    tolerated = draw(st.lists(st.sampled_from(KEYS), unique=True, max_size=3))
+    return nodes, used, [{"key": k, "operator": "Exists"} for k in tolerated]
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters())
+def test_survey_counts_what_judge_node_says(
+    cluster: tuple[list[NodeRecord], dict[str, int], list[dict[str, Any]]],
+) -> None:
+    nodes, used, tolerations = cluster
+    record = compact_class(cls(tolerations=tolerations))
+    assert record is not None
+    found = survey_nodes(record, nodes, used)
+    fits = [judge_node(n, R, record.tolerations, used) for n in nodes]
+    counted = Counter(f.verdict for f in fits)
+    capacity = found.capacity()
+    assert (capacity.with_free, capacity.no_free_units) == (
+        counted["withFree"],
+        counted["noFreeUnits"],
+    )
+    assert (capacity.not_ready, capacity.cordoned, capacity.untolerated) == (
+        counted["notReady"],
+        counted["cordoned"],
+        counted["untolerated"],
+    )
+    eligible = [f for f in fits if f.verdict in ("withFree", "noFreeUnits")]
+    assert found.free == sum(f.free for f in eligible)
+    assert found.max_free_per_node == max((f.free for f in eligible), default=0)
+    assert found.max_units_per_node == max((f.allocatable for f in fits if f.host), default=0)
+    assert capacity.hosts == sum(1 for f in fits if f.host and f.verdict != "noUnits")

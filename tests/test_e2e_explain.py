@@ -1,0 +1,123 @@
+"""`gpuclass explain` against a real kube-apiserver (`--kubeconfig`, `--context`).
+
+The same objects are created in the cluster and written to files; the live answer must be the
+offline one word for word (one function, two sources), and both what the contract gives by hand.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuclass.shared.cli import main
+from tests.controlplane.cluster import ControlPlane
+from tests.e2e_reconciler_helpers import (
+    KUBEVIRT_NAMESPACE,
+    PermittedDevices,
+    create_node,
+    delete_created,
+    gpuclass,
+    namespace,
+    pod,
+)
+
+TAINT = {"key": "gpu.example.com/reserved", "value": "batch", "effect": "NoSchedule"}
+
+
+@pytest.fixture(scope="module")
+def cluster(control_plane: ControlPlane) -> Iterator[dict[str, Any]]:
+    admin = control_plane.admin
+    suffix = secrets.token_hex(3)
+    res = f"explain-{suffix}.example.com/gpu"
+    ns = f"e2e-explain-{suffix}"
+    permitted = PermittedDevices()
+    created: list[dict[str, Any]] = []
+    nodes = {
+        f"explain-{suffix}-free": {},
+        f"explain-{suffix}-busy": {},
+        f"explain-{suffix}-tainted": {},
+    }
+    try:
+        admin.apply([namespace(KUBEVIRT_NAMESPACE), namespace(ns)])
+        permitted.permit(admin, [res])
+        created.append(admin.create(gpuclass(f"explain-{suffix}", res)))
+        free, busy, tainted = nodes
+        for name, units, taints in ((free, 2, []), (busy, 4, []), (tainted, 8, [TAINT])):
+            nodes[name] = create_node(admin, name, {res: units}, taints=taints)
+            created.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+        launcher = admin.create(pod(f"launcher-{suffix}", ns, busy, {res: 3}))
+        created.append(launcher)
+        yield {
+            "class": f"explain-{suffix}",
+            "resource": res,
+            "nodes": (free, busy, tainted),
+            "objects": [
+                created[0],
+                *nodes.values(),
+                launcher | {"status": {"phase": "Pending"}},  # bound, not started: holds units
+                {
+                    "apiVersion": "kubevirt.io/v1",
+                    "kind": "KubeVirt",
+                    "metadata": {"name": "kubevirt", "namespace": KUBEVIRT_NAMESPACE},
+                    "spec": {
+                        "configuration": {
+                            "permittedHostDevices": {"pciHostDevices": [{"resourceName": res}]}
+                        }
+                    },
+                },
+            ],
+        }
+    finally:
+        delete_created(admin, created)
+        permitted.restore(admin)
+
+
+def explain(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(["explain", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_live_answer_equals_the_offline_one(
+    cluster: dict[str, Any],
+    control_plane: ControlPlane,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    files = tmp_path / "cluster.yaml"
+    files.write_text(yaml.safe_dump_all(cluster["objects"]))
+    name = cluster["class"]
+    live = explain(
+        [name, "--count", "2", "--kubeconfig", str(control_plane.admin_kubeconfig)], capsys
+    )
+    offline = explain([name, "--count", "2", "--objects", str(files)], capsys)
+    assert live == offline
+    code, out, err = live
+    free, busy, tainted = cluster["nodes"]
+    # By hand: free node 2 of 2 free (fits), busy node 1 of 4 free (too few), tainted not a host.
+    assert (code, err) == (0, "")
+    assert out.splitlines()[-1] == "answer: a VM needing 2 units can start on 1 node now"
+    rows = {line.split()[0]: line.split()[3] for line in out.splitlines()[2:5]}
+    assert rows == {free: "fits", busy: "tooFewFree", tainted: "untolerated"}
+
+
+def test_context_selects_the_cluster(
+    cluster: dict[str, Any],
+    control_plane: ControlPlane,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(control_plane.admin_kubeconfig))
+    code, out, _ = explain([cluster["class"], "--count", "3", "--context", "gpuclass-test"], capsys)
+    assert code == 1
+    assert out.splitlines()[-1] == (
+        "answer: 3 units free but at most 2 on one node: a VM needing 3 units waits"
+    )
+    code, out, err = explain([cluster["class"], "--context", "no-such-context"], capsys)
+    assert (code, out) == (2, "")
+    assert "cannot use" in err
