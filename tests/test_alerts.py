@@ -38,6 +38,8 @@ EXPORTED_METRICS = {
     "gpuclass_webhook_catalog_synced",
     "gpuclass_webhook_catalog_age_seconds",
     "gpuclass_webhook_cert_expiry_timestamp_seconds",
+    "gpuclass_webhook_certificate_last_sync_timestamp_seconds",
+    "gpuclass_webhook_certificate_sync_failures_total",
     "gpuclass_webhook_denials_total",
     "gpuclass_webhook_watch_restarts_total",
     "gpuclass_free_units",
@@ -260,7 +262,9 @@ def test_exported_metrics_are_the_ones_the_binaries_register() -> None:
     from gpuclass.webhook.metrics import WebhookMetrics
 
     registered: set[str] = set()
-    for metrics in (WebhookMetrics(), ReconcilerMetrics()):
+    webhook = WebhookMetrics()
+    webhook.certificate_sync(True)  # the webhook-managed certificates' series come with a sync
+    for metrics in (webhook, ReconcilerMetrics()):
         for family in metrics.registry.collect():
             suffix = "_total" if family.type == "counter" else ""
             registered.add(family.name + suffix)

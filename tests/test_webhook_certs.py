@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import copy
 import datetime as dt
 from pathlib import Path
@@ -22,6 +23,7 @@ from gpuclass.shared.certrotation import Policy
 from gpuclass.shared.runtime.listwatch import ApiError, RawObject
 from gpuclass.shared.runtime.tls import ReloadingContext, self_signed
 from gpuclass.webhook.certs import CertTarget, SelfManagedCertificates
+from gpuclass.webhook.metrics import WebhookMetrics
 
 HOUR = dt.timedelta(hours=1)
 POLICY = Policy(
@@ -183,6 +185,40 @@ def test_a_refused_write_is_an_error_not_a_silent_pass(tmp_path: Path) -> None:
     with pytest.raises(ApiError):
         asyncio.run(a.sync())
     assert not a.loaded
+
+
+def test_every_sync_reports_its_outcome_to_the_metrics(tmp_path: Path) -> None:
+    """A refused write counts as a failed sync and leaves the last-sync time alone; the series
+    exist only once the webhook manages certificates (so no alert fires in the other modes)."""
+    metrics = WebhookMetrics()
+    names = {m.name for m in metrics.registry.collect()}
+    assert "gpuclass_webhook_certificate_last_sync_timestamp_seconds" not in names
+    api, clock = MemoryAPI(), Clock()
+    a = replica(api, clock, tmp_path / "a")
+    a.on_synced = metrics.certificate_sync
+    refuse_configurations = api.replace_configuration
+
+    async def refuse(kind: str, name: str, body: RawObject) -> RawObject:
+        raise ApiError(403, "Forbidden")
+
+    async def two_polls() -> None:
+        task = asyncio.create_task(a.run())
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    api.replace_configuration = refuse  # type: ignore[method-assign]
+    a.poll_seconds = 0.05
+    asyncio.run(two_polls())
+    sample = metrics.registry.get_sample_value
+    failures = sample("gpuclass_webhook_certificate_sync_failures_total")
+    assert failures is not None and failures >= 2
+    assert sample("gpuclass_webhook_certificate_last_sync_timestamp_seconds") == 0
+    api.replace_configuration = refuse_configurations  # type: ignore[method-assign]
+    asyncio.run(two_polls())
+    synced = sample("gpuclass_webhook_certificate_last_sync_timestamp_seconds")
+    assert synced is not None and synced > 0 and a.loaded
 
 
 @pytest.mark.parametrize(

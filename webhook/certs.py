@@ -93,9 +93,11 @@ class SelfManagedCertificates:
         poll_seconds: float,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         on_loaded: Callable[[], None] = lambda: None,
+        on_synced: Callable[[bool], None] = lambda ok: None,
     ) -> None:
         self.api, self.target, self.policy, self.tls = api, target, policy, tls
         self.poll_seconds, self.clock, self.on_loaded = poll_seconds, clock, on_loaded
+        self.on_synced = on_synced
         self.loaded = False
         self._missing: set[str] = set()  # configurations already reported missing
 
@@ -112,7 +114,9 @@ class SelfManagedCertificates:
                     "certificates not synced; retrying",
                     extra={"fields": {"error": str(exc), "secret": self.target.secret}},
                 )
+                self.on_synced(False)
             else:
+                self.on_synced(True)
                 left = (until - self.clock()).total_seconds() if until is not None else delay
                 if left > 0:
                     delay = max(0.05, min(delay, left))

@@ -104,6 +104,7 @@ async def _certificates(
         tls=tls,
         poll_seconds=settings.cert_poll_seconds,
         on_loaded=lambda: metrics.cert_expiry.set(tls.expiry),
+        on_synced=metrics.certificate_sync,
     )
 
 

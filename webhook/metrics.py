@@ -93,7 +93,33 @@ class WebhookMetrics:
         )
         for reason in CUT_REASONS:
             self.connections_cut.labels(reason)
+        self.cert_synced: Gauge | None = None
+        self.cert_sync_failures: Counter | None = None
         # Series exist from the start so that rate()/increase() and dashboards show 0, not nothing.
         for resource in ("gpuclasses", "namespaces", "kubevirts"):
             for reason in ("expired", "error"):
                 self.watch_restarts.labels(resource, reason)
+
+    def certificate_sync(self, ok: bool) -> None:
+        """A sync of the webhook-managed certificates ended (`ok`) or failed.
+
+        The two series exist only in the webhook-managed mode (created on the first sync), so
+        the alert on them stays silent where the chart or cert-manager makes the certificates.
+        """
+        if self.cert_synced is None or self.cert_sync_failures is None:
+            self.cert_synced = Gauge(
+                "gpuclass_webhook_certificate_last_sync_timestamp_seconds",
+                "When this replica last completed a sync of its own CA, serving certificate and "
+                "caBundles (Unix time; 0 before the first). Webhook-managed certificates only.",
+                registry=self.registry,
+            )
+            self.cert_sync_failures = Counter(
+                "gpuclass_webhook_certificate_sync_failures",
+                "Certificate syncs that failed (API refusals, conflicts that did not settle, "
+                "unwritable files). Webhook-managed certificates only.",
+                registry=self.registry,
+            )
+        if ok:
+            self.cert_synced.set_to_current_time()
+        else:
+            self.cert_sync_failures.inc()
