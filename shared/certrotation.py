@@ -88,8 +88,15 @@ class BundleEntry:
     clean: bool = True
 
 
-Bundles = Mapping[str, Sequence[BundleEntry]]
-"""Webhook configuration name -> the `caBundle` of each of its webhooks, in order."""
+ConfigurationKey = tuple[str, str]
+"""A webhook configuration as (kind, name): the chart gives the mutating and the validating
+configuration the same name, so a name alone does not tell them apart."""
+
+Bundles = Mapping[ConfigurationKey, Sequence[BundleEntry]]
+"""Webhook configuration (kind, name) -> the `caBundle` of each of its webhooks, in order."""
+
+POLL_FACTOR = 3
+"""The overlap must be at least this many polls (docs/decisions.md, Certificates)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +109,8 @@ class Policy:
     cert_renew_before: timedelta
     overlap: timedelta
     hosts: frozenset[str]
+    poll: timedelta = timedelta(0)
+    """How often each replica reads the Secret and the bundles (0: not checked)."""
 
     def problems(self) -> list[str]:
         """Why these numbers cannot rotate safely (empty: they can)."""
@@ -112,6 +121,11 @@ class Policy:
             found.append("the CA must be renewed before it ends: CA renew-before < CA validity")
         if not self.overlap * 2 < self.ca_renew_before:
             found.append("a CA rotation takes two overlaps: 2 x overlap < CA renew-before")
+        if self.overlap < self.poll * POLL_FACTOR:
+            found.append(
+                f"a replica must see a new CA well within one overlap: "
+                f"overlap >= {POLL_FACTOR} x poll interval"
+            )
         if not self.hosts:
             found.append("the serving certificate needs at least one host name")
         return found
@@ -121,7 +135,7 @@ class Policy:
 class WriteBundles:
     """Set every webhook's `caBundle` in these configurations to exactly `certs`, in order."""
 
-    configurations: tuple[str, ...]
+    configurations: tuple[ConfigurationKey, ...]
     certs: tuple[CertRef, ...]
     reason: str
 
@@ -219,7 +233,7 @@ def plan(state: SecretState, bundles: Bundles, *, now: datetime, policy: Policy)
                 retire_after=state.retire_after,
             )
     wanted = trusted_set(state, now)
-    stale = tuple(name for name, entries in bundles.items() if not _carries(entries, wanted))
+    stale = tuple(key for key, entries in bundles.items() if not _carries(entries, wanted))
     if stale:
         return WriteBundles(stale, wanted, "the bundles must carry exactly the trusted CAs")
     return _secret_step(state, now=now, policy=policy)

@@ -264,6 +264,7 @@ def test_exported_metrics_are_the_ones_the_binaries_register() -> None:
     registered: set[str] = set()
     webhook = WebhookMetrics()
     webhook.certificate_sync(True)  # the webhook-managed certificates' series come with a sync
+    webhook.served_certificate(1.0)  # and the expiry with the first certificate loaded
     for metrics in (webhook, ReconcilerMetrics()):
         for family in metrics.registry.collect():
             suffix = "_total" if family.type == "counter" else ""

@@ -64,11 +64,15 @@ def serving(
     return ServingFacts(NOW - DAY, NOW + ends, issuer.fingerprint, hosts, key_matches)
 
 
+# The chart gives both configurations one name: only the kind tells them apart.
+M, V = ("mutating", "gpuclass-webhook"), ("validating", "gpuclass-webhook")
+
+
 def bundles(*certs: CertRef, validating: tuple[CertRef, ...] | None = None) -> Bundles:
     """Both chart configurations (two hooks in the mutating one) carrying `certs`."""
     entry = BundleEntry(tuple(certs))
     other = entry if validating is None else BundleEntry(validating)
-    return {"mutating": [entry, entry], "validating": [other]}
+    return {M: [entry, entry], V: [other]}
 
 
 STEADY = SecretState(current=ca(CA1), current_cert=CA1, serving=serving(CA1))
@@ -83,7 +87,7 @@ def bare(step: Step) -> Step:
 ROWS = [
     pytest.param(
         SecretState(),
-        {"mutating": [BundleEntry(), BundleEntry()], "validating": [BundleEntry()]},
+        {M: [BundleEntry(), BundleEntry()], V: [BundleEntry()]},
         UpdateSecret("", new_ca="current", drop_next=True),
         id="empty-secret-first-install-makes-a-ca",
     ),
@@ -98,7 +102,7 @@ ROWS = [
     pytest.param(
         SecretState(current=ca(CA1), current_cert=CA1),
         bundles(),
-        WriteBundles(("mutating", "validating"), (CA1,), ""),
+        WriteBundles((M, V), (CA1,), ""),
         id="new-ca-goes-into-every-bundle-before-it-signs",
     ),
     pytest.param(
@@ -146,9 +150,7 @@ ROWS = [
     pytest.param(
         STAGED,
         bundles(CA1),
-        WriteBundles(
-            ("mutating", "validating"), (replace(CA1, not_after=NOW + 300 * DAY), CA2), ""
-        ),
+        WriteBundles((M, V), (replace(CA1, not_after=NOW + 300 * DAY), CA2), ""),
         id="next-ca-goes-into-every-bundle-beside-the-current",
     ),
     pytest.param(
@@ -202,7 +204,7 @@ ROWS = [
             retire_after=NOW - timedelta(seconds=1),
         ),
         bundles(CA2, CA1),
-        WriteBundles(("mutating", "validating"), (CA2,), ""),
+        WriteBundles((M, V), (CA2,), ""),
         id="overlap-finished-drops-the-old-ca-from-the-bundles",
     ),
     pytest.param(
@@ -246,16 +248,16 @@ ROWS = [
     pytest.param(
         STEADY,
         bundles(CA1, validating=()),
-        WriteBundles(("validating",), (CA1,), ""),
+        WriteBundles((V,), (CA1,), ""),
         id="bundle-missing-our-ca-is-rewritten",
     ),
     pytest.param(
         STEADY,
         {
-            "mutating": [BundleEntry((CA1,)), BundleEntry((CA1,), clean=False)],
-            "validating": [BundleEntry((CA1,))],
+            M: [BundleEntry((CA1,)), BundleEntry((CA1,), clean=False)],
+            V: [BundleEntry((CA1,))],
         },
-        WriteBundles(("mutating",), (CA1,), ""),
+        WriteBundles((M,), (CA1,), ""),
         id="bundle-with-unparseable-data-is-rewritten",
     ),
     pytest.param(
@@ -267,7 +269,7 @@ ROWS = [
     pytest.param(
         STEADY,
         bundles(CA1, ref("expired", ends=-DAY)),
-        WriteBundles(("mutating", "validating"), (CA1,), ""),
+        WriteBundles((M, V), (CA1,), ""),
         id="foreign-expired-ca-is-dropped-at-once",
     ),
     pytest.param(
@@ -316,3 +318,20 @@ def test_a_policy_that_cannot_rotate_safely_says_why() -> None:
     bad = replace(POLICY, cert_renew_before=90 * DAY, overlap=200 * DAY, hosts=frozenset())
     assert len(bad.problems()) == 3
     assert POLICY.problems() == []
+
+
+@pytest.mark.parametrize(
+    ("poll", "safe"),
+    [
+        pytest.param(timedelta(seconds=10), True, id="default-poll"),
+        pytest.param(timedelta(minutes=20), True, id="exactly-three-polls-in-an-overlap"),
+        pytest.param(timedelta(minutes=21), False, id="fewer-than-three-polls-in-an-overlap"),
+        pytest.param(HOUR * 60, False, id="poll-longer-than-the-overlap"),
+    ],
+)
+def test_the_overlap_must_hold_three_polls(poll: timedelta, safe: bool) -> None:
+    """A replica that polls less often than the overlap can still serve a certificate whose CA
+    has already left the bundles (docs/decisions.md, Certificates)."""
+    problems = replace(POLICY, poll=poll).problems()
+    assert (problems == []) is safe
+    assert safe or any("poll" in p for p in problems)

@@ -1135,6 +1135,8 @@ def _go_literal(value: Any) -> str:
         ({"certValidityDays": 30, "certRenewBeforeDays": 30}, "certRenewBeforeDays"),
         ({"caValidityDays": 365, "caRenewBeforeDays": 400}, "caRenewBeforeDays"),
         ({"caRenewBeforeDays": 1, "overlapMinutes": 720}, "overlapMinutes"),
+        ({"overlapMinutes": 1, "pollSeconds": 3600}, "pollSeconds"),
+        ({"overlapMinutes": 1, "pollSeconds": 21}, "pollSeconds"),
     ],
 )
 def test_webhook_managed_lifetimes_that_cannot_rotate_fail_the_render(
@@ -1142,6 +1144,11 @@ def test_webhook_managed_lifetimes_that_cannot_rotate_fail_the_render(
 ) -> None:
     with pytest.raises(Exception, match=message):
         render({"tls": {"webhookManaged": tls}})
+
+
+@pytest.mark.parametrize("tls", [{}, {"overlapMinutes": 1, "pollSeconds": 20}])
+def test_webhook_managed_overlap_of_three_polls_renders(tls: dict[str, int]) -> None:
+    render({"tls": {"webhookManaged": tls}})
 
 
 def test_cluster_wide_kubevirt_scope_moves_the_kubevirt_rights_to_the_cluster_roles() -> None:

@@ -39,13 +39,22 @@ TARGET = CertTarget(
 )
 
 
+# What the chart does: both configurations are called `<fullname>`.
+SAME_NAME = CertTarget(
+    "cozy-system",
+    "gpuclass-webhook-certs",
+    (("mutating", "gpuclass-webhook"), ("validating", "gpuclass-webhook")),
+)
+
+
 class MemoryAPI:
-    def __init__(self) -> None:
+    def __init__(self, target: CertTarget = TARGET) -> None:
         self.objects: dict[tuple[str, str], RawObject] = {}
         self.version = 0
         self.conflicts = 0
         self.writes: list[str] = []
-        for kind, name, hooks in (("mutating", "m", 2), ("validating", "v", 1)):
+        self.keys = target.configurations
+        for (kind, name), hooks in zip(self.keys, (2, 1), strict=True):
             self._store(
                 (kind, name),
                 {
@@ -84,12 +93,6 @@ class MemoryAPI:
     async def get_secret(self, namespace: str, name: str) -> RawObject:
         return await self._get(("secret", name))
 
-    async def create_secret(self, namespace: str, body: RawObject) -> RawObject:
-        await asyncio.sleep(0)
-        if ("secret", body["metadata"]["name"]) in self.objects:
-            raise ApiError(409, "AlreadyExists")
-        return self._store(("secret", body["metadata"]["name"]), body)
-
     async def replace_secret(self, namespace: str, name: str, body: RawObject) -> RawObject:
         return await self._replace(("secret", name), body)
 
@@ -102,9 +105,23 @@ class MemoryAPI:
     def bundles(self) -> set[bytes]:
         return {
             base64.b64decode(hook["clientConfig"].get("caBundle", ""))
-            for key in (("mutating", "m"), ("validating", "v"))
+            for key in self.keys
             for hook in self.objects[key]["webhooks"]
         }
+
+    def bundle_cas(self, kind: str) -> list[x509.Name]:
+        """The subjects of the CAs in the first webhook of the configuration of `kind`."""
+        (key,) = [k for k in self.keys if k[0] == kind]
+        raw = base64.b64decode(self.objects[key]["webhooks"][0]["clientConfig"].get("caBundle", ""))
+        return [c.subject for c in x509.load_pem_x509_certificates(raw)] if raw else []
+
+    def edit_bundle(self, kind: str, pem: bytes) -> None:
+        """A hand edit: every webhook of the configuration of `kind` gets `pem` as caBundle."""
+        (key,) = [k for k in self.keys if k[0] == kind]
+        obj = copy.deepcopy(self.objects[key])
+        for hook in obj["webhooks"]:
+            hook["clientConfig"]["caBundle"] = base64.b64encode(pem).decode()
+        self._store(key, obj)
 
 
 class Clock:
@@ -115,11 +132,13 @@ class Clock:
         return self.now
 
 
-def replica(api: MemoryAPI, clock: Clock, folder: Path) -> SelfManagedCertificates:
+def replica(
+    api: MemoryAPI, clock: Clock, folder: Path, target: CertTarget = TARGET
+) -> SelfManagedCertificates:
     files = self_signed(folder, ["localhost"], days=1)
     return SelfManagedCertificates(
         api,
-        TARGET,
+        target,
         POLICY,
         tls=ReloadingContext(files.cert, files.key),
         poll_seconds=1,
@@ -131,9 +150,22 @@ def served_issuer(replica: SelfManagedCertificates) -> x509.Name:
     return x509.load_pem_x509_certificate(replica.tls.cert.read_bytes()).issuer
 
 
-def test_two_replicas_race_one_write_wins_and_both_serve_it(tmp_path: Path) -> None:
-    api, clock = MemoryAPI(), Clock()
-    a, b = replica(api, clock, tmp_path / "a"), replica(api, clock, tmp_path / "b")
+def with_secret(api: MemoryAPI, target: CertTarget = TARGET) -> MemoryAPI:
+    """The empty Secret the chart creates."""
+    api._store(
+        ("secret", target.secret),
+        {"metadata": {"name": target.secret, "namespace": target.namespace}, "type": "Opaque"},
+    )
+    return api
+
+
+@pytest.mark.parametrize("target", [TARGET, SAME_NAME], ids=["distinct-names", "chart-names"])
+def test_two_replicas_race_one_write_wins_and_both_serve_it(
+    tmp_path: Path, target: CertTarget
+) -> None:
+    api, clock = with_secret(MemoryAPI(target), target), Clock()
+    a = replica(api, clock, tmp_path / "a", target)
+    b = replica(api, clock, tmp_path / "b", target)
     assert not a.loaded and not b.loaded
 
     async def both() -> None:
@@ -143,9 +175,10 @@ def test_two_replicas_race_one_write_wins_and_both_serve_it(tmp_path: Path) -> N
     assert a.loaded and b.loaded
     assert api.conflicts >= 1  # they raced, and the loser adopted the winner's write
     assert sorted(api.writes) == ["mutating", "secret", "secret", "validating"]
+    assert api.bundle_cas("mutating") == api.bundle_cas("validating") != []
     assert a.tls.cert.read_bytes() == b.tls.cert.read_bytes()
     (bundle,) = api.bundles()
-    secret = api.objects["secret", TARGET.secret]
+    secret = api.objects["secret", target.secret]
     assert base64.b64decode(secret["data"]["ca.crt"]) == bundle
     assert served_issuer(a) == x509.load_pem_x509_certificate(bundle).subject
 
@@ -167,15 +200,21 @@ def test_two_replicas_race_one_write_wins_and_both_serve_it(tmp_path: Path) -> N
     assert [c.subject for c in x509.load_pem_x509_certificates(bundle)] == [served_issuer(a)]
 
 
-def test_a_missing_secret_is_created(tmp_path: Path) -> None:
+def test_a_missing_secret_is_a_failed_sync_that_names_the_remedy(tmp_path: Path) -> None:
+    """The chart creates the Secret and the webhook has no `create` right (docs/operations.md,
+    Certificates): a 404 is reported as such, not turned into a 403 by a create."""
     api, clock = MemoryAPI(), Clock()
     a = replica(api, clock, tmp_path / "a")
-    asyncio.run(a.sync())
-    assert a.loaded and ("secret", TARGET.secret) in api.objects
+    with pytest.raises(ApiError) as caught:
+        asyncio.run(a.sync())
+    assert caught.value.status == 404
+    assert f"{TARGET.namespace}/{TARGET.secret} not found" in str(caught.value)
+    assert "helm upgrade" in str(caught.value)
+    assert ("secret", TARGET.secret) not in api.objects and not a.loaded
 
 
 def test_a_refused_write_is_an_error_not_a_silent_pass(tmp_path: Path) -> None:
-    api, clock = MemoryAPI(), Clock()
+    api, clock = with_secret(MemoryAPI()), Clock()
     a = replica(api, clock, tmp_path / "a")
 
     async def refuse(kind: str, name: str, body: RawObject) -> RawObject:
@@ -193,7 +232,7 @@ def test_every_sync_reports_its_outcome_to_the_metrics(tmp_path: Path) -> None:
     metrics = WebhookMetrics()
     names = {m.name for m in metrics.registry.collect()}
     assert "gpuclass_webhook_certificate_last_sync_timestamp_seconds" not in names
-    api, clock = MemoryAPI(), Clock()
+    api, clock = with_secret(MemoryAPI()), Clock()
     a = replica(api, clock, tmp_path / "a")
     a.on_synced = metrics.certificate_sync
     refuse_configurations = api.replace_configuration
@@ -227,6 +266,14 @@ def test_every_sync_reports_its_outcome_to_the_metrics(tmp_path: Path) -> None:
         pytest.param(["--objects", "examples"], id="with-objects"),
         pytest.param(["--cert-renew-before-seconds", "7776000"], id="renewed-before-it-is-made"),
         pytest.param(["--cert-overlap-seconds", "20000000"], id="overlap-longer-than-the-window"),
+        pytest.param(
+            ["--cert-poll-seconds", "3600", "--cert-overlap-seconds", "60"],
+            id="polls-less-often-than-the-overlap",
+        ),
+        pytest.param(
+            ["--cert-poll-seconds", "21", "--cert-overlap-seconds", "60"],
+            id="fewer-than-three-polls-per-overlap",
+        ),
     ],
 )
 def test_the_webhook_refuses_to_start_with_certificates_it_cannot_keep(
@@ -248,9 +295,120 @@ def test_the_webhook_refuses_to_start_with_certificates_it_cannot_keep(
 def test_not_ready_until_the_secrets_pair_is_served(tmp_path: Path) -> None:
     from gpuclass.webhook.main import _tls_ready
 
-    api, clock = MemoryAPI(), Clock()
+    api, clock = with_secret(MemoryAPI()), Clock()
     a = replica(api, clock, tmp_path / "a")
     ready = _tls_ready(a.tls, a)
     assert a.tls.expiry > 0 and not ready()  # the placeholder is loaded, but it is no answer
     asyncio.run(a.sync())
     assert ready()
+
+
+def test_chart_names_an_emptied_mutating_bundle_is_written_back(tmp_path: Path) -> None:
+    """Both configurations share a name in the chart: the mutating one must still be kept."""
+    api, clock = with_secret(MemoryAPI(SAME_NAME), SAME_NAME), Clock()
+    a = replica(api, clock, tmp_path / "a", SAME_NAME)
+    asyncio.run(a.sync())
+    trusted = api.bundle_cas("validating")
+    assert trusted and api.bundle_cas("mutating") == trusted
+    api.edit_bundle("mutating", b"")
+    assert api.bundle_cas("mutating") == []
+    asyncio.run(a.sync())
+    assert api.bundle_cas("mutating") == trusted
+
+
+def test_chart_names_a_ca_never_signs_before_both_bundles_carry_it(tmp_path: Path) -> None:
+    """A hand edit takes the next CA out of the mutating bundle during its overlap: the overlap
+    starts again once it is back, and the CA signs only after a full overlap in both bundles
+    (docs/operations.md, Certificates, steps 2 and 3)."""
+    api, clock = with_secret(MemoryAPI(SAME_NAME), SAME_NAME), Clock()
+    a = replica(api, clock, tmp_path / "a", SAME_NAME)
+    asyncio.run(a.sync())
+    first = served_issuer(a)
+    clock.now += 71 * HOUR  # inside the CA's renewal window: a next CA is staged
+    asyncio.run(a.sync())
+    assert len(api.bundle_cas("mutating")) == len(api.bundle_cas("validating")) == 2
+    old_only = api.objects["secret", SAME_NAME.secret]["data"]["ca-current.crt"]
+    clock.now += HOUR / 2
+    api.edit_bundle("mutating", base64.b64decode(old_only))
+    asyncio.run(a.sync())  # the bundle is written back, and its overlap starts now
+    assert len(api.bundle_cas("mutating")) == 2
+    clock.now += HOUR / 2 + dt.timedelta(seconds=1)  # one overlap after staging, not after repair
+    asyncio.run(a.sync())
+    assert served_issuer(a) == first
+    clock.now += HOUR / 2
+    asyncio.run(a.sync())
+    promoted = served_issuer(a)
+    assert promoted != first
+    for kind in ("mutating", "validating"):
+        assert promoted in api.bundle_cas(kind)
+
+
+def test_a_missing_configuration_is_a_failed_sync_but_the_rest_is_kept(tmp_path: Path) -> None:
+    """docs/operations.md, GPUClassWebhookCertificatesNotSynced: a configuration that is gone
+    (break glass) counts as a failed sync; the other one and the Secret are still kept and the
+    replica still serves, so the remaining webhooks keep working."""
+    api, clock = with_secret(MemoryAPI(SAME_NAME), SAME_NAME), Clock()
+    del api.objects["mutating", "gpuclass-webhook"]
+    a = replica(api, clock, tmp_path / "a", SAME_NAME)
+    outcomes: list[bool] = []
+    a.on_synced = outcomes.append
+    a.poll_seconds = 0.05
+    asyncio.run(run_for(a, 0.2))
+    assert outcomes and not any(outcomes)
+    assert a.loaded and api.bundle_cas("validating")
+
+
+def test_an_unexpected_error_is_a_failed_sync_and_the_loop_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Any exception (here a library's own type) counts as a failed sync; the loop does not end
+    and syncs once the cause is gone."""
+
+    class Unsupported(Exception):
+        pass
+
+    api, clock = with_secret(MemoryAPI()), Clock()
+    a = replica(api, clock, tmp_path / "a")
+    outcomes: list[bool] = []
+    a.on_synced = outcomes.append
+    a.poll_seconds = 0.05
+    get_secret = api.get_secret
+    calls = 0
+
+    async def flaky(namespace: str, name: str) -> RawObject:
+        nonlocal calls
+        calls += 1
+        if calls <= 2:
+            raise Unsupported("secret-material-not-to-be-logged")
+        return await get_secret(namespace, name)
+
+    api.get_secret = flaky  # type: ignore[method-assign]
+    asyncio.run(run_for(a, 0.4))
+    assert outcomes[:2] == [False, False] and outcomes[-1] is True and a.loaded
+    logged = [str(getattr(r, "fields", {})) + r.getMessage() for r in caplog.records]
+    assert any("Unsupported" in line for line in logged)
+    assert not any("secret-material-not-to-be-logged" in line for line in logged)
+
+
+async def run_for(a: SelfManagedCertificates, seconds: float) -> None:
+    task = asyncio.create_task(a.run())
+    await asyncio.sleep(seconds)
+    assert not task.done()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def test_the_expiry_series_exists_only_once_a_certificate_is_loaded(tmp_path: Path) -> None:
+    """A replica on its placeholder exports no expiry (0 would read as long expired)."""
+    from prometheus_client import generate_latest
+
+    metrics = WebhookMetrics()
+    name = "gpuclass_webhook_cert_expiry_timestamp_seconds"
+    assert name not in generate_latest(metrics.registry).decode()
+    api, clock = with_secret(MemoryAPI()), Clock()
+    a = replica(api, clock, tmp_path / "a")
+    a.on_loaded = lambda: metrics.served_certificate(a.tls.expiry)
+    asyncio.run(a.sync())
+    value = metrics.registry.get_sample_value(name)
+    assert value is not None and value > clock.now.timestamp()

@@ -38,7 +38,6 @@ MAX_STEPS = 12  # a fresh install takes three writes, a CA rotation step one or 
 
 class CertAPI(Protocol):
     async def get_secret(self, namespace: str, name: str) -> RawObject: ...
-    async def create_secret(self, namespace: str, body: RawObject) -> RawObject: ...
     async def replace_secret(self, namespace: str, name: str, body: RawObject) -> RawObject: ...
     async def get_configuration(self, kind: str, name: str) -> RawObject: ...
     async def replace_configuration(self, kind: str, name: str, body: RawObject) -> RawObject: ...
@@ -99,10 +98,14 @@ class SelfManagedCertificates:
         self.poll_seconds, self.clock, self.on_loaded = poll_seconds, clock, on_loaded
         self.on_synced = on_synced
         self.loaded = False
-        self._missing: set[str] = set()  # configurations already reported missing
+        self._missing: set[tuple[str, str]] = set()  # (kind, name) of configurations not found
 
     async def run(self) -> None:
-        """Sync now, then again at the plan's next deadline or every poll, whichever is first."""
+        """Sync now, then again at the plan's next deadline or every poll, whichever is first.
+
+        No failure ends the loop: a replica whose loop had ended would stay Ready with a frozen
+        certificate, so every error (whatever its type) is a failed sync, retried at the next poll.
+        """
         while True:
             delay = self.poll_seconds
             try:
@@ -110,17 +113,35 @@ class SelfManagedCertificates:
             except (ApiError, OSError, ValueError, TypeError) as exc:
                 # API refusals, an unwritable --tls-dir, key material that does not load: the
                 # served certificate stays, and the next poll tries again.
-                log.warning(
-                    "certificates not synced; retrying",
-                    extra={"fields": {"error": str(exc), "secret": self.target.secret}},
-                )
-                self.on_synced(False)
+                self._failed(str(exc))
+            except Exception as exc:
+                # An unexpected failure (a library error on key material, a bug): only its type
+                # is logged, since its message may quote what it was given (key material).
+                self._failed(f"unexpected {type(exc).__name__}")
             else:
-                self.on_synced(True)
+                if self._missing:
+                    # What exists is kept and served, but a configuration that is gone is a
+                    # failure to report (docs/operations.md, GPUClassWebhookCertificatesNotSynced).
+                    self._failed(
+                        "; ".join(
+                            f"webhook configuration {kind}/{name} not found: "
+                            "`helm upgrade` creates it again"
+                            for kind, name in sorted(self._missing)
+                        )
+                    )
+                else:
+                    self.on_synced(True)
                 left = (until - self.clock()).total_seconds() if until is not None else delay
                 if left > 0:
                     delay = max(0.05, min(delay, left))
             await asyncio.sleep(delay)
+
+    def _failed(self, error: str) -> None:
+        log.warning(
+            "certificates not synced; retrying",
+            extra={"fields": {"error": error, "secret": self.target.secret}},
+        )
+        self.on_synced(False)
 
     async def sync(self) -> dt.datetime | None:
         """Plan and write until nothing is due, then serve the Secret's pair. Returns the next
@@ -131,8 +152,8 @@ class SelfManagedCertificates:
             data = _decode(secret.get("data"))
             annotations = dict((secret.get("metadata") or {}).get("annotations") or {})
             bundles = {
-                name: [_bundle(hook) for hook in obj.get("webhooks") or []]
-                for (_kind, name), obj in configurations.items()
+                key: [_bundle(hook) for hook in obj.get("webhooks") or []]
+                for key, obj in configurations.items()
             }
             now = self.clock()
             step = plan(
@@ -160,49 +181,38 @@ class SelfManagedCertificates:
             except ApiError as exc:
                 if exc.status != 404:
                     raise
-                if name not in self._missing:
+                if (kind, name) not in self._missing:
                     log.warning(
                         "webhook configuration not found; its caBundle is not kept",
                         extra={"fields": {"kind": kind, "name": name}},
                     )
-                self._missing.add(name)
+                self._missing.add((kind, name))
             else:
-                self._missing.discard(name)
+                self._missing.discard((kind, name))
         return found
 
     async def _secret(self) -> RawObject:
+        """The Secret as read. The chart creates it and the webhook has no `create` right, so a
+        missing Secret is a failed sync whose message says how to get it back."""
         target = self.target
         try:
             return await self.api.get_secret(target.namespace, target.secret)
         except ApiError as exc:
             if exc.status != 404:
                 raise
-        log.info(
-            "certificate Secret missing; creating it", extra={"fields": {"secret": target.secret}}
-        )
-        body: RawObject = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "type": "Opaque",
-            "metadata": {
-                "name": target.secret,
-                "namespace": target.namespace,
-                "labels": {"app.kubernetes.io/managed-by": "gpuclass-webhook"},
-            },
-        }
-        try:
-            return await self.api.create_secret(target.namespace, body)
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
-        return await self.api.get_secret(target.namespace, target.secret)
+            raise ApiError(
+                404,
+                "NotFound",
+                f"certificate Secret {target.namespace}/{target.secret} not found: "
+                "`helm upgrade` creates it again",
+            ) from None
 
     async def _write_bundles(
         self, step: WriteBundles, configurations: Mapping[tuple[str, str], RawObject]
     ) -> None:
         encoded = base64.b64encode(certissue.bundle_pem(step.certs)).decode()
         for (kind, name), obj in configurations.items():
-            if name not in step.configurations:
+            if (kind, name) not in step.configurations:
                 continue
             for hook in obj.get("webhooks") or []:
                 hook.setdefault("clientConfig", {})["caBundle"] = encoded
@@ -210,7 +220,12 @@ class SelfManagedCertificates:
             log.info(
                 "caBundle written",
                 extra={
-                    "fields": {"configuration": name, "cas": len(step.certs), "why": step.reason}
+                    "fields": {
+                        "kind": kind,
+                        "configuration": name,
+                        "cas": len(step.certs),
+                        "why": step.reason,
+                    }
                 },
             )
 

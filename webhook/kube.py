@@ -63,9 +63,6 @@ class CertAdapter(RawClient):
     async def get_secret(self, namespace: str, name: str) -> RawObject:
         return await self._json("GET", self._secret(namespace, name))
 
-    async def create_secret(self, namespace: str, body: RawObject) -> RawObject:
-        return await self._json("POST", self._secret(namespace), body=body)
-
     async def replace_secret(self, namespace: str, name: str, body: RawObject) -> RawObject:
         return await self._json("PUT", self._secret(namespace, name), body=body)
 

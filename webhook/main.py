@@ -103,7 +103,7 @@ async def _certificates(
         settings.cert_policy(),
         tls=tls,
         poll_seconds=settings.cert_poll_seconds,
-        on_loaded=lambda: metrics.cert_expiry.set(tls.expiry),
+        on_loaded=lambda: metrics.served_certificate(tls.expiry),
         on_synced=metrics.certificate_sync,
     )
 
@@ -126,7 +126,7 @@ async def serve(settings: WebhookSettings) -> int:
         if settings.cert_secret:
             certificates = await _certificates(settings, tls, metrics)
         else:
-            metrics.cert_expiry.set(tls.expiry)
+            metrics.served_certificate(tls.expiry)
     except (LoadError, ValueError, OSError) as exc:
         log.error("cannot start", extra={"fields": {"error": str(exc)}})
         return 2
@@ -136,7 +136,7 @@ async def serve(settings: WebhookSettings) -> int:
             await asyncio.sleep(settings.tls_reload_seconds)
             try:
                 if tls.reload():
-                    metrics.cert_expiry.set(tls.expiry)
+                    metrics.served_certificate(tls.expiry)
             except OSError as exc:
                 log.warning("certificate files unreadable", extra={"fields": {"error": str(exc)}})
 

@@ -74,11 +74,7 @@ class WebhookMetrics:
             "Seconds since the catalog cache last changed.",
             registry=r,
         )
-        self.cert_expiry = Gauge(
-            "gpuclass_webhook_cert_expiry_timestamp_seconds",
-            "notAfter of the serving certificate (Unix time).",
-            registry=r,
-        )
+        self.cert_expiry: Gauge | None = None  # see served_certificate
         self.connections_cut = Counter(
             "gpuclass_webhook_connections_cut",
             "Connections closed by a server limit, by reason (docs/webhook.md, Limits).",
@@ -99,6 +95,23 @@ class WebhookMetrics:
         for resource in ("gpuclasses", "namespaces", "kubevirts"):
             for reason in ("expired", "error"):
                 self.watch_restarts.labels(resource, reason)
+
+    def served_certificate(self, not_after: float) -> None:
+        """A serving certificate is loaded; `not_after` is its end (Unix time).
+
+        The series exists only from the first load: a replica still on its placeholder (waiting
+        for the webhook-managed Secret) exports nothing rather than 0, so the expiry alert never
+        reads a value that is no certificate's.
+        """
+        if not_after <= 0:
+            return  # nothing loaded
+        if self.cert_expiry is None:
+            self.cert_expiry = Gauge(
+                "gpuclass_webhook_cert_expiry_timestamp_seconds",
+                "notAfter of the serving certificate (Unix time); absent until one is loaded.",
+                registry=self.registry,
+            )
+        self.cert_expiry.set(not_after)
 
     def certificate_sync(self, ok: bool) -> None:
         """A sync of the webhook-managed certificates ended (`ok`) or failed.

@@ -79,7 +79,10 @@ class WebhookSettings(CommonSettings):
         "stays this long after",
     )
     cert_poll_seconds: float = Field(
-        10.0, gt=0, description="how often each replica reads --cert-secret and the caBundles"
+        10.0,
+        gt=0,
+        description="how often each replica reads --cert-secret and the caBundles "
+        "(at most a third of --cert-overlap-seconds)",
     )
     max_body_bytes: int = Field(7 * 1024 * 1024, gt=0, description="larger request bodies get 413")
     max_body_buffer_bytes: int = Field(
@@ -135,6 +138,7 @@ class WebhookSettings(CommonSettings):
             cert_renew_before=timedelta(seconds=self.cert_renew_before_seconds),
             overlap=timedelta(seconds=self.cert_overlap_seconds),
             hosts=frozenset(self.tls_hosts),
+            poll=timedelta(seconds=self.cert_poll_seconds),
         )
 
     def cert_secret_namespace(self) -> str:
