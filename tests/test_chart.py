@@ -172,8 +172,8 @@ def test_default_render_has_the_expected_objects() -> None:
     assert counts["PriorityClass"] == 1
     assert counts["MutatingWebhookConfiguration"] == 1
     assert counts["ValidatingWebhookConfiguration"] == 1
-    assert counts["ValidatingAdmissionPolicy"] == 1
-    assert counts["ValidatingAdmissionPolicyBinding"] == 1
+    assert counts["ValidatingAdmissionPolicy"] == 2  # licence copies, caBundle only
+    assert counts["ValidatingAdmissionPolicyBinding"] == 2
     assert counts["CustomResourceDefinition"] == 1
     assert counts["Job"] == 1
     assert counts["Secret"] == 1  # the empty Secret the webhook keeps its certificates in
@@ -1218,7 +1218,7 @@ def test_license_copy_policy_applies_to_the_reconciler_account_only(
 ) -> None:
     objects = render_objects(values)
     assert one(objects, "ServiceAccount", account)
-    policy = one(objects, "ValidatingAdmissionPolicy")
+    policy = licence_policy(objects)
     assert policy["spec"]["matchConditions"] == [
         {
             "name": "reconciler-service-account",
@@ -1286,7 +1286,7 @@ def _policy_activation(
 
 def _policy_verdicts(activation: dict[str, Any]) -> list[bool]:
     celpy = pytest.importorskip("celpy")
-    policy = one(render_objects(), "ValidatingAdmissionPolicy")
+    policy = licence_policy(render_objects())
     for condition in policy["spec"]["matchConditions"]:
         assert _cel(celpy, condition["expression"], activation)
     return [_cel(celpy, v["expression"], activation) for v in policy["spec"]["validations"]]
@@ -1345,7 +1345,7 @@ def test_license_copy_policy_pins_what_the_reconciler_writes(
 
 def test_license_copy_policy_ignores_other_users() -> None:
     celpy = pytest.importorskip("celpy")
-    policy = one(render_objects(), "ValidatingAdmissionPolicy")
+    policy = licence_policy(render_objects())
     activation = {"request": {"userInfo": {"username": "system:serviceaccount:tenant-a:default"}}}
     assert not any(
         _cel(celpy, c["expression"], activation) for c in policy["spec"]["matchConditions"]
@@ -1482,6 +1482,15 @@ def test_cleanup_hook_deletes_exactly_the_webhook_configurations_before_uninstal
     assert not of_kind(render_objects({"cleanupHook": {"enabled": False}}), "Job")
 
 
+def licence_policy(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    [policy] = [
+        o
+        for o in of_kind(objects, "ValidatingAdmissionPolicy")
+        if o["metadata"]["name"].endswith("-licence-copies")
+    ]
+    return policy
+
+
 def test_release_name_flows_into_every_cross_reference() -> None:
     objects = render_objects(release="gpu", namespace="platform")
     hook = webhook_for(objects, "virtualmachineinstances")
@@ -1491,7 +1500,7 @@ def test_release_name_flows_into_every_cross_reference() -> None:
         "port": 443,
         "path": paths.MUTATE_VMIS,
     }
-    policy = one(objects, "ValidatingAdmissionPolicy")
+    policy = licence_policy(objects)
     assert (
         "system:serviceaccount:platform:gpu-gpuclass-reconciler"
         in policy["spec"]["matchConditions"][0]["expression"]
@@ -1555,3 +1564,62 @@ def test_webhook_limits_and_shutdown_reach_the_binary_and_the_pod() -> None:
         deployment(render_objects({"webhook": {"shutdown": {"preStopSeconds": 0}}}), "webhook")
     )
     assert "lifecycle" not in no_hook["containers"][0]
+
+
+# Every field of a MutatingWebhook / ValidatingWebhook (admissionregistration.k8s.io/v1).
+WEBHOOK_FIELDS = {
+    "name", "clientConfig", "rules", "failurePolicy", "matchPolicy", "namespaceSelector",
+    "objectSelector", "sideEffects", "timeoutSeconds", "admissionReviewVersions",
+    "reinvocationPolicy", "matchConditions",
+}  # fmt: skip
+
+
+def _ca_bundle_policy(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [o for o in objects if o["metadata"]["name"].endswith("-webhook-cabundle")]
+
+
+def test_ca_bundle_policy_lets_the_webhook_change_nothing_but_the_ca_bundle() -> None:
+    """docs/operations.md, RBAC: the webhook's identity may only rewrite caBundle. Every webhook
+    field (and clientConfig's url and service) must be compared; the real-API-server test
+    (tests/test_e2e_cert_rotation.py) shows the decisions."""
+    objects = render_objects(release="gpu", namespace="platform")
+    policy, binding = _ca_bundle_policy(objects)
+    assert (policy["kind"], binding["kind"]) == (
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    )
+    assert binding["spec"] == {
+        "policyName": policy["metadata"]["name"],
+        "validationActions": ["Deny"],
+    }
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    [rule] = spec["matchConstraints"]["resourceRules"]
+    assert set(rule["resources"]) == {
+        "mutatingwebhookconfigurations",
+        "validatingwebhookconfigurations",
+    }
+    assert {"UPDATE", "CREATE", "DELETE"} <= set(rule["operations"])
+    account = one(objects, "ClusterRoleBinding", "gpu-gpuclass-webhook")["subjects"][0]
+    assert spec["matchConditions"] == [
+        {
+            "name": "webhook-service-account",
+            "expression": "request.userInfo.username == "
+            f"'system:serviceaccount:platform:{account['name']}'",
+        }
+    ]
+    text = " ".join(v["expression"] for v in spec["validations"])
+    rendered = {k for o in documents(render(), template="webhook-configurations.yaml")
+                for w in o["webhooks"] for k in w}  # fmt: skip
+    assert rendered <= WEBHOOK_FIELDS
+    for field in WEBHOOK_FIELDS - {"name", "clientConfig"}:
+        assert f"o.?{field} == w.?{field}" in text, field
+    for field in ("url", "service"):
+        assert f"o.clientConfig.?{field} == w.clientConfig.?{field}" in text, field
+    assert "caBundle" not in text
+    assert "request.operation == 'UPDATE'" in text
+
+
+@pytest.mark.parametrize("mode", ["helm", "certManager"])
+def test_ca_bundle_policy_only_where_the_webhook_writes_the_bundles(mode: str) -> None:
+    assert _ca_bundle_policy(render_objects({"tls": {"mode": mode}})) == []

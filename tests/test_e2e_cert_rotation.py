@@ -24,12 +24,13 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
 from cryptography import x509
 
+from gpuclass.shared.runtime.tls import self_signed
 from tests.builders import World
 from tests.builders import selecting_vmi as vmi
 from tests.chart_helpers import NAMESPACE, documents, render
@@ -122,6 +123,8 @@ def setting(control_plane: ControlPlane) -> Iterator[World]:
     classes = World()
     api.apply([namespace(NAMESPACE), namespace(KUBEVIRT_NS), namespace(TENANT)])
     api.apply(chart_objects("rbac-webhook.yaml"))
+    policy = chart_objects("webhook-cabundle-policy.yaml")
+    api.apply(policy)
     secret = [o for o in chart_objects("webhook-tls.yaml") if o["kind"] == "Secret"]
     assert len(secret) == 1 and "data" not in secret[0]
     api.delete(secret[0])
@@ -134,6 +137,8 @@ def setting(control_plane: ControlPlane) -> Iterator[World]:
     finally:
         api.delete(created)
         api.delete(secret[0])
+        for obj in reversed(policy):
+            api.delete(obj)
         permitted.restore(api)
 
 
@@ -167,6 +172,7 @@ def test_ca_and_certificate_rotate_with_traffic_flowing_and_no_admission_fails(
         )  # fmt: skip
 
     _rights_are_limited_by_name(identity.api(), mutating)
+    _only_the_ca_bundle_may_change(identity.api(), mutating, tmp_path_factory)
     server = replica(port)
     other = replica(free_port())  # a second replica racing for the same writes, not called
     try:
@@ -218,6 +224,48 @@ def _rights_are_limited_by_name(sa: Api, mutating: str) -> None:
             for m, p in refused
         }
         assert set(got.values()) == {403}, got
+
+
+def _only_the_ca_bundle_may_change(
+    sa: Api, mutating: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The chart's ValidatingAdmissionPolicy (docs/operations.md, RBAC): the webhook's identity
+    may write the caBundle of its configurations, and nothing else in them."""
+    path = f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{mutating}"
+    pem = self_signed(tmp_path_factory.mktemp("foreign-ca"), ["127.0.0.1"], days=1).ca.read_bytes()
+
+    def update(change: Callable[[RawObject], None], *, dry_run: bool = False) -> tuple[int, str]:
+        body = sa.call("GET", path)
+        change(body)
+        answer = sa.request("PUT", path, body=body, params={"dryRun": "All"} if dry_run else None)
+        return answer.status_code, answer.text
+
+    def fail_open(body: RawObject) -> None:
+        body["webhooks"][0]["failurePolicy"] = "Ignore"
+
+    def elsewhere(body: RawObject) -> None:
+        body["webhooks"][0]["clientConfig"]["url"] = "https://127.0.0.1:1/mutate"
+
+    def fewer(body: RawObject) -> None:
+        del body["webhooks"][-1]
+
+    def ca_bundle(body: RawObject) -> None:
+        for hook in body["webhooks"]:
+            hook["clientConfig"]["caBundle"] = base64.b64encode(pem).decode()
+
+    with sa:
+        # the policy takes effect once the API server has loaded it (a dry run till then, so
+        # that a change let through before that is not stored)
+        eventually(
+            lambda: update(fail_open, dry_run=True)[0] == 403,
+            timeout=30,
+            what="the caBundle policy applies",
+        )
+        for change in (fail_open, elsewhere, fewer):
+            status, text = update(change)
+            assert status == 403 and "webhook-cabundle" in text, (change.__name__, text)
+        assert update(ca_bundle)[0] == 200
+        assert sa.call("GET", path)["webhooks"][0]["failurePolicy"] == "Fail"
 
 
 def _resolves(api: Api, classes: World) -> bool:

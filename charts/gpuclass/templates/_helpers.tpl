@@ -74,6 +74,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "gpuclass.reconciler.serviceAccountName" .) -}}
 {{- end -}}
 
+{{- define "gpuclass.webhook.username" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "gpuclass.webhook.serviceAccountName" .) -}}
+{{- end -}}
+
 {{- define "gpuclass.priorityClassName" -}}
 {{- if .Values.priorityClass.create -}}
 {{- default (printf "%s-critical" (include "gpuclass.fullname" .)) .Values.priorityClass.name -}}
