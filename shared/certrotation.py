@@ -13,6 +13,9 @@ The order of steps is what makes rotation safe for connections in flight:
 1. A CA signs a serving certificate only once every `caBundle` carries it, and a CA that replaces
    another (next -> current) only after every bundle has carried it for `overlap`, so each
    kube-apiserver has seen it before any replica serves a certificate it signed.
+   A current CA that has not signed what is served, while CAs on their way out are still in
+   the bundles (a start over beside another certificate), waits `PROPAGATION` in every bundle
+   before its first signature.
 2. A replaced CA stays in the bundles ("retired") for another `overlap`, so replicas still serving
    the previous certificate stay trusted until they have loaded the new one.
 3. CAs found in a bundle that are not ours (another certificate mode before this one, a hand edit)
@@ -77,6 +80,8 @@ class SecretState:
     next_trusted_at: datetime | None = None
     retire_after: datetime | None = None
     rotate: RotateRequest = ""
+    current_trusted_at: datetime | None = None
+    """Since when every bundle carries a current CA that has not signed yet (see PROPAGATION)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +99,10 @@ configuration the same name, so a name alone does not tell them apart."""
 
 Bundles = Mapping[ConfigurationKey, Sequence[BundleEntry]]
 """Webhook configuration (kind, name) -> the `caBundle` of each of its webhooks, in order."""
+
+PROPAGATION = timedelta(seconds=30)
+"""How long a current CA that has never signed waits in the bundles before its first signature,
+when something else may still be served (capped at the overlap; docs/decisions.md)."""
 
 POLL_FACTOR = 3
 """The overlap must be at least this many polls (docs/decisions.md, Certificates)."""
@@ -160,6 +169,7 @@ class UpdateSecret:
     retire_after: datetime | None = None
     drop_next: bool = False
     clear_rotate: bool = False
+    current_trusted_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +251,21 @@ def plan(state: SecretState, bundles: Bundles, *, now: datetime, policy: Policy)
 
 def _secret_step(state: SecretState, *, now: datetime, policy: Policy) -> Step:
     if state.current is not None and _certificate_due(state, state.current, now, policy):
+        if _must_propagate(state):
+            # A fresh CA while another's certificate may still be served (the move from another
+            # certificate mode, an emptied Secret): the API servers get a moment to see the
+            # bundles before a certificate only the new bundles trust is served.
+            if state.current_trusted_at is None:
+                return UpdateSecret(
+                    "every bundle carries the new CA: it signs once the API servers have them",
+                    current_trusted_at=now,
+                    next_trusted_at=state.next_trusted_at,
+                    retired=state.retired,
+                    retire_after=state.retire_after,
+                )
+            signs_at = state.current_trusted_at + _propagation(policy)
+            if now < signs_at:
+                return Wait(signs_at)
         return UpdateSecret(
             _certificate_reason(state, state.current, policy),
             issue_certificate=True,
@@ -282,6 +307,19 @@ def _secret_step(state: SecretState, *, now: datetime, policy: Policy) -> Step:
             next_trusted_at=state.next_trusted_at,
         )
     return Wait(_next_deadline(state, policy))
+
+
+def _propagation(policy: Policy) -> timedelta:
+    return min(policy.overlap, PROPAGATION)
+
+
+def _must_propagate(state: SecretState) -> bool:
+    """The current CA has not signed what is served, and CAs on their way out may still sign
+    something that is served (none on a first install: nothing to wait for)."""
+    current = state.current
+    if current is None or not state.retired:
+        return False
+    return state.serving is None or state.serving.issuer != current.cert.fingerprint
 
 
 def _certificate_due(state: SecretState, ca: CAFacts, now: datetime, policy: Policy) -> bool:

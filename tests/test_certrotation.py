@@ -228,8 +228,10 @@ ROWS = [
             retire_after=NOW - timedelta(seconds=1),
         ),
         bundles(CA2, CA1),
+        # CA2 has not signed what is served and CA1 may still sign something served: CA2's
+        # first signature waits PROPAGATION, counted from now (the bundles carry it)
         UpdateSecret(
-            "", issue_certificate=True, retired=(CA1,), retire_after=NOW - timedelta(seconds=1)
+            "", current_trusted_at=NOW, retired=(CA1,), retire_after=NOW - timedelta(seconds=1)
         ),
         id="old-ca-stays-while-the-certificate-is-still-the-old-cas",
     ),
@@ -309,9 +311,54 @@ ROWS = [
 ]
 
 
+# After a start over with a CA still in the bundles (the move from another certificate mode): the
+# new CA is in every bundle; its first signature waits 30 s (the overlap, when that is shorter).
+MOVED = SecretState(current=ca(CA2), current_cert=CA2, retired=(HELM,), retire_after=NOW + HOUR)
+ROWS += [
+    pytest.param(
+        MOVED,
+        bundles(CA2, HELM),
+        UpdateSecret("", current_trusted_at=NOW, retired=(HELM,), retire_after=NOW + HOUR),
+        id="new-ca-beside-a-served-one-starts-its-propagation-wait",
+    ),
+    pytest.param(
+        replace(MOVED, current_trusted_at=NOW - timedelta(seconds=29)),
+        bundles(CA2, HELM),
+        Wait(NOW + timedelta(seconds=1)),
+        id="new-ca-waits-for-the-api-servers-to-see-the-bundles",
+    ),
+    pytest.param(
+        replace(MOVED, current_trusted_at=NOW - timedelta(seconds=30)),
+        bundles(CA2, HELM),
+        UpdateSecret("", issue_certificate=True, retired=(HELM,), retire_after=NOW + HOUR),
+        id="new-ca-signs-once-the-api-servers-have-the-bundles",
+    ),
+    pytest.param(
+        replace(MOVED, current_trusted_at=NOW - timedelta(seconds=30)),
+        bundles(CA2),
+        WriteBundles((M, V), (CA2, HELM), ""),
+        id="no-signature-by-a-new-ca-while-a-bundle-lacks-the-ca-still-served",
+    ),
+    pytest.param(
+        SecretState(current=ca(CA1), current_cert=CA1),
+        bundles(CA1),
+        UpdateSecret("", issue_certificate=True),
+        id="first-install-signs-at-once",
+    ),
+]
+
+
 @pytest.mark.parametrize(("state", "seen", "expected"), ROWS)
 def test_plan(state: SecretState, seen: Bundles, expected: Step) -> None:
     assert bare(plan(state, seen, now=NOW, policy=POLICY)) == expected
+
+
+def test_the_propagation_wait_is_capped_at_the_overlap() -> None:
+    short = replace(POLICY, overlap=timedelta(seconds=4))
+    state = replace(MOVED, current_trusted_at=NOW - timedelta(seconds=4))
+    assert bare(plan(state, bundles(CA2, HELM), now=NOW, policy=short)) == UpdateSecret(
+        "", issue_certificate=True, retired=(HELM,), retire_after=NOW + HOUR
+    )
 
 
 def test_a_policy_that_cannot_rotate_safely_says_why() -> None:

@@ -20,6 +20,7 @@ import pytest
 from cryptography import x509
 
 from gpuclass.shared.certrotation import Policy
+from gpuclass.shared.runtime import certissue
 from gpuclass.shared.runtime.listwatch import ApiError, RawObject
 from gpuclass.shared.runtime.tls import ReloadingContext, self_signed
 from gpuclass.webhook.certs import CertTarget, SelfManagedCertificates
@@ -412,3 +413,28 @@ def test_the_expiry_series_exists_only_once_a_certificate_is_loaded(tmp_path: Pa
     asyncio.run(a.sync())
     value = metrics.registry.get_sample_value(name)
     assert value is not None and value > clock.now.timestamp()
+
+
+def test_moving_from_another_mode_the_new_ca_signs_only_after_the_bundles_propagated(
+    tmp_path: Path,
+) -> None:
+    """The move from `tls.mode=helm` (docs/operations.md, Certificates): the bundles carry the
+    chart-made CA, the Secret is empty, the old Pods still serve. The new CA joins the bundles at
+    once but signs only 30 s later (the overlap here is an hour), so no API server meets a
+    certificate its bundles do not trust yet."""
+    api, clock = with_secret(MemoryAPI(SAME_NAME), SAME_NAME), Clock()
+    helm_ca = certissue.new_ca(now=clock.now - HOUR, validity=100 * HOUR).cert
+    for kind in ("mutating", "validating"):
+        api.edit_bundle(kind, helm_ca)
+    a = replica(api, clock, tmp_path / "a", SAME_NAME)
+    asyncio.run(a.sync())
+    assert not a.loaded
+    assert len(api.bundle_cas("mutating")) == len(api.bundle_cas("validating")) == 2
+    clock.now += dt.timedelta(seconds=29)
+    asyncio.run(a.sync())
+    assert not a.loaded and "tls.crt" not in api.objects["secret", SAME_NAME.secret]["data"]
+    clock.now += dt.timedelta(seconds=2)
+    asyncio.run(a.sync())
+    assert a.loaded
+    assert served_issuer(a) in api.bundle_cas("mutating")
+    assert served_issuer(a) in api.bundle_cas("validating")

@@ -16,7 +16,8 @@ The Secret's layout (docs/operations.md, Certificates):
 | `ca-retired.crt` | CAs being retired: still in the bundles until `retire-after` |
 | `tls.crt`, `tls.key` | the serving certificate (signed by the current CA) and its key |
 
-and the annotations `gpuclass.cozystack.io/next-ca-trusted-at`, `.../retire-after` (RFC 3339) and
+and the annotations `gpuclass.cozystack.io/next-ca-trusted-at`, `.../current-ca-trusted-at`,
+`.../retire-after` (RFC 3339) and
 `.../rotate` (`ca` or `certificate`: a rotation asked for by hand).
 """
 
@@ -48,6 +49,7 @@ from gpuclass.shared.certrotation import (
 
 ANNOTATION = "gpuclass.cozystack.io/"
 TRUSTED_AT = ANNOTATION + "next-ca-trusted-at"
+CURRENT_TRUSTED_AT = ANNOTATION + "current-ca-trusted-at"
 RETIRE_AFTER = ANNOTATION + "retire-after"
 ROTATE = ANNOTATION + "rotate"
 CA_NOT_AFTER = ANNOTATION + "ca-not-after"
@@ -253,6 +255,7 @@ def inspect_secret(data: Mapping[str, bytes], annotations: Mapping[str, str]) ->
         next_trusted_at=_time(annotations.get(TRUSTED_AT)) if upcoming else None,
         retire_after=_time(annotations.get(RETIRE_AFTER)),
         rotate=rotate,
+        current_trusted_at=_time(annotations.get(CURRENT_TRUSTED_AT)) if current else None,
     )
 
 
@@ -303,6 +306,7 @@ def apply_update(
     notes = dict(annotations)
     _set(notes, TRUSTED_AT, _stamp(step.next_trusted_at))
     _set(notes, RETIRE_AFTER, _stamp(step.retire_after))
+    _set(notes, CURRENT_TRUSTED_AT, _stamp(step.current_trusted_at))
     if step.clear_rotate:
         notes.pop(ROTATE, None)
     state = inspect_secret(out, notes)
