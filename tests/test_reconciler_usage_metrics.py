@@ -18,8 +18,9 @@ import pytest
 from gpuclass.reconciler.leader import AlwaysLeader
 from gpuclass.reconciler.manager import Manager
 from gpuclass.reconciler.memory import MemoryKube
-from gpuclass.reconciler.metrics import MAX_TENANT_SERIES, bounded_tenant_units
+from gpuclass.reconciler.metrics import MAX_TENANT_SERIES, ReconcilerMetrics, bounded_tenant_units
 from gpuclass.reconciler.settings import ReconcilerSettings
+from gpuclass.shared.availability import Figures
 from tests.builders import gpuclass, kubevirt, namespace, node, pod, vmi
 
 R = "example.com/gpu"
@@ -134,3 +135,34 @@ def test_usage_series_follow_the_cluster() -> None:
             await asyncio.wait_for(task, 5)
 
     run(scenario)
+
+
+def _status(schedulable: tuple[str, str]) -> dict[str, Any]:
+    return {
+        "conditions": [
+            {"type": "Ready", "status": "True", "reason": "Ready"},
+            {"type": "Schedulable", "status": schedulable[0], "reason": schedulable[1]},
+        ]
+    }
+
+
+def test_condition_reason_is_one_series_per_condition() -> None:
+    """`gpuclass_condition_reason` (docs/metrics.md): the current reason of each condition, so an
+    alert can tell a sold-out class (AllUnitsInUse) from one whose capacity cannot be used."""
+    metrics = ReconcilerMetrics()
+
+    def reason(type_: str, value: str) -> float | None:
+        labels = {"class": "c", "type": type_, "reason": value}
+        return metrics.registry.get_sample_value("gpuclass_condition_reason", labels)
+
+    metrics.set_class("c", _status(("False", "AllUnitsInUse")), Figures())
+    assert reason("Schedulable", "AllUnitsInUse") == 1
+    assert reason("Ready", "Ready") == 1
+
+    metrics.set_class("c", _status(("False", "NoEligibleNode")), Figures())
+    assert reason("Schedulable", "NoEligibleNode") == 1
+    assert reason("Schedulable", "AllUnitsInUse") is None, "the old reason's series is gone"
+
+    metrics.forget_class("c")
+    assert reason("Schedulable", "NoEligibleNode") is None
+    assert reason("Ready", "Ready") is None
