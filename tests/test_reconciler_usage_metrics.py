@@ -166,3 +166,35 @@ def test_condition_reason_is_one_series_per_condition() -> None:
     metrics.forget_class("c")
     assert reason("Schedulable", "NoEligibleNode") is None
     assert reason("Ready", "Ready") is None
+
+
+def test_a_wake_with_nothing_dirty_is_a_pass_that_writes_nothing() -> None:
+    """docs/metrics.md: every watched event wakes the worker; an event that marks nothing dirty
+    still makes a pass (observed, and the last-sync timestamp moves) but writes nothing."""
+
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        settings = ReconcilerSettings(coalesce_seconds=0.0, leader_elect=False)
+        manager = Manager(settings, api=kube, leadership=AlwaysLeader(), serve_http=False)
+        task = asyncio.create_task(manager.run())
+        try:
+            await settle(manager)
+            registry = manager.metrics.registry
+
+            def sample(metric: str) -> float:
+                return registry.get_sample_value(metric) or 0.0
+
+            synced = sample("gpuclass_last_sync_timestamp_seconds")
+            writes = sample("gpuclass_status_writes_total")
+            passes = sample("gpuclass_reconcile_duration_seconds_count")
+            await asyncio.sleep(0.01)
+            kube.apply(pod("web", "n1", {"cpu": 1}, namespace="tenant-a"))  # no GPU: marks nothing
+            await settle(manager)
+            assert sample("gpuclass_reconcile_duration_seconds_count") > passes
+            assert sample("gpuclass_last_sync_timestamp_seconds") > synced
+            assert sample("gpuclass_status_writes_total") == writes
+        finally:
+            manager.stop()
+            await asyncio.wait_for(task, 5)
+
+    run(scenario)
