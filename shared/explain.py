@@ -4,8 +4,11 @@ Pure: a snapshot in, an :class:`Explanation` out; the CLI (`shared/explaincmd.py
 prints it. The node verdicts come from :func:`shared.capacity.judge_node` and the
 class's condition from :func:`shared.availability.compute_status`, the functions
 the reconciler writes status with, so `explain` and `kubectl get gpuc -o wide`
-always tell the same story. What admission would refuse outright (docs/contract.md
-4.3 and 4.4) is said first: capacity does not matter for a VM that is never created.
+always tell the same story. What admission would refuse outright is said first, by
+the admission rules themselves (:mod:`shared.resolution`: 4.3 and 4.4 for a class and
+count; every rule of section 4 for a manifest, entitlement aside): capacity does not
+matter for a VM that is never created, and explain can never call startable a VM the
+webhook refuses.
 
 For a VM or VMI manifest (:func:`explain_manifest`), every class of its selection is
 explained with its total count, and the nodes where all of them fit at once are
