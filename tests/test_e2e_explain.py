@@ -19,7 +19,9 @@ import yaml
 from gpuclass.shared.cli import main
 from tests.controlplane.cluster import ControlPlane
 from tests.e2e_reconciler_helpers import (
+    GPUCLASSES,
     KUBEVIRT_NAMESPACE,
+    MERGE,
     PermittedDevices,
     create_node,
     delete_created,
@@ -213,6 +215,31 @@ def test_licence_secret_is_read_by_name_only(
             assert token not in out and "platform" not in out
         code, out, _ = explain([present, "--kubeconfig", str(user.kubeconfig), *ns_args], capsys)
         assert out.splitlines()[-1] == "answer: a VM needing 1 unit can start on 1 node now"
+
+        # One who may read no Secret (403) gets the reconciler's view, the stored condition:
+        # none stored yet is a missing licence; a stored LicenseSecretMissing=False stands in.
+        outsider = control_plane.user(f"explain-outsider-{suffix}")
+        created += admin.apply(reader_rbac(outsider.name, licence_ns, f"not-{source}"))
+        as_outsider = [present, "--kubeconfig", str(outsider.kubeconfig), *ns_args]
+        code, out, err = explain(as_outsider, capsys)
+        assert (code, err) == (1, "")
+        assert out.splitlines()[-1].endswith("not available: LicenseSecretMissing")
+        stored = {
+            "type": "LicenseSecretMissing",
+            "status": "False",
+            "reason": "SecretPresent",
+            "message": "seen",
+            "lastTransitionTime": "2030-01-01T00:00:00Z",
+        }
+        admin.call(
+            "PATCH",
+            f"{GPUCLASSES}/{present}/status",
+            body={"status": {"conditions": [stored]}},
+            content_type=MERGE,
+        )
+        code, out, err = explain(as_outsider, capsys)
+        assert (code, err) == (0, ""), out
+        assert token not in out
 
         # An absent source Secret (404 for one who may read it) is a missing licence (6.4).
         code, out, _ = explain(
