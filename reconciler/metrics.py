@@ -91,6 +91,14 @@ class ReconcilerMetrics:
             ["class", "type", "status"],
             registry=r,
         )
+        self.condition_reason = Gauge(
+            "gpuclass_condition_reason",
+            "1 for the current reason of each condition of the class (one series per condition; "
+            "reasons are a fixed set, docs/contract.md 6.4 and 6.8)",
+            ["class", "type", "reason"],
+            registry=r,
+        )
+        self._reasons: dict[str, dict[str, str]] = {}
         self.reconcile = Counter(
             "gpuclass_reconcile", "Class reconciles by result", ["result"], registry=r
         )
@@ -153,6 +161,24 @@ class ReconcilerMetrics:
                 self.condition.labels(name, type_, value).set(
                     1 if current.get(type_) == value else 0
                 )
+        self._set_reasons(name, status)
+
+    def _set_reasons(self, name: str, status: Mapping[str, Any]) -> None:
+        """One series per condition, its reason a label; a changed reason's old series goes."""
+        reasons = {
+            str(c["type"]): str(c["reason"])
+            for c in status.get("conditions") or ()
+            if isinstance(c, dict)
+            and c.get("type") in names.STATUS_CONDITION_TYPES
+            and c.get("reason")
+        }
+        before = self._reasons.get(name, {})
+        for type_, reason in before.items():
+            if reasons.get(type_) != reason:
+                _remove(self.condition_reason, name, type_, reason)
+        for type_, reason in reasons.items():
+            self.condition_reason.labels(name, type_, reason).set(1)
+        self._reasons[name] = reasons
 
     def forget_class(self, name: str) -> None:
         """Remove a deleted class's series (a stale gauge would keep alerting)."""
@@ -168,6 +194,8 @@ class ReconcilerMetrics:
         for type_ in names.STATUS_CONDITION_TYPES:
             for value in CONDITION_STATUSES:
                 _remove(self.condition, name, type_, value)
+        for type_, reason in self._reasons.pop(name, {}).items():
+            _remove(self.condition_reason, name, type_, reason)
 
     def set_usage(self, units: Mapping[tuple[str, str], int], waiting: Mapping[str, int]) -> None:
         """Tenant usage (bounded: :func:`bounded_tenant_units`) and waiting VMIs, stale series removed."""

@@ -30,6 +30,7 @@ from gpuclass.shared.resolution import CLASS_STATE_CODES, judge_create
 from gpuclass.shared.selection import ANNOTATION_PATH
 
 TENANT_LIST = "gpus"
+RECHECKED = "the classes are checked again when the VM starts: the VM is stored"
 
 
 def template_of(vm: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -58,11 +59,15 @@ def judge_template(template: Mapping[str, Any], namespace: str, catalog: Catalog
     view = {"metadata": template.get("metadata") or {}, "spec": template.get("spec") or {}}
     judged = judge_create(view, namespace, catalog)
     refusals = tuple(tenant_cause(c) for c in judged.causes if c.code not in CLASS_STATE_CODES)
+    # One line per cause, in full (a warning is cut at 120 characters), then one that says why
+    # it is only a warning.
     later = [
-        f"{tenant_field(c.field)}: {c.message}; checked again when the VM starts"
+        f"{tenant_field(c.field)}: {c.message}"
         for c in judged.causes
         if c.code in CLASS_STATE_CODES
     ]
+    if later:
+        later.append(RECHECKED)
     warnings = (*later, *judged.warnings)
     if refusals:
         return Denied(refusals, warnings)

@@ -57,14 +57,18 @@ def _env_help(text: str, option: str) -> str:
 
 
 def _env_bool(environ: Mapping[str, str], name: str) -> bool:
-    """A boolean variable read as the servers' settings read it (true/false, 1/0, yes/no, on/off)."""
+    """A boolean variable read as the servers' settings read it (true/false, 1/0, yes/no, on/off).
+
+    Read when the command that uses it runs, so a bad value fails that command only, as a
+    usage error (MalformedReview: exit 2), not every subcommand.
+    """
     value = environ.get(ENV_PREFIX + name)
     if value is None:
         return False
     try:
         return TypeAdapter(bool).validate_python(value)
     except ValidationError:
-        raise SystemExit(f"gpuclass: {ENV_PREFIX}{name}={value!r} is not a boolean") from None
+        raise MalformedReview(f"{ENV_PREFIX}{name}={value[:40]!r} is not a boolean") from None
 
 
 def _objects_arg(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
@@ -153,7 +157,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     r.add_argument(
         "--vgpu-entitled",
         action=argparse.BooleanOptionalAction,
-        default=_env_bool(env, "VGPU_ENTITLED"),
+        default=None,  # the flag, else GPUCLASS_VGPU_ENTITLED (read in run_review), else off
         help=_env_help("the platform's gpu.vgpu entitlement is on", "vgpu-entitled"),
     )
     r.add_argument(
@@ -301,7 +305,9 @@ def _review_body(args: argparse.Namespace) -> Any:
             raise MalformedReview(str(exc) + _manifest_hint(body)) from None
         return body
     old = _one_document(_read_review(args.old), args.old) if args.old else None
-    obj = None if args.operation == "DELETE" else _one_document(data, args.review)
+    obj: object = _one_document(data, args.review)
+    if args.operation == "DELETE":  # the manifest is what is deleted, unless --old names it
+        obj, old = None, old if old is not None else obj
     return wrap_manifest(
         obj, operation=args.operation, namespace=args.namespace, old=old, username=args.as_user
     )
@@ -326,7 +332,10 @@ def _manifest_hint(body: object) -> str:
 def run_review(args: argparse.Namespace) -> int:
     try:
         body = _review_body(args)
-        policy = Policy(args.vgpu_entitled, args.license_namespace, args.kubevirt_controller_user)
+        entitled = args.vgpu_entitled
+        if entitled is None:
+            entitled = _env_bool(args.environ, "VGPU_ENTITLED")
+        policy = Policy(entitled, args.license_namespace, args.kubevirt_controller_user)
         catalog = offline_catalog(
             _objects(args), policy, kubevirt_namespace=args.kubevirt_namespace
         )
@@ -362,6 +371,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     env = dict(os.environ if environ is None else environ)
     migrated = migrate_deprecated(raw, env, "gpuclass")  # before the parser reads env
     args = build_parser(env).parse_args(migrated)
+    args.environ = env
     if args.command == "validate":
         return run_validate(args.files, args.output, fail_on_warn=args.fail_on_warn)
     if args.command == "review":

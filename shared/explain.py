@@ -4,8 +4,11 @@ Pure: a snapshot in, an :class:`Explanation` out; the CLI (`shared/explaincmd.py
 prints it. The node verdicts come from :func:`shared.capacity.judge_node` and the
 class's condition from :func:`shared.availability.compute_status`, the functions
 the reconciler writes status with, so `explain` and `kubectl get gpuc -o wide`
-always tell the same story. What admission would refuse outright (docs/contract.md
-4.3 and 4.4) is said first: capacity does not matter for a VM that is never created.
+always tell the same story. What admission would refuse outright is said first, by
+the admission rules themselves (:mod:`shared.resolution`: 4.3 and 4.4 for a class and
+count; every rule of section 4 for a manifest, entitlement aside): capacity does not
+matter for a VM that is never created, and explain can never call startable a VM the
+webhook refuses.
 
 For a VM or VMI manifest (:func:`explain_manifest`), every class of its selection is
 explained with its total count, and the nodes where all of them fit at once are
@@ -19,17 +22,15 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from gpuclass.shared import names
+from gpuclass.shared.admission import Cause
+from gpuclass.shared.admit_vm import tenant_cause
 from gpuclass.shared.availability import UsageIndex, compute_status, conflict_winners, survey
-from gpuclass.shared.capacity import (
-    NodeFit,
-    Survey,
-    effective_max_count,
-    exclusions,
-    judge_node,
-)
+from gpuclass.shared.capacity import NodeFit, Survey, exclusions, judge_node
+from gpuclass.shared.catalog import Catalog, Policy, build_catalog
 from gpuclass.shared.k8s import Taint, tolerates_all
-from gpuclass.shared.selection import parse_selection
-from gpuclass.shared.snapshot import ClassRecord, Snapshot
+from gpuclass.shared.resolution import class_causes, judge_create, limit_causes
+from gpuclass.shared.selection import ClassEntry, parse_selection
+from gpuclass.shared.snapshot import Snapshot
 
 RowVerdict = Literal[
     "fits", "tooFewFree", "noFreeUnits", "notReady", "cordoned", "untolerated", "noUnits"
@@ -62,6 +63,10 @@ class Explanation:
     """The class's Schedulable condition as the reconciler would write it (None: no class)."""
     class_blocked: bool = False
     """Admission refuses the VM, or the class is not ready: no node can help."""
+    refusals: tuple[str, ...] = ()
+    """Why admission refuses the VM (docs/contract.md 4.3, 4.4), in the rules' own words."""
+    notes: tuple[str, ...] = ()
+    """What explain does not judge (entitlement, docs/contract.md 4.5)."""
 
 
 def _taint(t: Taint) -> str:
@@ -94,33 +99,39 @@ def _nodes(n: int) -> str:
     return f"{n} node" if n == 1 else f"{n} nodes"
 
 
-def refusal(
-    record: ClassRecord | None,
-    name: str,
-    snapshot: Snapshot,
-    *,
-    count: int,
-    max_units: int,
-    winners: Mapping[str, str],
-) -> str | None:
-    """Why admission would refuse a VM selecting `count` units of the class (4.3, 4.4), or None."""
-    if record is None:
-        return f"class {name} does not exist"
-    if record.spec is None:
-        return f"class {name} has an invalid spec"
-    if record.deleting:
-        return f"class {name} is being deleted"
-    winner = winners.get(record.spec.resource_name)
-    if winner not in (None, name):
-        return f"class {winner} already uses {record.spec.resource_name}"
-    if snapshot.permitted is None:
-        return "there is no KubeVirt CR"
-    if record.spec.resource_name not in snapshot.permitted:
-        return f"{record.spec.resource_name} is not permitted by the KubeVirt CR"
-    limit = effective_max_count(record, max_units)
-    if limit is not None and count > limit:
-        return f"class {name} allows at most {_units(limit)} per VM"
-    return None
+ENTITLEMENT_CODES = frozenset({"NotEntitled"})
+"""Causes explain does not judge: entitlement (docs/contract.md 4.5) depends on the platform
+setting and on the namespace the VM is created in, which explain does not know (a tenant cannot
+list Namespaces, and the setting lives in the webhook). Explain notes it instead (docs/decisions.md)."""
+
+
+def admission_catalog(snapshot: Snapshot, license_namespace: str) -> Catalog:
+    """The catalog admission would judge with, its figures computed from the snapshot."""
+    policy = Policy(vgpu_entitled=False, license_namespace=license_namespace)
+    return build_catalog(snapshot, policy, figures="computed")
+
+
+def refusals(name: str, count: int, catalog: Catalog) -> tuple[str, ...]:
+    """Why admission would refuse a VM selecting `count` units of one class (4.3, 4.4).
+
+    The rules themselves (:func:`shared.resolution.class_causes` and
+    :func:`shared.resolution.limit_causes`), run on a one-entry selection, so explain and
+    admission never disagree about a refusal.
+    """
+    entries = (ClassEntry(name, count, 0),)
+    offers, unusable = class_causes(entries, catalog)
+    _, over = limit_causes(entries, offers)
+    return tuple(c.message for c in (*unusable, *over))
+
+
+def entitlement_notes(classes: Sequence[str], catalog: Catalog) -> tuple[str, ...]:
+    """A line for each selected vGPU class: entitlement is judged at admission, not here."""
+    return tuple(
+        f"class {n} is vGPU: admission also needs the VM's namespace to be entitled "
+        "(docs/contract.md 4.5), which explain does not check"
+        for n in classes
+        if (o := catalog.offers.get(n)) and o.record.spec and o.record.spec.mode == "vgpu"
+    )
 
 
 def explain_class(
@@ -131,17 +142,26 @@ def explain_class(
     license_namespace: str = names.DEFAULT_LICENSE_NAMESPACE,
     now: str = "",
     index: UsageIndex | None = None,
+    catalog: Catalog | None = None,
 ) -> Explanation:
     """Whether a VM needing `count` units of class `name` can start now, and on which nodes."""
     index = index or UsageIndex.build(snapshot)
-    winners = conflict_winners(snapshot.classes)
+    catalog = catalog or admission_catalog(snapshot, license_namespace)
+    why = refusals(name, count, catalog)
+    notes = entitlement_notes((name,), catalog)
     record = snapshot.classes.get(name)
     if record is None:
-        why = refusal(None, name, snapshot, count=count, max_units=0, winners=winners)
-        answer = f"admission refuses the VM: {why}"
-        return Explanation(name, count, None, (), 0, False, answer, class_blocked=True)
+        answer = f"admission refuses the VM: {'; '.join(why)}"
+        return Explanation(
+            name, count, None, (), 0, False, answer, class_blocked=True, refusals=why
+        )
     status = compute_status(
-        record, snapshot, index=index, winners=winners, license_namespace=license_namespace, now=now
+        record,
+        snapshot,
+        index=index,
+        winners=conflict_winners(snapshot.classes),
+        license_namespace=license_namespace,
+        now=now,
     )
     conditions = {c["type"]: c for c in status["conditions"]}
     resource = record.resource_name
@@ -157,12 +177,9 @@ def explain_class(
         sorted((_row(f, count) for f in fits_), key=lambda r: (_RANK[r.verdict], -r.free, r.node))
     )
     fits = sum(1 for r in rows if r.verdict == "fits")
-    why = refusal(
-        record, name, snapshot, count=count, max_units=status["maxUnitsPerNode"], winners=winners
-    )
     ready = conditions["Ready"]
-    if why is not None:
-        answer, can_start = f"admission refuses the VM: {why}", False
+    if why:
+        answer, can_start = f"admission refuses the VM: {'; '.join(why)}", False
     elif ready["status"] != "True":
         answer, can_start = f"no VM of class {name} can start: {ready['message']}", False
     elif fits:
@@ -182,7 +199,9 @@ def explain_class(
         can_start,
         answer,
         conditions[names.SCHEDULABLE],
-        class_blocked=why is not None or ready["status"] != "True",
+        class_blocked=bool(why) or ready["status"] != "True",
+        refusals=why,
+        notes=notes,
     )
 
 
@@ -215,12 +234,15 @@ class ManifestExplanation:
     name: str
     classes: tuple[Explanation, ...]
     problems: tuple[str, ...]
-    """Why the selection itself is unreadable (docs/contract.md 4.1), each with its path."""
+    """Why admission refuses the VM (docs/contract.md 4.1-4.8, entitlement aside), each with
+    its path as the tenant wrote it."""
     joint_fits: int
     can_start: bool
     answer: str
     blocking: tuple[str, ...] = ()
     """The classes that keep the VM from starting now."""
+    notes: tuple[str, ...] = ()
+    """What explain does not judge (entitlement, docs/contract.md 4.5)."""
 
 
 def selection_of(manifest: Mapping[str, Any]) -> tuple[str, str, str | None]:
@@ -259,6 +281,25 @@ def joint_fits(snapshot: Snapshot, index: UsageIndex, wanted: Mapping[str, int])
     return found
 
 
+def judged_view(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What admission judges: a VM's template as the VMI it becomes (as shared/admit_vm.py), or the VMI."""
+    if manifest.get("kind") != "VirtualMachine":
+        return manifest
+    template = _dict(_dict(manifest.get("spec")).get("template"))
+    return {"metadata": template.get("metadata") or {}, "spec": template.get("spec") or {}}
+
+
+def manifest_refusals(manifest: Mapping[str, Any], catalog: Catalog) -> tuple[Cause, ...]:
+    """Every cause admission gives the VMI of `manifest` (docs/contract.md 4.1-4.8) but
+    entitlement, each field as the tenant wrote it (a VM's as shared/admit_vm.py names them)."""
+    namespace = str(_dict(manifest.get("metadata")).get("namespace") or "default")
+    judged = judge_create(judged_view(manifest), namespace, catalog)
+    vm = manifest.get("kind") == "VirtualMachine"
+    return tuple(
+        tenant_cause(c) if vm else c for c in judged.causes if c.code not in ENTITLEMENT_CODES
+    )
+
+
 def explain_manifest(
     manifest: Mapping[str, Any],
     snapshot: Snapshot,
@@ -267,31 +308,47 @@ def explain_manifest(
     now: str = "",
 ) -> ManifestExplanation:
     kind, name, raw = selection_of(manifest)
+    catalog = admission_catalog(snapshot, license_namespace)
+    causes = manifest_refusals(manifest, catalog)
+    problems = tuple(f"{c.field}: {c.message}" for c in causes)
     selection = parse_selection(raw)
     if selection.causes:
-        problems = tuple(f"{c.field}: {c.message}" for c in selection.causes)
         return ManifestExplanation(
             kind, name, (), problems, 0, False, "the selection is invalid: admission refuses it"
         )
     wanted: dict[str, int] = {}
     for entry in selection.entries:
         wanted[entry.class_name] = wanted.get(entry.class_name, 0) + entry.count
+    refused = "admission refuses the VM: " + "; ".join(c.message for c in causes)
     if not wanted:
+        if problems:
+            return ManifestExplanation(kind, name, (), problems, 0, False, refused)
         return ManifestExplanation(
             kind, name, (), (), 0, True, "the manifest selects no GPU class: nothing to wait for"
         )
     index = UsageIndex.build(snapshot)
     classes = tuple(
         explain_class(
-            snapshot, c, count=n, license_namespace=license_namespace, now=now, index=index
+            snapshot,
+            c,
+            count=n,
+            license_namespace=license_namespace,
+            now=now,
+            index=index,
+            catalog=catalog,
         )
         for c, n in wanted.items()
     )
     together = joint_fits(snapshot, index, wanted)
-    refused = tuple(e.class_name for e in classes if e.class_blocked)
+    blocked = tuple(e.class_name for e in classes if e.class_blocked)
     short = tuple(e.class_name for e in classes if not e.can_start)
-    if refused:
-        blocking, answer = refused, "blocked by " + ", ".join(refused)
+    notes = entitlement_notes(tuple(wanted), catalog)
+    if problems:
+        # Admission refuses the VM as a whole (one vGPU class, 1024 units, a hand-mounted
+        # licence...): said first, whatever the nodes have free (docs/contract.md 7.6).
+        blocking, answer = blocked or tuple(wanted), refused
+    elif blocked:
+        blocking, answer = blocked, "blocked by " + ", ".join(blocked)
     elif together:
         # One node has every class's units, under all their tolerations: a class that alone
         # found no node (its taint tolerated by another class of the VM) does not block.
@@ -301,4 +358,6 @@ def explain_manifest(
     else:
         blocking = tuple(wanted)
         answer = "each class has room, but no node has all of them free at once: the VM waits"
-    return ManifestExplanation(kind, name, classes, (), together, not blocking, answer, blocking)
+    return ManifestExplanation(
+        kind, name, classes, problems, together, not blocking, answer, blocking, notes
+    )

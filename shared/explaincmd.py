@@ -2,7 +2,8 @@
 
 - `gpuclass explain CLASS [--count N] --objects PATH...`: from files, as `gpuclass status`;
 - `gpuclass explain CLASS [--count N] --kubeconfig F [--context C]`: one list each of
-  Nodes, Pods (bound, not finished), GPUClasses and the KubeVirt CR, then the same function;
+  Nodes, Pods (bound, not finished), GPUClasses and the KubeVirt CR, and a GET of each
+  licensed class's source Secret (never a list of Secrets), then the same function;
 - `gpuclass explain --manifest FILE ...`: a VirtualMachine or VMI manifest, every class of
   its selection at once.
 
@@ -29,8 +30,10 @@ from gpuclass.shared.explain import (
     ManifestExplanation,
     explain_class,
     explain_manifest,
+    selection_of,
 )
 from gpuclass.shared.runtime.loader import LoadError, iter_objects, load_snapshot
+from gpuclass.shared.selection import parse_selection
 from gpuclass.shared.snapshot import Redacted, SecretRecord, Snapshot, SnapshotBuilder
 
 POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed,spec.nodeName!="
@@ -115,18 +118,35 @@ def _snapshot(args: argparse.Namespace) -> Snapshot:
             args.context,
             license_namespace=args.license_namespace,
             kubevirt_namespace=args.kubevirt_namespace,
+            classes=_classes_asked(args),
         )
     )
 
 
+def _classes_asked(args: argparse.Namespace) -> frozenset[str] | None:
+    """The classes whose licence Secret matters: CLASS, or the manifest's selection."""
+    if not args.manifest:
+        return frozenset({args.class_name})
+    _, _, raw = selection_of(_manifest(args.manifest))
+    return frozenset(e.class_name for e in parse_selection(raw).entries)
+
+
 async def read_cluster(
-    kubeconfig: Path | None, context: str | None, *, license_namespace: str, kubevirt_namespace: str
+    kubeconfig: Path | None,
+    context: str | None,
+    *,
+    license_namespace: str,
+    kubevirt_namespace: str,
+    classes: frozenset[str] | None = None,
 ) -> Snapshot:
     """One list of each collection the answer needs, folded into a snapshot.
 
-    The licence source Secret is read when the caller may (a hoster); for a caller who
-    may not (a tenant), a licensed class's stored LicenseSecretMissing condition, the
-    reconciler's view, stands in for it.
+    Secrets are never listed: only the source Secret (`spec.license.secretName`) of each
+    licensed class in `classes` (None: every class) is read, by name, so the caller needs
+    no right on any other Secret and no other payload reaches this machine; its payload
+    stays in the snapshot (wrapped, never printed). A 404 is a missing Secret. Where the
+    caller may not read it (a tenant, 401/403), the class's stored LicenseSecretMissing
+    condition, the reconciler's view, stands in for it.
     """
     from gpuclass.shared.runtime.clusterconfig import ClusterConfigError
     from gpuclass.shared.runtime.kubeclient import RawClient, api_client
@@ -137,7 +157,6 @@ async def read_cluster(
         "Pod": ("/api/v1/pods", {"fieldSelector": POD_FIELD_SELECTOR}),
         names.KIND: (f"/apis/{names.GROUP}/{names.VERSION}/{names.PLURAL}", {}),
         "KubeVirt": (f"/apis/kubevirt.io/v1/namespaces/{kubevirt_namespace}/kubevirts", {}),
-        "Secret": (f"/api/v1/namespaces/{license_namespace}/secrets", {}),
     }
     try:  # --kubeconfig, else KUBECONFIG, else ~/.kube/config, as kubectl finds them
         api = await api_client(kubeconfig, binary="gpuclass", context=context)
@@ -145,7 +164,7 @@ async def read_cluster(
         raise LoadError(str(exc)) from exc
     raw = RawClient(api, collections, field_manager="gpuclass")
     builder = SnapshotBuilder()
-    secrets_readable = True
+    unreadable: set[str] = set()
     try:
         for kind in collections:
             try:
@@ -153,26 +172,48 @@ async def read_cluster(
                     for item in page.items:
                         builder.add({**item, "kind": kind})
             except ApiError as exc:
-                if kind == "Secret" and exc.status in (401, 403):
-                    secrets_readable = False
-                elif kind == "KubeVirt" and exc.status == 404:
+                if kind == "KubeVirt" and exc.status == 404:
                     continue  # no KubeVirt CRD: the classes say NoKubeVirt
-                else:
-                    raise LoadError(f"listing {kind}: {exc}") from exc
+                raise LoadError(f"listing {kind}: {exc}") from exc
+        for secret_name in licence_secret_names(builder.snapshot, classes):
+            path = f"/api/v1/namespaces/{license_namespace}/secrets/{secret_name}"
+            try:
+                builder.add({**await raw.get(path), "kind": "Secret"})
+            except ApiError as exc:
+                if exc.status == 404:
+                    continue  # absent: LicenseSecretMissing, as the reconciler would say
+                if exc.status in (401, 403):
+                    unreadable.add(secret_name)
+                    continue
+                raise LoadError(f"reading Secret {license_namespace}/{secret_name}: {exc}") from exc
     finally:
         await raw.close()
     snapshot = builder.snapshot
-    if not secrets_readable:
-        _stored_license_view(snapshot, license_namespace)
+    if unreadable:
+        _stored_license_view(snapshot, license_namespace, unreadable)
     return snapshot
 
 
-def _stored_license_view(snapshot: Snapshot, license_namespace: str) -> None:
-    """Where the caller cannot read Secrets: a licensed class whose stored status says the
-    Secret is usable gets a stand-in record, so the pure rules see what the reconciler saw."""
+def licence_secret_names(snapshot: Snapshot, classes: frozenset[str] | None) -> list[str]:
+    """The source Secrets of the licensed classes in `classes` (None: all), each once, sorted."""
+    return sorted(
+        {
+            r.spec.license.secret_name
+            for n, r in snapshot.classes.items()
+            if r.spec is not None and r.spec.license is not None
+            if classes is None or n in classes
+        }
+    )
+
+
+def _stored_license_view(snapshot: Snapshot, license_namespace: str, unreadable: set[str]) -> None:
+    """Where the caller cannot read a source Secret: a licensed class whose stored status says
+    the Secret is usable gets a stand-in record, so the pure rules see what the reconciler saw."""
     for record in snapshot.classes.values():
         spec, status = record.spec, record.status
         if spec is None or spec.license is None or status is None:
+            continue
+        if spec.license.secret_name not in unreadable:
             continue
         stored = {c.type: c.status for c in status.conditions}
         if stored.get("LicenseSecretMissing") == "False":
@@ -208,6 +249,7 @@ def render_class(e: Explanation, *, label: str = "answer") -> str:
     if e.condition is not None:
         c = e.condition
         lines.append(f"  Schedulable={c['status']} ({c['reason']}): {c['message']}")
+    lines += [f"  note: {n}" for n in e.notes]
     lines.append(f"{label}: {e.answer}")
     return "\n".join(lines) + "\n"
 
@@ -233,6 +275,8 @@ def _class_value(e: Explanation) -> dict[str, Any]:
         "fits": e.fits,
         "canStart": e.can_start,
         "answer": e.answer,
+        "refusals": list(e.refusals),
+        "notes": list(e.notes),
         "condition": {k: condition[k] for k in ("status", "reason", "message")}
         if condition is not None
         else None,
@@ -246,6 +290,7 @@ def _manifest_value(m: ManifestExplanation) -> dict[str, Any]:
         "problems": list(m.problems),
         "classes": [_class_value(e) for e in m.classes],
         "blocking": list(m.blocking),
+        "notes": list(m.notes),
         "jointFits": m.joint_fits,
         "canStart": m.can_start,
         "answer": m.answer,

@@ -73,7 +73,15 @@ def decide(body: object, catalog: Catalog, *, expect: GroupKind | None = None) -
             f"request.kind: gpuclass does not admit {request.kind} "
             "(only GPUClass, VirtualMachine, VirtualMachineInstance and Pod)"
         )
-    return Review(request, admitter(request, catalog))
+    try:
+        decision = admitter(request, catalog)
+    except RecursionError:
+        # orjson parses up to 1024 levels, the rules recurse into objects (Python stops near
+        # 1000): a Kubernetes object never nests that deep, so this is input, not a fault.
+        raise MalformedReview(
+            "request.object: nests too deeply to be a Kubernetes object"
+        ) from None
+    return Review(request, decision)
 
 
 def review(body: object, catalog: Catalog, *, expect: GroupKind | None = None) -> dict[str, Any]:

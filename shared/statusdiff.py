@@ -21,6 +21,9 @@ PROBLEM_CONDITIONS = frozenset(
     {"ResourceNameConflict", "ResourceNameNotPermitted", "LicenseSecretMissing"}
 )
 GOOD_WHEN_TRUE = frozenset({"Ready", "Schedulable"})
+NOT_A_PROBLEM = frozenset({("Schedulable", "AllUnitsInUse")})
+"""False for a reason that is a normal state: a sold-out class (docs/contract.md 6.8) is capacity,
+not a fault, so its flip is a Normal Event (and GPUClassNoFreeUnits, info, its alert)."""
 _MISSING: Any = object()
 
 
@@ -64,7 +67,9 @@ def _conditions(status: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]
     return {c["type"]: c for c in raw if isinstance(c, dict) and isinstance(c.get("type"), str)}
 
 
-def _is_problem(condition: str, status: str) -> bool:
+def _is_problem(condition: str, status: str, reason: str) -> bool:
+    if (condition, reason) in NOT_A_PROBLEM:
+        return False
     if condition in GOOD_WHEN_TRUE:
         return status != "True"
     return condition in PROBLEM_CONDITIONS and status == "True"
@@ -88,7 +93,9 @@ def transitions(stored: Mapping[str, Any] | None, computed: Mapping[str, Any]) -
             status=str(c.get("status")),
             reason=str(c.get("reason") or c["type"]),
             message=str(c.get("message") or ""),
-            type="Warning" if _is_problem(str(c["type"]), str(c.get("status"))) else "Normal",
+            type="Warning"
+            if _is_problem(str(c["type"]), str(c.get("status")), str(c.get("reason")))
+            else "Normal",
         )
         for c in wanted
     ]

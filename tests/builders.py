@@ -250,10 +250,31 @@ STORED_STATUS: RawObject = {
             "reason": "Ready",
             "message": "ok",
             "lastTransitionTime": "2026-01-01T00:00:00Z",
-        }
+        },
+        {
+            "type": "Schedulable",
+            "status": "True",
+            "reason": "Fragmented",
+            "message": "a VM of up to 2 units can start now, not one of 4",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        },
     ],
+    "capacity": {
+        "advertising": 3,
+        "hosts": 3,
+        "eligible": 2,
+        "withFree": 2,
+        "excluded": {
+            "notReady": 1,
+            "cordoned": 0,
+            "untolerated": 0,
+            "noFreeUnits": 0,
+            "taints": [],
+            "otherTaintNodes": 0,
+        },
+    },
 }
-"""A status as the reconciler writes it (its figures and a Ready condition)."""
+"""A status as the reconciler writes it: its figures, capacity, Ready and Schedulable."""
 
 
 def with_status(plane: ControlPlane, name: str, **spec: Any) -> RawObject:

@@ -46,6 +46,7 @@ EXPORTED_METRICS = {
     "gpuclass_max_free_per_node_units",
     "gpuclass_max_units_per_node_units",
     "gpuclass_condition",
+    "gpuclass_condition_reason",
     "gpuclass_eligible_nodes",
     "gpuclass_allocatable_units",
     "gpuclass_used_units",
@@ -140,7 +141,10 @@ def test_the_issue_asks_for_these_alerts() -> None:
     assert "gpuclass_free_units" in exprs["GPUClassNoFreeUnits"]
     assert "gpuclass_leader" in exprs["GPUClassReconcilerNoLeader"]
     assert 'type="Ready"' in exprs["GPUClassNotReady"]
-    assert 'type="Schedulable", status="False"' in exprs["GPUClassCannotStartVMs"]
+    cannot = exprs["GPUClassCannotStartVMs"]
+    assert "gpuclass_condition_reason{" in cannot and 'type="Schedulable"' in cannot
+    assert "NoNodeAdvertises" in cannot and "NoEligibleNode" in cannot
+    assert "AllUnitsInUse" not in cannot, "sold out is GPUClassNoFreeUnits' (info), not a warning"
 
 
 def test_every_alert_has_a_firing_promtool_unit_test() -> None:

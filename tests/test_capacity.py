@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, example, given, settings, target
 from hypothesis import strategies as st
 
 from gpuclass.shared.availability import compute_all
@@ -391,9 +391,7 @@ def test_unchanged_cluster_needs_no_write_and_a_flip_is_an_event() -> None:
     patch = status_patch(first, full)
     assert patch is not None and "capacity" in patch
     changes = [t for t in transitions(first, full) if t.condition == "Schedulable"]
-    assert [(t.status, t.reason, t.type) for t in changes] == [
-        ("False", "AllUnitsInUse", "Warning")
-    ]
+    assert [(t.status, t.reason, t.type) for t in changes] == [("False", "AllUnitsInUse", "Normal")]
 
 
 # -- the reconciler's loop and explain's per-node verdicts agree ------------------------------------
@@ -449,3 +447,192 @@ def test_survey_counts_what_judge_node_says(
     assert found.max_free_per_node == max((f.free for f in eligible), default=0)
     assert found.max_units_per_node == max((f.allocatable for f in fits if f.host), default=0)
     assert capacity.hosts == sum(1 for f in fits if f.host and f.verdict != "noUnits")
+
+
+# -- the survey against an oracle written from the contract alone -----------------------------------
+#
+# The property above compares survey_nodes with judge_node, which share verdict_of and
+# untolerated_taints: a mistake there would be invisible. This oracle restates docs/contract.md
+# 6.1-6.3 and 6.8 (and the tie rule of docs/decisions.md, "Capacity explained") from scratch,
+# toleration matching included (Kubernetes core/v1 semantics), and imports nothing it checks.
+
+ORACLE_KEYS = tuple(f"k{i}" for i in range(1, 9))  # eight keys: past the five that are listed
+ORACLE_VALUES = ("x", "y")
+EFFECTS = ("NoSchedule", "NoExecute", "PreferNoSchedule")
+REACHED: Counter[str] = Counter()
+
+
+def oracle_tolerates(toleration: dict[str, Any], key: str, value: str, effect: str) -> bool:
+    """A toleration matches a taint when its effect is empty or equal, its key empty or equal, and
+    (operator Exists) always or (Equal, the default) when the values are equal."""
+    if toleration.get("effect") and toleration["effect"] != effect:
+        return False
+    if toleration.get("key") and toleration["key"] != key:
+        return False
+    if toleration.get("operator", "Equal") == "Exists":
+        return True
+    return toleration.get("value", "") == value
+
+
+def oracle(
+    nodes: list[NodeRecord], used: dict[str, int], tolerations: list[dict[str, Any]]
+) -> dict[str, Any]:
+    counts = Counter[str]()
+    free_total, max_free, max_units, hosts, eligible = 0, 0, 0, 0, 0
+    blocked_keys: list[set[str]] = []
+    for n in nodes:
+        allocatable = n.allocatable.get(R, 0)
+        # 6.1: a host tolerates every NoSchedule and NoExecute taint of the node.
+        hard = [t for t in n.taints if t.effect in ("NoSchedule", "NoExecute")]
+        untolerated = {
+            t.key
+            for t in hard
+            if not any(oracle_tolerates(tol, t.key, t.value, t.effect) for tol in tolerations)
+        }
+        host = not untolerated
+        if host:
+            max_units = max(max_units, allocatable)  # 6.3: any host, ready or not
+        if allocatable <= 0:
+            continue  # 6.8: does not advertise
+        hosts += host
+        free = max(allocatable - used.get(n.name, 0), 0)  # 6.2
+        if not n.ready:
+            counts["notReady"] += 1
+        elif n.unschedulable:
+            counts["cordoned"] += 1
+        elif untolerated:
+            counts["untolerated"] += 1
+            blocked_keys.append(untolerated)
+        else:
+            eligible += 1
+            free_total += free
+            max_free = max(max_free, free)
+            counts["withFree" if free > 0 else "noFreeUnits"] += 1
+    per_key = Counter(k for keys in blocked_keys for k in keys)
+    listed = sorted(per_key.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+    shown = {k for k, _ in listed}
+    return {
+        "advertising": sum(counts.values()),
+        "hosts": hosts,
+        "eligible": eligible,
+        "withFree": counts["withFree"],
+        "excluded": {
+            "notReady": counts["notReady"],
+            "cordoned": counts["cordoned"],
+            "untolerated": counts["untolerated"],
+            "noFreeUnits": counts["noFreeUnits"],
+            "taints": [{"key": k, "nodes": c} for k, c in listed],
+            "otherTaintNodes": sum(1 for keys in blocked_keys if not keys & shown),
+        },
+        "figures": (free_total, max_free, max_units),
+        "distinct_keys": len(per_key),
+    }
+
+
+TOLERATED_KEYS = st.sampled_from(ORACLE_KEYS[:3])  # few keys, so tolerations often match a taint
+toleration_st = st.one_of(
+    st.builds(lambda k: {"key": k, "operator": "Exists"}, TOLERATED_KEYS),
+    st.builds(
+        lambda k, v, e: {"key": k, "operator": "Equal", "value": v, "effect": e},
+        TOLERATED_KEYS,
+        st.sampled_from(ORACLE_VALUES),
+        st.sampled_from(EFFECTS),
+    ),
+    st.builds(
+        lambda k, e: {"key": k, "operator": "Exists", "effect": e},
+        TOLERATED_KEYS,
+        st.sampled_from(EFFECTS),
+    ),
+    st.builds(lambda k, v: {"key": k, "value": v}, TOLERATED_KEYS, st.sampled_from(ORACLE_VALUES)),
+    st.just({"operator": "Exists"}),  # key-less: tolerates every taint
+)
+
+
+@st.composite
+def oracle_clusters(
+    draw: st.DrawFn,
+) -> tuple[list[NodeRecord], dict[str, int], list[dict[str, Any]]]:
+    nodes = []
+    # Sometimes one key per node, round the eight: many distinct keys on few nodes, the case
+    # where keys past the five listed leave nodes to otherTaintNodes.
+    one_each = draw(st.booleans())
+    for i in range(draw(st.integers(0, 14))):
+        keys = (
+            [ORACLE_KEYS[i % len(ORACLE_KEYS)]]
+            if one_each
+            else draw(st.lists(st.sampled_from(ORACLE_KEYS), unique=True, max_size=3))
+        )
+        taints = tuple(
+            Taint(k, draw(st.sampled_from(ORACLE_VALUES)), draw(st.sampled_from(EFFECTS)))
+            for k in keys
+        )
+        ready = draw(st.integers(0, 5)) > 0  # mostly Ready, so taints decide more often
+        cordoned = draw(st.integers(0, 5)) == 0
+        nodes.append(NodeRecord(f"n{i}", ready, cordoned, taints, {R: draw(st.integers(0, 4))}))
+    used = {n.name: draw(st.integers(0, 5)) for n in nodes}
+    tolerations = draw(st.lists(toleration_st, max_size=3))
+    return nodes, used, tolerations
+
+
+WIDE = (
+    # eight untolerated keys on eight Ready nodes, one each, k1 on two more: k1 and four others
+    # are listed, three nodes are left to otherTaintNodes
+    [
+        NodeRecord(f"w{i}", True, False, (Taint(f"k{i}", "x", "NoSchedule"),), {R: 1})
+        for i in range(1, 9)
+    ]
+    + [
+        NodeRecord(f"v{i}", True, False, (Taint("k1", "x", "NoSchedule"),), {R: 1})
+        for i in range(2)
+    ],
+    {},
+    [],
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(oracle_clusters())
+@example(WIDE)
+def _survey_equals_the_oracle(
+    cluster: tuple[list[NodeRecord], dict[str, int], list[dict[str, Any]]],
+) -> None:
+    nodes, used, tolerations = cluster
+    record = compact_class(cls(tolerations=tolerations))
+    assert record is not None
+    want = oracle(nodes, used, tolerations)
+    found = survey_nodes(record, nodes, used)
+    got = found.capacity().to_status()
+    assert got == {k: v for k, v in want.items() if k not in ("figures", "distinct_keys")}
+    assert (found.free, found.max_free_per_node, found.max_units_per_node) == want["figures"]
+    target(float(want["distinct_keys"]), label="distinct untolerated keys")
+    excluded = want["excluded"]
+    for branch in ("notReady", "cordoned", "untolerated", "noFreeUnits"):
+        if excluded[branch]:
+            REACHED[branch] += 1
+    if want["withFree"]:
+        REACHED["withFree"] += 1
+    if any(n.allocatable.get(R, 0) <= 0 for n in nodes):
+        REACHED["noUnits"] += 1
+    if want["distinct_keys"] > MAX_TAINT_KEYS:
+        REACHED["moreThanFiveKeys"] += 1
+        event("more than five untolerated keys")
+    if excluded["otherTaintNodes"]:
+        REACHED["otherTaintNodes"] += 1
+        event("otherTaintNodes > 0")
+
+
+def test_survey_equals_an_oracle_from_the_contract() -> None:
+    REACHED.clear()
+    _survey_equals_the_oracle()
+    # The interesting branches were reached, the more-than-five-keys path among them.
+    wanted = {
+        "notReady",
+        "cordoned",
+        "untolerated",
+        "noFreeUnits",
+        "withFree",
+        "noUnits",
+        "moreThanFiveKeys",
+        "otherTaintNodes",
+    }
+    assert wanted <= set(REACHED), (wanted - set(REACHED), REACHED)

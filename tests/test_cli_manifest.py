@@ -134,3 +134,40 @@ def test_what_cannot_be_reviewed_exits_2_with_one_line(
     assert (code, out) == (2, "")
     assert err.startswith("gpuclass review: ") and err.count("\n") == 1
     assert says in err
+
+
+@pytest.mark.parametrize("manifest", [True, False], ids=["manifest", "admission-review"])
+def test_an_object_nested_too_deep_exits_2_with_one_line(
+    manifest: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deep = '{"x":' * 1015 + "{}" + "}" * 1015
+    vmi = (
+        '{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", '
+        '"metadata": {"name": "v", "namespace": "tenant-a"}, "spec": ' + deep + "}"
+    )
+    text = vmi
+    if not manifest:
+        text = (
+            '{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": '
+            '{"uid": "u", "kind": {"group": "kubevirt.io", "version": "v1", '
+            '"kind": "VirtualMachineInstance"}, "operation": "CREATE", "object": ' + vmi + "}}"
+        )
+    path = tmp_path / "deep.json"
+    path.write_text(text)
+    flags = ["--manifest"] if manifest else []
+    code, out, err = run(["review", *OBJECT_ARGS, *flags, str(path)], capsys)
+    assert (code, out) == (2, "")
+    assert err.startswith("gpuclass review: ") and err.count("\n") == 1
+    assert "nests" in err
+
+
+def test_delete_of_a_manifest_reviews_it_as_the_old_object(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    request, _ = fixture("vm-4.10-count-zero-refused")
+    manifest = write_yaml(tmp_path, "vm.yaml", request["object"])
+    code, out, err = run(
+        ["review", *OBJECT_ARGS, "--manifest", "--operation", "DELETE", manifest], capsys
+    )
+    assert code == 0, err
+    assert json.loads(out)["response"]["allowed"] is True  # docs/contract.md 4.10: DELETE passes

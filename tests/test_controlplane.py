@@ -35,7 +35,7 @@ TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 COLUMNS = ["Name", "Mode", "Resource", "Free", "MaxFreePerNode", "Ready", "Age"]
 # `kubectl get -o wide` adds the priority-1 columns
 WIDE = ["Name", "Mode", "Profile", "Resource", "Free", "MaxFreePerNode", "MaxUnitsPerNode"]
-WIDE += ["Ready", "Reason", "Age"]
+WIDE += ["Ready", "Reason", "Advertising", "Eligible", "Schedulable", "Why", "Age"]
 RECONCILER = "system:serviceaccount:cozy-system:gpuclass-reconciler"
 
 
@@ -121,6 +121,10 @@ def test_printer_columns_through_the_table_api(control_plane: ControlPlane) -> N
         "MaxUnitsPerNode": 4,
         "Ready": "True",
         "Reason": "Ready",
+        "Advertising": 3,
+        "Eligible": 2,
+        "Schedulable": "True",
+        "Why": "Fragmented",
     }
     assert cells["Profile"] in (None, "")  # passthrough has no profile
     assert cells["Age"].endswith("s")  # age, e.g. "1s"
@@ -143,8 +147,9 @@ def test_kubectl_get_wide_adds_profile_units_and_reason(control_plane: ControlPl
     with_status(control_plane, name, mode="vgpu", profile="A100-2-10C")
     header, line = _kubectl(control_plane, "get", "gpuc", name, "-o", "wide").splitlines()
     assert header.split() == [c.upper() for c in WIDE]
-    assert line.split()[:9] == [
-        name, "vgpu", "A100-2-10C", f"example.com/{name}", "3", "2", "4", "True", "Ready"
+    assert line.split()[:13] == [
+        name, "vgpu", "A100-2-10C", f"example.com/{name}", "3", "2", "4", "True", "Ready",
+        "3", "2", "True", "Fragmented",
     ]  # fmt: skip
     plain = _kubectl(control_plane, "get", "gpuc", name).splitlines()[0]
     assert plain.split() == [c.upper() for c in COLUMNS]

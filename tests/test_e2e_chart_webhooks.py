@@ -340,7 +340,8 @@ def test_a_vm_whose_class_may_appear_later_is_stored_as_applied_with_a_warning(
     assert response.status_code == 201, response.text
     try:
         warnings = response.headers.get_list("warning")
-        assert any("gpus[0].className" in w and "checked again" in w for w in warnings), warnings
+        assert any("gpus[0].className" in w and "not in the catalog" in w for w in warnings)
+        assert any("checked again when the VM starts" in w for w in warnings), warnings
         stored = response.json()
         assert stored["spec"]["template"] == obj["spec"]["template"]  # never patched
     finally:

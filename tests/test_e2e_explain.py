@@ -2,6 +2,8 @@
 
 The same objects are created in the cluster and written to files; the live answer must be the
 offline one word for word (one function, two sources), and both what the contract gives by hand.
+The licence source Secret is read by name only: a caller allowed to `get` that one Secret, and
+to list no Secret at all, gets the full answer, and no payload is printed.
 """
 
 from __future__ import annotations
@@ -17,13 +19,17 @@ import yaml
 from gpuclass.shared.cli import main
 from tests.controlplane.cluster import ControlPlane
 from tests.e2e_reconciler_helpers import (
+    GPUCLASSES,
     KUBEVIRT_NAMESPACE,
+    MERGE,
     PermittedDevices,
     create_node,
     delete_created,
     gpuclass,
+    licensed_class,
     namespace,
     pod,
+    secret,
 )
 
 TAINT = {"key": "gpu.example.com/reserved", "value": "batch", "effect": "NoSchedule"}
@@ -121,3 +127,128 @@ def test_context_selects_the_cluster(
     code, out, err = explain([cluster["class"], "--context", "no-such-context"], capsys)
     assert (code, out) == (2, "")
     assert "cannot use" in err
+
+
+def reader_rbac(user: str, licence_ns: str, source: str) -> list[dict[str, Any]]:
+    """What a hoster's read-only operator may do: list the cluster objects, and `get` exactly
+    one Secret of the licence namespace (no list, no other Secret)."""
+    name = f"{user}-reader"
+    subject = [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]
+    role_ref = {"apiGroup": "rbac.authorization.k8s.io", "name": name}
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name},
+            "rules": [
+                {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list"]},
+                {"apiGroups": ["cozystack.io"], "resources": ["gpuclasses"], "verbs": ["list"]},
+                {"apiGroups": ["kubevirt.io"], "resources": ["kubevirts"], "verbs": ["list"]},
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "subjects": subject,
+            "roleRef": {**role_ref, "kind": "ClusterRole"},
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": name, "namespace": licence_ns},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["secrets"],
+                    "resourceNames": [source],
+                    "verbs": ["get"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": licence_ns},
+            "subjects": subject,
+            "roleRef": {**role_ref, "kind": "Role"},
+        },
+    ]
+
+
+def test_licence_secret_is_read_by_name_only(
+    control_plane: ControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    admin = control_plane.admin
+    suffix = secrets.token_hex(3)
+    res = f"explain-lic-{suffix}.example.com/vgpu"
+    licence_ns = f"e2e-explain-lic-{suffix}"
+    source, token = f"source-{suffix}", f"token-{suffix}-never-printed"
+    present, absent = f"explain-lic-{suffix}", f"explain-nolic-{suffix}"
+    user = control_plane.user(f"explain-reader-{suffix}")
+    permitted = PermittedDevices()
+    created: list[dict[str, Any]] = []
+    try:
+        admin.apply([namespace(KUBEVIRT_NAMESPACE)])
+        created += admin.apply([namespace(licence_ns)])
+        permitted.permit(admin, [res, res + "-2"])
+        created.append(admin.create(licensed_class(present, res, source)))
+        created.append(admin.create(licensed_class(absent, res + "-2", f"absent-{suffix}")))
+        created.append(
+            admin.create(secret(source, licence_ns, {"client_configuration_token.tok": token}))
+        )
+        created.append(admin.create(secret(f"other-{suffix}", licence_ns, {"k": "platform"})))
+        created += admin.apply(reader_rbac(user.name, licence_ns, source))
+        create_node(admin, f"explain-lic-{suffix}", {res: 1, res + "-2": 1})
+        created.append(
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"explain-lic-{suffix}"}}
+        )
+        ns_args = ["--license-namespace", licence_ns]
+
+        # May get only the one Secret, list none: the licence is seen (before, a Secret list
+        # was refused and the class looked unlicensed), and neither payload is printed.
+        for output in ("text", "json"):
+            code, out, err = explain(
+                [present, "--kubeconfig", str(user.kubeconfig), *ns_args, "-o", output], capsys
+            )
+            assert (code, err) == (0, ""), out
+            assert token not in out and "platform" not in out
+        code, out, _ = explain([present, "--kubeconfig", str(user.kubeconfig), *ns_args], capsys)
+        assert out.splitlines()[-1] == "answer: a VM needing 1 unit can start on 1 node now"
+
+        # One who may read no Secret (403) gets the reconciler's view, the stored condition:
+        # none stored yet is a missing licence; a stored LicenseSecretMissing=False stands in.
+        outsider = control_plane.user(f"explain-outsider-{suffix}")
+        created += admin.apply(reader_rbac(outsider.name, licence_ns, f"not-{source}"))
+        as_outsider = [present, "--kubeconfig", str(outsider.kubeconfig), *ns_args]
+        code, out, err = explain(as_outsider, capsys)
+        assert (code, err) == (1, "")
+        assert out.splitlines()[-1].endswith("not available: LicenseSecretMissing")
+        stored = {
+            "type": "LicenseSecretMissing",
+            "status": "False",
+            "reason": "SecretPresent",
+            "message": "seen",
+            "lastTransitionTime": "2030-01-01T00:00:00Z",
+        }
+        admin.call(
+            "PATCH",
+            f"{GPUCLASSES}/{present}/status",
+            body={"status": {"conditions": [stored]}},
+            content_type=MERGE,
+        )
+        code, out, err = explain(as_outsider, capsys)
+        assert (code, err) == (0, ""), out
+        assert token not in out
+
+        # An absent source Secret (404 for one who may read it) is a missing licence (6.4).
+        code, out, _ = explain(
+            [absent, "--kubeconfig", str(control_plane.admin_kubeconfig), *ns_args], capsys
+        )
+        assert code == 1
+        assert out.splitlines()[-1] == (
+            f"answer: no VM of class {absent} can start: not available: LicenseSecretMissing"
+        )
+    finally:
+        delete_created(admin, created)
+        permitted.restore(admin)

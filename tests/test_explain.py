@@ -184,3 +184,91 @@ def test_manifest_joint_fit_uses_every_class_toleration() -> None:
 def test_manifest_without_selection() -> None:
     result = explain_manifest({"kind": "VirtualMachine", "metadata": {"name": "v"}}, snapshot())
     assert result.can_start and result.classes == ()
+
+
+# -- admission's refusals, said first (docs/contract.md 4.4, 7.6) ----------------------------------
+
+
+def vgpu_class(name: str, resource: str) -> dict[str, Any]:
+    made = gpuclass(name, resource)
+    made["spec"] |= {"mode": "vgpu", "profile": "p"}
+    return made
+
+
+def capped_class(name: str, resource: str, max_count: int) -> dict[str, Any]:
+    made = gpuclass(name, resource)
+    made["spec"]["maxCount"] = max_count
+    return made
+
+
+@pytest.mark.parametrize(
+    ("objects", "selection", "answer"),
+    [
+        pytest.param(
+            [vgpu_class("c", R), vgpu_class("d", S), node("a", {R: 4, S: 4})],
+            '[{"className": "c"}, {"className": "d"}]',
+            "admission refuses the VM: a VM may take vGPUs from only one class (got c, d)",
+            id="two-vgpu-classes",
+        ),
+        pytest.param(
+            [capped_class("c", R, 2000), node("a", {R: 2000})],
+            '[{"className": "c", "count": 1000}, {"className": "c", "count": 25}]',
+            "admission refuses the VM: requests 1025 GPU units; at most 1024 per VMI",
+            id="over-1024-units-in-total",
+        ),
+        pytest.param(
+            [capped_class("c", R, 2000), capped_class("d", S, 2000), node("a", {R: 600, S: 600})],
+            '[{"className": "c", "count": 600}, {"className": "d", "count": 600}]',
+            "admission refuses the VM: requests 1200 GPU units; at most 1024 per VMI",
+            id="over-1024-units-across-classes",
+        ),
+    ],
+)
+def test_manifest_refused_by_admission_cannot_start(
+    objects: list[dict[str, Any]], selection: str, answer: str
+) -> None:
+    # Every node has room: only the admission rules (4.4) keep the VM from starting.
+    result = explain_manifest(vmi_manifest(selection), snapshot(*objects))
+    assert result.joint_fits == 1
+    assert (result.can_start, result.answer) == (False, answer)
+    assert result.problems and result.blocking
+
+
+def test_one_class_over_1024_units_is_refused() -> None:
+    objects = [capped_class("c", R, 2000), node("a", {R: 2000})]
+    result = explain_class(snapshot(*objects), "c", count=1025)
+    assert result.can_start is False
+    assert (
+        result.answer == "admission refuses the VM: requests 1025 GPU units; at most 1024 per VMI"
+    )
+
+
+def test_entitlement_is_noted_not_judged() -> None:
+    # Entitlement depends on the namespace and the platform setting (4.5): a note, never a refusal.
+    result = explain_manifest(
+        vmi_manifest('[{"className": "c"}]'), snapshot(vgpu_class("c", R), node("a", {R: 1}))
+    )
+    assert result.can_start is True
+    assert result.notes and "entitled" in result.notes[0]
+    assert result.classes[0].notes == result.notes
+
+
+MANIFESTS = sorted(
+    [*(ROOT / "examples" / "manifests").glob("*.yaml"), *(FIXTURES / "manifests").glob("*.yaml")]
+)
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.stem)
+def test_whatever_review_denies_explain_refuses(
+    path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Explain and admission never disagree on a refusal: `review --manifest` (the webhook's own
+    code, entitled namespace) denies a VM only when explain says admission refuses it."""
+    main(["review", "--manifest", *OBJECTS, "--vgpu-entitled", str(path)])
+    response = json.loads(capsys.readouterr().out)["response"]
+    code, out, _ = run(["--manifest", str(path), *OBJECTS, "-o", "json"], capsys)
+    value = json.loads(out)
+    if not response["allowed"]:
+        assert code == 1 and not value["canStart"]
+        denied = {c["message"] for c in response["status"]["details"]["causes"]}
+        assert denied <= {p.split(": ", 1)[1] for p in value["problems"]}

@@ -93,3 +93,23 @@ def test_problem_turning_true_is_a_warning() -> None:
         ("LicenseSecretMissing", "Warning", "SecretUnusable"),
         ("Ready", "Warning", "R"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("reason", "event_type"),
+    [
+        # Sold out is capacity, not a fault (docs/contract.md 6.8): a Normal Event.
+        pytest.param("AllUnitsInUse", "Normal", id="sold-out-is-normal"),
+        # Capacity that exists but cannot be used is a problem: a Warning.
+        pytest.param("NoEligibleNode", "Warning", id="no-eligible-node-warns"),
+        pytest.param("NoNodeAdvertises", "Warning", id="no-node-advertises-warns"),
+        pytest.param("ClassNotReady", "Warning", id="not-ready-warns"),
+    ],
+)
+def test_schedulable_turning_false(reason: str, event_type: str) -> None:
+    stored = {"conditions": [cond("Ready", "True"), cond("Schedulable", "True", "CanStart")]}
+    computed = {"conditions": [cond("Ready", "True"), cond("Schedulable", "False", reason)]}
+    found = transitions(stored, computed)
+    assert [(t.condition, t.status, t.reason, t.type) for t in found] == [
+        ("Schedulable", "False", reason, event_type)
+    ]

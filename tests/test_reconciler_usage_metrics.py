@@ -18,8 +18,9 @@ import pytest
 from gpuclass.reconciler.leader import AlwaysLeader
 from gpuclass.reconciler.manager import Manager
 from gpuclass.reconciler.memory import MemoryKube
-from gpuclass.reconciler.metrics import MAX_TENANT_SERIES, bounded_tenant_units
+from gpuclass.reconciler.metrics import MAX_TENANT_SERIES, ReconcilerMetrics, bounded_tenant_units
 from gpuclass.reconciler.settings import ReconcilerSettings
+from gpuclass.shared.availability import Figures
 from tests.builders import gpuclass, kubevirt, namespace, node, pod, vmi
 
 R = "example.com/gpu"
@@ -129,6 +130,69 @@ def test_usage_series_follow_the_cluster() -> None:
             await settle(manager)
             assert sample("gpuclass_waiting_vmis", **c) is None, "no stale series"
             assert sample("gpuclass_tenant_units", namespace="tenant-a", **c) is None
+        finally:
+            manager.stop()
+            await asyncio.wait_for(task, 5)
+
+    run(scenario)
+
+
+def _status(schedulable: tuple[str, str]) -> dict[str, Any]:
+    return {
+        "conditions": [
+            {"type": "Ready", "status": "True", "reason": "Ready"},
+            {"type": "Schedulable", "status": schedulable[0], "reason": schedulable[1]},
+        ]
+    }
+
+
+def test_condition_reason_is_one_series_per_condition() -> None:
+    """`gpuclass_condition_reason` (docs/metrics.md): the current reason of each condition, so an
+    alert can tell a sold-out class (AllUnitsInUse) from one whose capacity cannot be used."""
+    metrics = ReconcilerMetrics()
+
+    def reason(type_: str, value: str) -> float | None:
+        labels = {"class": "c", "type": type_, "reason": value}
+        return metrics.registry.get_sample_value("gpuclass_condition_reason", labels)
+
+    metrics.set_class("c", _status(("False", "AllUnitsInUse")), Figures())
+    assert reason("Schedulable", "AllUnitsInUse") == 1
+    assert reason("Ready", "Ready") == 1
+
+    metrics.set_class("c", _status(("False", "NoEligibleNode")), Figures())
+    assert reason("Schedulable", "NoEligibleNode") == 1
+    assert reason("Schedulable", "AllUnitsInUse") is None, "the old reason's series is gone"
+
+    metrics.forget_class("c")
+    assert reason("Schedulable", "NoEligibleNode") is None
+    assert reason("Ready", "Ready") is None
+
+
+def test_a_wake_with_nothing_dirty_is_a_pass_that_writes_nothing() -> None:
+    """docs/metrics.md: every watched event wakes the worker; an event that marks nothing dirty
+    still makes a pass (observed, and the last-sync timestamp moves) but writes nothing."""
+
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        settings = ReconcilerSettings(coalesce_seconds=0.0, leader_elect=False)
+        manager = Manager(settings, api=kube, leadership=AlwaysLeader(), serve_http=False)
+        task = asyncio.create_task(manager.run())
+        try:
+            await settle(manager)
+            registry = manager.metrics.registry
+
+            def sample(metric: str) -> float:
+                return registry.get_sample_value(metric) or 0.0
+
+            synced = sample("gpuclass_last_sync_timestamp_seconds")
+            writes = sample("gpuclass_status_writes_total")
+            passes = sample("gpuclass_reconcile_duration_seconds_count")
+            await asyncio.sleep(0.01)
+            kube.apply(pod("web", "n1", {"cpu": 1}, namespace="tenant-a"))  # no GPU: marks nothing
+            await settle(manager)
+            assert sample("gpuclass_reconcile_duration_seconds_count") > passes
+            assert sample("gpuclass_last_sync_timestamp_seconds") > synced
+            assert sample("gpuclass_status_writes_total") == writes
         finally:
             manager.stop()
             await asyncio.wait_for(task, 5)

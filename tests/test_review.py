@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -102,3 +103,44 @@ def test_any_value_in_any_envelope_field_is_answered_or_refused(
         return
     event(f"{field}: answered")
     assert rendered["response"]["uid"] == REVIEWS[name]["request"]["uid"] or field == "uid"
+
+
+def _nested_json(depth: int) -> str:
+    return '{"x":' * depth + "{}" + "}" * depth
+
+
+KINDS = {
+    "VirtualMachineInstance": "kubevirt.io",
+    "VirtualMachine": "kubevirt.io",
+    "Pod": "",
+    "GPUClass": "cozystack.io",
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
+def test_an_object_nested_as_deep_as_json_allows_is_answered_or_refused(
+    kind: str, operation: str
+) -> None:
+    """orjson parses 1024 levels, Python recursion stops near 1000: between the two a body
+    must still get an answer or a client error (400, exit 2), never an unexpected error."""
+
+    deep = _nested_json(1015)  # the envelope adds 4 levels, the template 2: orjson's own limit
+    obj = (
+        '{"metadata": {"name": "vm", "namespace": "tenant-a", "annotations": '
+        '{"gpu.cozystack.io/classes": "[{\\"className\\": \\"example-whole-gpu\\"}]"}}, '
+        f'"spec": {{"template": {{"spec": {deep}}}, "domain": {deep}}}}}'
+    )
+    old = obj if operation == "UPDATE" else "null"
+    text = (
+        '{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": '
+        f'{{"uid": "u", "kind": {{"group": "{KINDS[kind]}", "version": "v1", "kind": "{kind}"}}, '
+        f'"operation": "{operation}", "namespace": "tenant-a", "object": {obj}, "oldObject": {old}}}}}'
+    )
+    body = orjson.loads(text)  # what the webhook parses: orjson accepts it
+    try:
+        answer = review(body, CATALOG)
+    except MalformedReview as exc:
+        assert "nests too deeply" in str(exc)
+        return
+    assert answer["response"]["uid"] == "u"

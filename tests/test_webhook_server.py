@@ -104,6 +104,18 @@ BAD_BODIES = [
         b'{"apiVersion": "admission.k8s.io/v1"}', "text/plain", 400, id="wrong-content-type"
     ),
     pytest.param(b" " * (8 * 1024 * 1024), "application/json", 413, id="8-MiB-body"),
+    pytest.param(
+        b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u",'
+        b' "kind": {"group": "kubevirt.io", "version": "v1", "kind": "VirtualMachineInstance"},'
+        b' "operation": "CREATE", "object": {"metadata": {"name": "v"}, "spec": '
+        + b'{"x":' * 1015
+        + b"{}"
+        + b"}" * 1015
+        + b"}}}",
+        "application/json",
+        400,
+        id="nested-as-deep-as-json-allows",
+    ),
 ]
 
 

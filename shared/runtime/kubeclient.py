@@ -167,6 +167,10 @@ class RawClient:
             response.release()
         return data if isinstance(data, dict) else {}
 
+    async def get(self, path: str) -> RawObject:
+        """One object by its path; a 404 or 403 is an ApiError like any other failure."""
+        return await self._json("GET", path)
+
     # -- list and watch ------------------------------------------------------------------------------
 
     async def list_pages(self, source: str) -> AsyncIterator[ListPage]:

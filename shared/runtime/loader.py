@@ -153,12 +153,17 @@ def _documents(path: Path, *, strict_keys: bool = False) -> Iterator[object]:
 
 def documents_from_bytes(data: bytes, source: str) -> list[object]:
     """The documents of one input that may be JSON or YAML (a file or standard input):
-    JSON when it parses as JSON, YAML otherwise, with the file loader's checks."""
+    JSON when it parses as JSON, YAML otherwise, with the file loader's checks (duplicate
+    keys, nesting depth)."""
     path = Path(source)
     try:
-        return [orjson.loads(data)]
+        documents = [orjson.loads(data)]
     except orjson.JSONDecodeError:
-        return list(_yaml_documents(path, data))
+        documents = list(_yaml_documents(path, data))
+    for document in documents:
+        if nesting_depth(document) > MAX_DEPTH:
+            raise _error(path, f"an object nests deeper than {MAX_DEPTH} levels", "TooDeep")
+    return documents
 
 
 def _yaml_documents(path: Path, data: bytes) -> Iterator[object]:
@@ -172,6 +177,8 @@ def _yaml_documents(path: Path, data: bytes) -> Iterator[object]:
             "DuplicateKey",
             exc.line,
         ) from exc
+    except RecursionError:
+        raise _error(path, "nests too deeply to be Kubernetes objects", "TooDeep") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
