@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,16 +117,31 @@ class Routing:
         self.configurations = []
 
     def calls(self, *, operation: str, kind: str, name: str) -> int:
-        """How many admission calls the webhook logged for this object and operation."""
+        """How many admission calls the webhook logged for this object and operation.
+
+        The log reaches the test through a reader thread, a moment after the answer reached
+        the API server: the count is taken once it has held still for 0.3 s (at most 3 s).
+        """
         assert self.server is not None
-        return sum(
-            1
-            for e in self.server.logs()
-            if e.get("msg") == "admission"
-            and e.get("operation") == operation
-            and e.get("kind") == kind
-            and e.get("name") == name
-        )
+        server = self.server
+
+        def count() -> int:
+            return sum(
+                1
+                for e in server.logs()
+                if e.get("msg") == "admission"
+                and e.get("operation") == operation
+                and e.get("kind") == kind
+                and e.get("name") == name
+            )
+
+        seen, since, deadline = count(), time.monotonic(), time.monotonic() + 3
+        while time.monotonic() < deadline and time.monotonic() - since < 0.3:
+            time.sleep(0.05)
+            now = count()
+            if now != seen:
+                seen, since = now, time.monotonic()
+        return seen
 
 
 @pytest.fixture(scope="module")
