@@ -15,6 +15,7 @@ from typing import Literal
 
 from gpuclass.shared import names
 from gpuclass.shared.availability import UsageIndex, class_state, compute_figures, conflict_winners
+from gpuclass.shared.capacity import effective_max_count
 from gpuclass.shared.snapshot import ClassRecord, Snapshot
 
 
@@ -36,15 +37,10 @@ class Offer:
     max_free_per_node: int | None  # None: not known yet (no status written)
 
     def effective_max_count(self) -> int | None:
-        """spec.maxCount; else 1 for vgpu; else the passthrough default (None = no check yet)."""
-        spec = self.record.spec
-        if spec is None:
-            return None
-        if spec.max_count is not None:
-            return spec.max_count
-        if spec.mode == "vgpu":
-            return 1
-        return self.max_units_per_node or None
+        """spec.maxCount; else 1 for vgpu; else the passthrough default (None = no check yet).
+
+        One rule, one place: the same function the Schedulable condition uses."""
+        return effective_max_count(self.record, self.max_units_per_node)
 
 
 @dataclass(frozen=True, slots=True)
