@@ -140,6 +140,8 @@ def test_what_cannot_be_reviewed_exits_2_with_one_line(
 def test_an_object_nested_too_deep_exits_2_with_one_line(
     manifest: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """`--manifest` refuses past 100 levels; an AdmissionReview as deep as orjson allows is
+    answered or refused with one line, whatever the interpreter's recursion limit."""
     deep = '{"x":' * 1015 + "{}" + "}" * 1015
     vmi = (
         '{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", '
@@ -156,7 +158,10 @@ def test_an_object_nested_too_deep_exits_2_with_one_line(
     path.write_text(text)
     flags = ["--manifest"] if manifest else []
     code, out, err = run(["review", *OBJECT_ARGS, *flags, str(path)], capsys)
-    assert (code, out) == (2, "")
+    if not manifest and code == 0:  # answered: the rules' recursion fit under this limit
+        assert json.loads(out)["response"]["uid"] == "u"
+        return
+    assert (code, out) == (2, "")  # never a traceback (exit 1)
     assert err.startswith("gpuclass review: ") and err.count("\n") == 1
     assert "nests" in err
 
