@@ -496,8 +496,16 @@ def test_capacity_and_schedulable_are_written_and_shown_with_o_wide(world: World
         "False",
         "AllUnitsInUse",
     )
-    reasons = {e.get("reason") for e in events_about(world.admin, name)}
-    assert "AllUnitsInUse" in reasons, "the flip to False is an Event (Warning)"
+    # The Event is written after the status, so it is waited for; sold out is Normal, not Warning.
+    sold_out = eventually(
+        lambda: (
+            [e for e in events_about(world.admin, name) if e.get("reason") == "AllUnitsInUse"]
+            or None
+        ),
+        timeout=15,
+        what="the AllUnitsInUse Event",
+    )
+    assert {e.get("type") for e in sold_out} == {"Normal"}
 
 
 # -- 3. licence copies ----------------------------------------------------------------------------
