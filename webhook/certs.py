@@ -21,16 +21,14 @@ import base64
 import binascii
 import datetime as dt
 import logging
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 from gpuclass.shared.certrotation import BundleEntry, Policy, UpdateSecret, Wait, WriteBundles, plan
 from gpuclass.shared.runtime import certissue
 from gpuclass.shared.runtime.listwatch import ApiError, RawObject
-from gpuclass.shared.runtime.tls import ReloadingContext
+from gpuclass.shared.runtime.tls import ReloadingContext, write_private
 
 log = logging.getLogger(__name__)
 MAX_STEPS = 12  # a fresh install takes three writes, a CA rotation step one or two
@@ -68,15 +66,6 @@ def _bundle(hook: Mapping[str, Any]) -> BundleEntry:
         return certissue.inspect_bundle(base64.b64decode(raw, validate=True))
     except (binascii.Error, ValueError):
         return BundleEntry((), clean=False)
-
-
-def _write_private(path: Path, content: bytes) -> None:
-    """Replace `path` by a complete file (mode 0600) in one rename."""
-    partial = path.with_name(path.name + ".partial")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(content)
-    os.replace(partial, path)
 
 
 class SelfManagedCertificates:
@@ -263,8 +252,8 @@ class SelfManagedCertificates:
             return
         if not self.tls.serves(cert, key):
             # key first: a reload seeing the new certificate with the old key refuses the pair
-            _write_private(self.tls.key, key)
-            _write_private(self.tls.cert, cert)
+            write_private(self.tls.key, key)
+            write_private(self.tls.cert, cert)
             self.tls.reload()
         if self.tls.serves(cert, key):
             if not self.loaded:

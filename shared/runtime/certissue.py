@@ -120,7 +120,7 @@ def new_serving(
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
         x509.CertificateBuilder()
-        .subject_name(_name(names[0]))
+        .subject_name(_name(names[0] if names else "gpuclass-webhook"))
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())

@@ -1,7 +1,7 @@
 """TLS for the webhook: a self-signed certificate when none is given, and hot reload.
 
 `self_signed` makes a throwaway CA and a serving certificate for the given host
-names with `cryptography`. `ReloadingContext` follows the certificate files
+names (with `shared.runtime.certissue`, the webhook-managed mode's issuer). `ReloadingContext` follows the certificate files
 (cert-manager and kubelet rotate them) the way cert-manager's dynamic certificate
 source does: it builds a complete new `ssl.SSLContext` from a pair read at one
 moment, checks that key and certificate belong together, and only then makes it
@@ -16,7 +16,6 @@ certificate actually served.
 from __future__ import annotations
 
 import datetime as dt
-import ipaddress
 import logging
 import os
 import ssl
@@ -24,9 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+
+from gpuclass.shared.runtime import certissue
 
 log = logging.getLogger(__name__)
 
@@ -40,64 +38,31 @@ class CertFiles:
     ca: Path
 
 
-def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
-
 def self_signed(directory: Path, hosts: list[str], *, days: int = 365) -> CertFiles:
-    """Write ca.crt, tls.crt and tls.key (mode 0600) into `directory` and return their paths."""
+    """Write ca.crt, tls.crt and tls.key (mode 0600) into `directory` and return their paths.
+
+    The CA and the serving certificate come from the same issuer the webhook-managed mode
+    uses (`shared.runtime.certissue`), so both modes serve certificates of one shape.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name("gpuclass-webhook-ca"))
-        .issuer_name(_name("gpuclass-webhook-ca"))
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(False, False, False, False, False, True, True, False, False),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    sans: list[x509.GeneralName] = []
-    for host in hosts:
-        try:
-            sans.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            sans.append(x509.DNSName(host))
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name(hosts[0] if hosts else "gpuclass-webhook"))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=days))
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(
-            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
+    validity = dt.timedelta(days=days)
+    ca = certissue.new_ca(now=now, validity=validity)
+    serving = certissue.new_serving(ca, hosts, now=now, validity=validity)
     files = CertFiles(directory / "tls.crt", directory / "tls.key", directory / "ca.crt")
-    files.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    files.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    fd = os.open(files.key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
+    files.ca.write_bytes(ca.cert)
+    files.cert.write_bytes(serving.cert)
+    write_private(files.key, serving.key)
     return files
+
+
+def write_private(path: Path, content: bytes) -> None:
+    """Replace `path` by a complete file of mode 0600, in one rename (a reader never sees half)."""
+    partial = path.with_name(path.name + ".partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(content)
+    os.replace(partial, path)
 
 
 def certificate_expiry(cert_file: Path) -> float:
