@@ -28,7 +28,7 @@ from gpuclass.shared import names
 from gpuclass.shared.admission import encode_response
 from gpuclass.shared.availability import compute_all
 from gpuclass.shared.catalog import Catalog, Policy, build_catalog
-from gpuclass.shared.envelope import parse_envelope, wrap_manifest
+from gpuclass.shared.envelope import wrap_manifest
 from gpuclass.shared.explaincmd import add_parser as add_explain_parser
 from gpuclass.shared.explaincmd import run_explain
 from gpuclass.shared.lint import FileError, FileInput, lint
@@ -296,14 +296,9 @@ def _review_body(args: argparse.Namespace) -> Any:
         if args.old or args.namespace or args.as_user or args.operation != "CREATE":
             raise MalformedReview("--namespace, --operation, --old and --as need --manifest")
         try:
-            body = orjson.loads(data)
+            return orjson.loads(data)
         except orjson.JSONDecodeError as exc:
             raise MalformedReview(f"not JSON: {exc}") from exc
-        try:
-            parse_envelope(body)
-        except MalformedReview as exc:
-            raise MalformedReview(str(exc) + _manifest_hint(body)) from None
-        return body
     old = _one_document(_read_review(args.old), args.old) if args.old else None
     obj: object = _one_document(data, args.review)
     if args.operation == "DELETE":  # the manifest is what is deleted, unless --old names it
@@ -339,7 +334,11 @@ def run_review(args: argparse.Namespace) -> int:
         catalog = offline_catalog(
             _objects(args), policy, kubevirt_namespace=args.kubevirt_namespace
         )
-        response = review(body, catalog)
+        try:
+            response = review(body, catalog)
+        except MalformedReview as exc:
+            hint = "" if args.manifest else _manifest_hint(body)
+            raise MalformedReview(str(exc) + hint) from None
     except (MalformedReview, LoadError, OSError) as exc:
         print(f"gpuclass review: {exc}", file=sys.stderr)
         return 2

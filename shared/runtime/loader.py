@@ -161,8 +161,7 @@ def documents_from_bytes(data: bytes, source: str) -> list[object]:
     except orjson.JSONDecodeError:
         documents = list(_yaml_documents(path, data))
     for document in documents:
-        if nesting_depth(document) > MAX_DEPTH:
-            raise _error(path, f"an object nests deeper than {MAX_DEPTH} levels", "TooDeep")
+        _check_depth(path, document)
     return documents
 
 
@@ -202,6 +201,11 @@ def nesting_depth(value: object, limit: int = MAX_DEPTH) -> int:
     return deepest
 
 
+def _check_depth(path: Path, document: object) -> None:
+    if nesting_depth(document) > MAX_DEPTH:
+        raise _error(path, f"an object nests deeper than {MAX_DEPTH} levels", "TooDeep")
+
+
 def iter_objects(path: Path, *, strict_keys: bool = False) -> Iterator[Mapping[str, Any]]:
     """Every object in one file, `kind: List` unpacked; empty documents skipped.
 
@@ -209,8 +213,7 @@ def iter_objects(path: Path, *, strict_keys: bool = False) -> Iterator[Mapping[s
     objects too (slower: `--objects` snapshots can be 50 MB, catalog manifests are small).
     """
     for document in _documents(path, strict_keys=strict_keys):
-        if nesting_depth(document) > MAX_DEPTH:
-            raise _error(path, f"an object nests deeper than {MAX_DEPTH} levels", "TooDeep")
+        _check_depth(path, document)
         if document is None:
             continue
         if not isinstance(document, dict):
