@@ -17,7 +17,11 @@ this again", never "this happened"):
 - a licence source Secret: the classes naming it, and the licence copies;
 - a VMI: the in-use finalizer of the classes it selects, and the copies if it
   mounts a licence (a change of its phase alone only moves the usage counters of
-  :class:`VMIUsage`); a Namespace or managed Secret: the copies.
+  :class:`VMIUsage`); a bound launcher Pod that mounts a licence copy, a Namespace
+  or the copy record: the copies.
+
+No store grows with what a tenant may create beyond the few small records per
+object above: no Secret of a tenant is ever read (docs/decisions.md, "Licence copies").
 
 Pure: no I/O, no clock; `now` and settings come in as arguments.
 """
@@ -32,7 +36,15 @@ from gpuclass.reconciler.sources import SPECS, Source
 from gpuclass.shared import names
 from gpuclass.shared.availability import Figures, compute_figures, compute_status, conflict_winners
 from gpuclass.shared.inuse import uses_class
-from gpuclass.shared.licenses import CopyAction, desired_copies, plan_copies
+from gpuclass.shared.licenses import (
+    CopyAction,
+    SecretKey,
+    Started,
+    desired_copies,
+    launcher_licence,
+    parse_record,
+    plan_copies,
+)
 from gpuclass.shared.meta import Key, object_key, resource_version, version_reached
 from gpuclass.shared.snapshot import (
     ClassRecord,
@@ -66,18 +78,22 @@ class ClassEntry:
 
 
 @dataclass(frozen=True, slots=True)
-class ManagedSecret:
-    record: SecretRecord
+class CopyRecord:
+    """The record ConfigMap as the view holds it: its entries and its resourceVersion."""
+
+    entries: Mapping[SecretKey, str]
     resource_version: str
 
 
 @dataclass(slots=True)
 class Dirty:
-    """What to look at again: class statuses, class finalizers, and the licence copies."""
+    """What to look at again: class statuses, class finalizers, and the licence copies
+    (`verify_copies`: write every wanted copy again, recorded or not)."""
 
     statuses: set[str] = field(default_factory=set)
     finalizers: set[str] = field(default_factory=set)
     copies: bool = False
+    verify_copies: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.statuses or self.finalizers or self.copies)
@@ -142,7 +158,10 @@ class ClusterCache:
         self.kubevirts: dict[Key, frozenset[str]] = {}
         self.permitted: frozenset[str] | None = None
         self.license_secrets: dict[Key, SecretRecord] = {}
-        self.managed_secrets: dict[Key, ManagedSecret] = {}
+        self.copy_records: dict[Key, CopyRecord] = {}
+        """At most one entry: the record ConfigMap (the source selects it by name)."""
+        self.launchers: dict[Key, Started] = {}
+        """Bound launcher Pods that mount a licence copy: pod key -> (namespace, VMI, copy)."""
         self.namespaces: dict[str, Mapping[str, str]] = {}
         self.vmis: dict[Key, VMIUse] = {}
         self.usage = UsageCounters()
@@ -186,7 +205,7 @@ class ClusterCache:
     def held_version(self, source: Source, key: Key) -> str:
         """resourceVersion the view holds for an object of `source` ("" when none or not kept).
 
-        Only the stores of objects the reconciler writes (classes, managed Secrets) keep
+        Only the stores of objects the reconciler writes (classes, the copy record) keep
         a version: their entries carry `resource_version`.
         """
         entry = self._store(source).get(self._store_key(source, key))
@@ -226,6 +245,7 @@ class ClusterCache:
         self.dirty.statuses |= set(self.classes)
         self.dirty.finalizers |= set(self.classes)
         self.dirty.copies = True
+        self.dirty.verify_copies = True
 
     def _mark_resources(self, resources: Iterable[str]) -> None:
         for resource in resources:
@@ -296,6 +316,7 @@ class ClusterCache:
         self._mark_resources(self.usage.set_node(name, old, record))
 
     def _set_pod(self, key: Key, obj: Mapping[str, Any] | None) -> None:
+        self._set_launcher(key, obj)
         record = compact_pod(obj) if obj is not None else None
         if record is not None:
             record = PodRecord(self._intern(record.node), self._intern(dict(record.requests)))
@@ -309,6 +330,17 @@ class ClusterCache:
             self.usage.add_pod(record, 1)
             self.pods[(self._intern(key[0]), key[1])] = record
         self._mark_resources({*(old.requests if old else ()), *(record.requests if record else ())})
+
+    def _set_launcher(self, key: Key, obj: Mapping[str, Any] | None) -> None:
+        mount = launcher_licence(obj) if obj is not None else None
+        started = (key[0], *mount) if mount is not None else None
+        if started == self.launchers.get(key):
+            return
+        if started is None:
+            del self.launchers[key]
+        else:
+            self.launchers[key] = started
+        self.dirty.copies = True
 
     def _set_kubevirt(self, key: Key, obj: Mapping[str, Any] | None) -> None:
         if obj is None:
@@ -337,13 +369,18 @@ class ClusterCache:
                 self.dirty.statuses.add(entry.record.name)
                 self.dirty.copies = True
 
-    def _set_managed_secret(self, key: Key, obj: Mapping[str, Any] | None) -> None:
-        record = compact_secret(obj) if obj is not None else None
-        old = self.managed_secrets.pop(key, None)
-        if record is not None and obj is not None:
-            self.managed_secrets[key] = ManagedSecret(record, resource_version(obj))
-        if (old.record if old else None) != record:
+    def _set_copy_record(self, key: Key, obj: Mapping[str, Any] | None) -> None:
+        old = self.copy_records.pop(key, None)
+        if obj is not None:
+            self.copy_records[key] = CopyRecord(parse_record(obj), resource_version(obj))
+        new = self.copy_records.get(key)
+        if (old.entries if old else None) != (new.entries if new else None):
             self.dirty.copies = True
+
+    @property
+    def copy_record(self) -> CopyRecord:
+        """The record (empty, version "" while the ConfigMap does not exist)."""
+        return next(iter(self.copy_records.values()), CopyRecord({}, ""))
 
     def _set_namespace(self, key: Key, obj: Mapping[str, Any] | None) -> None:
         name = key[1]
@@ -351,11 +388,9 @@ class ClusterCache:
         if obj is not None:
             meta = obj.get("metadata") or {}
             raw = meta.get("labels") if isinstance(meta, dict) else None
-            labels = (
-                {k: v for k, v in raw.items() if isinstance(v, str)}
-                if isinstance(raw, dict)
-                else {}
-            )
+            # only the entitlement label matters: a tenant's own labels are not kept
+            value = raw.get(names.VGPU_ENTITLEMENT_LABEL) if isinstance(raw, dict) else None
+            labels = {names.VGPU_ENTITLEMENT_LABEL: value} if isinstance(value, str) else {}
         if labels == self.namespaces.get(name):
             return
         if labels is None:
@@ -423,7 +458,7 @@ class ClusterCache:
             return False
         return any(uses_class(self.vmis[key], name) for key in self._vmis_by_class.get(name, ()))
 
-    def copy_actions(self, *, vgpu_entitled: bool) -> list[CopyAction]:
+    def copy_actions(self, *, vgpu_entitled: bool, verify: bool = False) -> list[CopyAction]:
         plan = desired_copies(
             self._license_vmis.values(),
             self.records,
@@ -431,7 +466,6 @@ class ClusterCache:
             namespaces=self.namespaces,
             license_namespace=self.license_namespace,
             vgpu_entitled=vgpu_entitled,
+            started=frozenset(self.launchers.values()),
         )
-        return plan_copies(
-            plan, {key: managed.record for key, managed in self.managed_secrets.items()}
-        )
+        return plan_copies(plan, self.copy_record.entries, verify=verify)

@@ -1,16 +1,24 @@
-"""Licence-copy writes: carry out `shared.licenses.plan_copies`, never touching a foreign Secret.
+"""Licence-copy writes: carry out `shared.licenses.plan_copies` against the record, never reading a Secret.
 
 The plan is pure (which copies should exist, with what content). This module
-only writes it, with three safety rails:
+writes it, and keeps the record (:func:`shared.licenses.parse_record`, a ConfigMap
+in the reconciler's namespace) that says which copies exist, so the reconciler
+needs no right to read tenant Secrets. One pass:
 
-- a replace or delete is pinned to the resourceVersion of the labelled copy we
-  saw, so a Secret that changed hands meanwhile is not overwritten or removed;
-- a create that meets an existing Secret (409 AlreadyExists: in a cluster we only
-  see labelled Secrets, so this one is foreign) is reported as an Event and left alone;
-- a write the API refuses (403, the chart's ValidatingAdmissionPolicy) is reported
-  as an Event and backed off per object: no retry storm.
+1. *write ahead*: a copy about to be created enters the record as pending, before
+   the Secret is written (a crash after the write leaves it recorded, never lost);
+2. the Secret writes: a create is a plain create, so a Secret of that name that is
+   not ours answers 409 AlreadyExists and is reported as foreign and left alone;
+   an update (or the periodic verify) is a server-side apply of the whole copy; a
+   delete is a delete. The chart's ValidatingAdmissionPolicy lets these through
+   only for labelled `gpuclass-license-*` Secrets in tenant namespaces, and only
+   when the stored one already carries the label;
+3. the record is written again with what happened: digests of what was written,
+   deleted copies and refused pending ones dropped.
 
-Token payloads go into request bodies only; logs and Events name the Secret.
+A write the API refuses (403) is reported as an Event once and backed off per
+object: no retry storm. Token payloads go into request bodies only; logs and
+Events name the Secret.
 """
 
 from __future__ import annotations
@@ -24,16 +32,31 @@ from gpuclass.reconciler.metrics import ReconcilerMetrics
 from gpuclass.reconciler.ports import ApiError, KubeAPI
 from gpuclass.reconciler.sources import Source
 from gpuclass.shared import names
-from gpuclass.shared.licenses import CopyAction, secret_body
+from gpuclass.shared.licenses import (
+    MAX_RECORD_BYTES,
+    PENDING,
+    CopyAction,
+    SecretKey,
+    record_body,
+    render_record,
+    secret_body,
+)
 
 log = logging.getLogger("gpuclass.reconciler.copies")
 
 MayWrite = Callable[[Hashable, Callable[[], None]], bool]
 MayDelete = Callable[[tuple[Source, ...], str, Callable[[], None]], bool]
 Failed = Callable[[Hashable, Callable[[], None], ApiError], int]
+RECORD_KEY: Hashable = ("copy-record",)
 
 
 class CopyWriter:
+    """Writes the licence copies the plan wants, and the record of them (see the module doc).
+
+    `may_write` (leadership and per-object backoff) and `may_delete` (a view recent
+    enough to release a copy) are required: no copy is written or deleted without them.
+    """
+
     def __init__(
         self,
         api: KubeAPI,
@@ -41,14 +64,16 @@ class CopyWriter:
         events: EventRecorder,
         *,
         vgpu_entitled: bool,
+        record_namespace: str,
         may_write: MayWrite,
-        may_delete: MayDelete = lambda sources, version, retry: True,
-        delete_depends_on: tuple[Source, ...] = ("vmis", "namespaces"),
+        may_delete: MayDelete,
+        delete_depends_on: tuple[Source, ...],
         failed: Failed,
         metrics: ReconcilerMetrics,
         dry_run: bool = False,
     ) -> None:
         self.api, self.state, self.events, self.vgpu_entitled = api, state, events, vgpu_entitled
+        self.record_namespace = record_namespace
         self.may_write, self.may_delete, self.failed, self.metrics = (
             may_write,
             may_delete,
@@ -61,37 +86,72 @@ class CopyWriter:
     def _retry(self) -> None:
         self.state.dirty.copies = True
 
-    async def reconcile(self) -> None:
-        for action in self.state.copy_actions(vgpu_entitled=self.vgpu_entitled):
-            if not self.may_write(("secret", *action.key), self._retry):
-                continue
-            if action.action == "foreign":
-                await self._report_foreign(action)
-            elif action.action == "delete" and not self._may_delete(action):
-                continue
-            else:
-                await self._write(action)
+    async def reconcile(self, *, verify: bool = False) -> None:
+        """One pass: the plan's writes, bracketed by the two record writes."""
+        actions = [
+            a
+            for a in self.state.copy_actions(vgpu_entitled=self.vgpu_entitled, verify=verify)
+            if self.may_write(("secret", *a.key), self._retry)
+            and (a.action != "delete" or self._may_delete())
+        ]
+        if not actions or not self.may_write(RECORD_KEY, self._retry):
+            return
+        entries = dict(self.state.copy_record.entries)
+        for action in actions:
+            if action.action == "create":
+                entries[action.key] = PENDING
+        if not await self._write_record(entries):
+            return
+        for action in actions:
+            await self._write(action, entries)
+        await self._write_record(entries)
 
-    async def _write(self, action: CopyAction) -> None:
+    async def _write_record(self, entries: dict[SecretKey, str]) -> bool:
+        """Bring the record to `entries`; False when it could not be written (nothing else is)."""
+        record = self.state.copy_record
+        if entries == dict(record.entries):
+            return True
+        text = render_record(entries)
+        if len(text) > MAX_RECORD_BYTES:
+            log.error(
+                "licence-copy record full: no new copy is written",
+                extra={"fields": {"entries": len(entries), "bytes": len(text)}},
+            )
+            return False
+        body = record_body(
+            entries, namespace=self.record_namespace, resource_version=record.resource_version
+        )
+        try:
+            if record.resource_version:
+                written = await self.api.replace_config_map(
+                    self.record_namespace, names.COPY_RECORD_NAME, body
+                )
+            else:
+                written = await self.api.create_config_map(self.record_namespace, body)
+        except ApiError as exc:
+            self.metrics.object_writes.labels("copy-record", "update", "error").inc()
+            self.failed(RECORD_KEY, self._retry, exc)
+            return False
+        if written is not None:
+            self.state.absorb("copy-record", written)
+        if not self.dry_run:
+            self.metrics.object_writes.labels("copy-record", "update", "ok").inc()
+        return True
+
+    async def _write(self, action: CopyAction, entries: dict[SecretKey, str]) -> None:
         key = ("secret", *action.key)
+        pending = entries.get(action.key) == PENDING
         try:
             await self._send(action)
         except ApiError as exc:
             self.metrics.object_writes.labels("licence-copy", action.action, "error").inc()
             if action.action == "delete" and exc.status == 404:
-                managed = self.state.managed_secrets.get(action.key)
-                if managed is not None:
-                    self.state.forget_deleted(
-                        "managed-secrets", action.key, managed.resource_version
-                    )
+                entries.pop(action.key, None)  # already gone: nothing left to track
                 return
+            if pending and exc.status in (403, 404, 409):
+                entries.pop(action.key, None)  # nothing of ours was created
             count = self.failed(key, self._retry, exc)
-            if (
-                count == 1
-                and action.action == "create"
-                and exc.status == 409
-                and exc.reason == "AlreadyExists"
-            ):
+            if action.action == "create" and exc.status == 409 and exc.reason == "AlreadyExists":
                 await self._report_foreign(action)
             elif count == 1 and exc.status == 403:
                 await self.events.emit(
@@ -102,43 +162,38 @@ class CopyWriter:
                     f"{exc.message or exc.reason}; check the gpuclass ValidatingAdmissionPolicy and RBAC",
                 )
             return
+        if action.action == "delete":
+            entries.pop(action.key, None)
+        else:
+            assert action.copy is not None
+            entries[action.key] = action.copy.digest
         self._reported.discard(action.key)
         if self.dry_run:
             return  # the recorder logged it as not written
         self.metrics.object_writes.labels("licence-copy", action.action, "ok").inc()
         log.info(
-            f"licence copy {action.action}d",
+            f"licence copy {action.action}d" if action.action != "verify" else "licence copy verified",
             extra={"fields": {"namespace": action.namespace, "secret": action.name}},
         )
 
     async def _send(self, action: CopyAction) -> None:
         if action.action == "delete":
-            managed = self.state.managed_secrets.get(action.key)
-            if managed is None:
-                return
-            await self.api.delete_secret(action.namespace, action.name, managed.resource_version)
-            self.state.forget_deleted("managed-secrets", action.key, managed.resource_version)
+            await self.api.delete_secret(action.namespace, action.name)
             return
-        assert action.copy is not None  # create and update always carry the copy
+        assert action.copy is not None  # create, update and verify always carry the copy
         if action.action == "create":
-            written = await self.api.create_secret(action.namespace, secret_body(action.copy))
+            await self.api.create_secret(action.namespace, secret_body(action.copy))
         else:
-            managed = self.state.managed_secrets.get(action.key)
-            if managed is None:
-                return
-            body = secret_body(action.copy, resource_version=managed.resource_version)
-            written = await self.api.replace_secret(action.namespace, action.name, body)
-        if written is not None:
-            self.state.absorb("managed-secrets", written)
+            await self.api.apply_secret(action.namespace, secret_body(action.copy))
 
-    def _may_delete(self, action: CopyAction) -> bool:
-        """A copy goes only on a view of VMIs and Namespaces that has seen the copy's last write."""
-        managed = self.state.managed_secrets.get(action.key)
-        version = managed.resource_version if managed else ""
-        return self.may_delete(self.delete_depends_on, version, self._retry)
+    def _may_delete(self) -> bool:
+        """A copy goes only on a view of VMIs, Pods and Namespaces recent enough to release it."""
+        return self.may_delete(
+            self.delete_depends_on, self.state.copy_record.resource_version, self._retry
+        )
 
     async def _report_foreign(self, action: CopyAction) -> None:
-        """A Secret of the copy's name without our label: never ours to change; say so once."""
+        """A Secret of the copy's name that we did not create: never ours to change; say so once."""
         if action.key in self._reported:
             return
         self._reported.add(action.key)
@@ -146,7 +201,6 @@ class CopyWriter:
             action.class_name,
             reason="ForeignLicenseSecret",
             type_="Warning",
-            message=f"Secret {action.namespace}/{action.name} exists without the label "
-            f"{names.MANAGED_BY_LABEL}={names.MANAGED_BY_VALUE}; it was left alone, so the VM "
-            "there gets no platform licence until it is removed",
+            message=f"Secret {action.namespace}/{action.name} exists and was not written by gpuclass; "
+            "it was left alone, so the VM there gets no platform licence until it is removed",
         )

@@ -6,21 +6,31 @@ the few writes it makes (status and finalizer merge patches, licence-copy Secret
 Events, the Lease).
 
 What it lists and watches, with which selectors, is :data:`reconciler.sources.SPECS`.
+A `by_name` source (the licence source Secrets) is read one name at a time, each
+with a `metadata.name` field selector, so the chart's Role can grant it by
+`resourceNames` and nothing else in that namespace is readable: one list per name
+makes the list, one watch per name merged into one stream makes the watch, each
+name resuming from its own resourceVersion.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from urllib.parse import quote
 
 from kubernetes_asyncio import client
 
 from gpuclass.reconciler.ports import ApiError, RawObject
 from gpuclass.reconciler.settings import ReconcilerSettings
-from gpuclass.reconciler.sources import CLASSES, collections
+from gpuclass.reconciler.sources import CLASSES, SPECS, Scope, collections, name_selector
 from gpuclass.shared.runtime.kubeclient import RawClient
+from gpuclass.shared.runtime.listwatch import ListPage, WatchEvent
 from gpuclass.shared.runtime.ratelimit import TokenBucket
 
 MERGE_PATCH = "application/merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
 FIELD_MANAGER = "gpuclass-reconciler"
 """Named on every write (managedFields show who owns what)."""
 
@@ -36,16 +46,18 @@ class KubeAdapter(RawClient):
         self,
         api: client.ApiClient,
         *,
-        license_namespace: str,
-        kubevirt_namespace: str,
+        scope: Scope,
         page_size: int = 500,
         watch_timeout: int = 290,
         request_timeout: float = 60.0,
         limiter: TokenBucket | None = None,
     ) -> None:
+        self.scope = scope
+        self._name_versions: dict[str, str] = {}
+        """resourceVersion each named read has reached (its list, then its watch events)."""
         super().__init__(
             api,
-            collections(license_namespace=license_namespace, kubevirt_namespace=kubevirt_namespace),
+            collections(scope),
             field_manager=FIELD_MANAGER,
             page_size=page_size,
             watch_timeout=watch_timeout,
@@ -66,12 +78,80 @@ class KubeAdapter(RawClient):
             raise ApiError(0, "ConfigError", f"no API client: {exc}") from exc
         return cls(
             api,
-            license_namespace=settings.license_namespace,
-            kubevirt_namespace=settings.kubevirt_namespace,
+            scope=settings.scope(),
             page_size=settings.list_page_size,
             watch_timeout=settings.watch_timeout_seconds,
             limiter=TokenBucket(settings.kube_api_qps, settings.kube_api_burst),
         )
+
+    # -- reads by name ----------------------------------------------------------------------------
+
+    def _names(self, source: str) -> list[str] | None:
+        spec = SPECS.get(source)  # type: ignore[call-overload]
+        if spec is None or not spec.by_name or self.scope.license_secret_names is None:
+            return None
+        return sorted(self.scope.license_secret_names)
+
+    def list_pages(self, source: str) -> AsyncIterator[ListPage]:
+        names = self._names(source)
+        return super().list_pages(source) if names is None else self._list_named(source, names)
+
+    def watch(self, source: str, resource_version: str) -> AsyncIterator[WatchEvent]:
+        names = self._names(source)
+        if names is None:
+            return super().watch(source, resource_version)
+        return self._watch_named(source, names)
+
+    async def _list_named(self, source: str, names: list[str]) -> AsyncIterator[ListPage]:
+        path, _ = self.paths[source]
+        items: list[RawObject] = []
+        newest = 0
+        for name in names:
+            version = ""
+            async for page in self.list_collection(path, name_selector(name)):
+                items.extend(page.items)
+                version = page.resource_version or version
+            self._name_versions[name] = version
+            newest = max(newest, int(version)) if version.isdecimal() else newest
+        yield ListPage(items, str(newest) if newest else "", last=True)
+
+    async def _watch_named(self, source: str, names: list[str]) -> AsyncIterator[WatchEvent]:
+        """One stream of every name's watch; it ends (or fails) when any of them does."""
+        if not names:
+            await asyncio.Event().wait()  # nothing to read: a watch that never ends
+        path, _ = self.paths[source]
+        queue: asyncio.Queue[tuple[str, WatchEvent] | BaseException | None] = asyncio.Queue()
+
+        async def pump(name: str) -> None:
+            try:
+                async for event in self.watch_collection(
+                    path, name_selector(name), self._name_versions.get(name, "")
+                ):
+                    await queue.put((name, event))
+                await queue.put(None)
+            except Exception as exc:  # handed to the reader, who raises it
+                await queue.put(exc)
+
+        tasks = [asyncio.create_task(pump(name)) for name in names]
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                name, event = item
+                meta = event.object.get("metadata")
+                version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+                if isinstance(version, str) and version:
+                    self._name_versions[name] = version
+                yield event
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     # -- writes -----------------------------------------------------------------------------------------
 
@@ -94,19 +174,30 @@ class KubeAdapter(RawClient):
     async def create_secret(self, namespace: str, body: RawObject) -> RawObject | None:
         return await self._json("POST", f"/api/v1/namespaces/{_q(namespace)}/secrets", body=body)
 
-    async def replace_secret(self, namespace: str, name: str, body: RawObject) -> RawObject | None:
+    async def apply_secret(self, namespace: str, body: RawObject) -> RawObject | None:
+        name = str((body.get("metadata") or {}).get("name"))
         return await self._json(
-            "PUT", f"/api/v1/namespaces/{_q(namespace)}/secrets/{_q(name)}", body=body
+            "PATCH",
+            f"/api/v1/namespaces/{_q(namespace)}/secrets/{_q(name)}",
+            query={"force": "true"},
+            body=body,
+            content_type=APPLY_PATCH,
         )
 
-    async def delete_secret(self, namespace: str, name: str, resource_version: str) -> None:
-        options = {
-            "apiVersion": "v1",
-            "kind": "DeleteOptions",
-            "preconditions": {"resourceVersion": resource_version},
-        }
-        await self._json(
-            "DELETE", f"/api/v1/namespaces/{_q(namespace)}/secrets/{_q(name)}", body=options
+    async def delete_secret(self, namespace: str, name: str) -> None:
+        # The answer is a Status (Secrets do not return the deleted object): no payload read.
+        await self._json("DELETE", f"/api/v1/namespaces/{_q(namespace)}/secrets/{_q(name)}")
+
+    async def create_config_map(self, namespace: str, body: RawObject) -> RawObject | None:
+        return await self._json(
+            "POST", f"/api/v1/namespaces/{_q(namespace)}/configmaps", body=body
+        )
+
+    async def replace_config_map(
+        self, namespace: str, name: str, body: RawObject
+    ) -> RawObject | None:
+        return await self._json(
+            "PUT", f"/api/v1/namespaces/{_q(namespace)}/configmaps/{_q(name)}", body=body
         )
 
     async def create_event(self, namespace: str, body: RawObject) -> None:

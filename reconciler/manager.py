@@ -111,6 +111,7 @@ class Manager:
             self.metrics,
             events=events,
             vgpu_entitled=s.vgpu_entitled,
+            record_namespace=s.lease_namespace(),
             now=self.now,
             coalesce_seconds=s.coalesce_seconds,
             on_pass=self._pass_done,

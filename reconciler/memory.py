@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuclass.reconciler.ports import ApiError, ListPage, RawObject, WatchEvent
-from gpuclass.reconciler.sources import SPECS, Source, selected
+from gpuclass.reconciler.sources import SPECS, Scope, Source, selected
 from gpuclass.shared import names
 from gpuclass.shared.meta import Key, object_key
 
@@ -67,12 +67,10 @@ class MemoryKube:
         self,
         objects: Iterable[Mapping[str, Any]] = (),
         *,
-        license_namespace: str = names.DEFAULT_LICENSE_NAMESPACE,
-        kubevirt_namespace: str = names.DEFAULT_KUBEVIRT_NAMESPACE,
+        scope: Scope | None = None,
         page_size: int = 500,
     ) -> None:
-        self.license_namespace = license_namespace
-        self.kubevirt_namespace = kubevirt_namespace
+        self.scope = scope or Scope()
         self.page_size = page_size
         self.store: dict[str, dict[Key, RawObject]] = {kind: {} for kind in KINDS}
         self.version = 0
@@ -160,12 +158,7 @@ class MemoryKube:
 
     def matches(self, source: Source, obj: Mapping[str, Any]) -> bool:
         """The server-side scope and selectors of each source (:func:`reconciler.sources.selected`)."""
-        return selected(
-            SPECS[source],
-            obj,
-            license_namespace=self.license_namespace,
-            kubevirt_namespace=self.kubevirt_namespace,
-        )
+        return selected(SPECS[source], obj, self.scope)
 
     async def list_pages(self, source: Source) -> AsyncIterator[ListPage]:
         self._check("list")
@@ -288,13 +281,14 @@ class MemoryKube:
         return self._put(names.KIND, ("", name), updated)
 
     def _admit_secret(
-        self, name: str, new: Mapping[str, Any] | None, old: Mapping[str, Any] | None
+        self, namespace: str, name: str, new: Mapping[str, Any] | None, old: Mapping[str, Any] | None
     ) -> None:
         """The chart's ValidatingAdmissionPolicy (charts/gpuclass/templates/license-copy-policy.yaml).
 
-        Licence-copy names only; the new object labelled ours, of type Opaque, with exactly
-        the token and gridd.conf keys, no stringData and no annotation outside
-        gpuclass.cozystack.io/; the stored object labelled ours before an update or delete.
+        Licence-copy names in tenant namespaces only; the new object labelled ours, of
+        type Opaque, with exactly the token and gridd.conf keys, no stringData, no
+        annotation outside gpuclass.cozystack.io/, no ownerReferences, no finalizers and
+        not immutable; the stored object labelled ours before an update or delete.
         """
 
         def labelled(obj: Mapping[str, Any] | None) -> bool:
@@ -306,7 +300,8 @@ class MemoryKube:
 
         def well_formed(obj: Mapping[str, Any]) -> bool:
             data = obj.get("data")
-            annotations = _meta(obj).get("annotations") or {}
+            meta = _meta(obj)
+            annotations = meta.get("annotations") or {}
             return (
                 labelled(obj)
                 and obj.get("type") == "Opaque"
@@ -314,10 +309,14 @@ class MemoryKube:
                 and set(data) == {names.TOKEN_KEY, names.GRIDD_KEY}
                 and "stringData" not in obj
                 and all(str(k).startswith(COPY_ANNOTATION_PREFIX) for k in annotations)
+                and not meta.get("ownerReferences")
+                and not meta.get("finalizers")
+                and not obj.get("immutable")
             )
 
         if (
             not name.startswith(names.LICENSE_COPY_PREFIX)
+            or not namespace.startswith(names.TENANT_PREFIX)
             or (new is not None and not well_formed(new))
             or (old is not None and not labelled(old))
         ):
@@ -325,14 +324,17 @@ class MemoryKube:
                 403, "Forbidden", f"ValidatingAdmissionPolicy denied request for Secret {name}"
             )
 
+    def _namespace_exists(self, namespace: str) -> None:
+        if self.store["Namespace"] and ("", namespace) not in self.store["Namespace"]:
+            raise ApiError(404, "NotFound", f"namespaces {namespace!r} not found")
+
     async def create_secret(self, namespace: str, body: RawObject) -> RawObject | None:
         self._check("create_secret")
         name = str(_meta(body).get("name"))
-        if self.store["Namespace"] and ("", namespace) not in self.store["Namespace"]:
-            raise ApiError(404, "NotFound", f"namespaces {namespace!r} not found")
+        self._namespace_exists(namespace)
         if (namespace, name) in self.store["Secret"]:
             raise ApiError(409, "AlreadyExists", f"secrets {name!r} already exists")
-        self._admit_secret(name, body, None)
+        self._admit_secret(namespace, name, body, None)
         self.writes.append(
             ("create-secret", {"namespace": namespace, "name": name, "body": copy.deepcopy(body)})
         )
@@ -340,23 +342,49 @@ class MemoryKube:
         new["metadata"]["namespace"] = namespace
         return self._put("Secret", (namespace, name), new)
 
-    async def replace_secret(self, namespace: str, name: str, body: RawObject) -> RawObject | None:
-        self._check("replace_secret")
-        current = self._get("Secret", (namespace, name))
-        self._precondition(current, _meta(body).get("resourceVersion"))
-        self._admit_secret(name, body, current)
+    async def apply_secret(self, namespace: str, body: RawObject) -> RawObject | None:
+        """Server-side apply of the whole object by one manager: the object becomes `body`'s
+        fields over what others set (the fake keeps only what we send: we own every field)."""
+        self._check("apply_secret")
+        name = str(_meta(body).get("name"))
+        self._namespace_exists(namespace)
+        current = self.store["Secret"].get((namespace, name))
+        new = {**copy.deepcopy(body), "kind": "Secret"}
+        new["metadata"]["namespace"] = namespace
+        if current is not None:
+            kept = {k: v for k, v in _meta(current).items() if k in ("uid", "creationTimestamp")}
+            new["metadata"] = {**kept, **new["metadata"]}
+        self._admit_secret(namespace, name, new, current)
         self.writes.append(
-            ("replace-secret", {"namespace": namespace, "name": name, "body": copy.deepcopy(body)})
+            ("apply-secret", {"namespace": namespace, "name": name, "body": copy.deepcopy(body)})
         )
-        return self._put("Secret", (namespace, name), {**copy.deepcopy(body), "kind": "Secret"})
+        return self._put("Secret", (namespace, name), new)
 
-    async def delete_secret(self, namespace: str, name: str, resource_version: str) -> None:
+    async def delete_secret(self, namespace: str, name: str) -> None:
         self._check("delete_secret")
         current = self._get("Secret", (namespace, name))
-        self._precondition(current, resource_version)
-        self._admit_secret(name, None, current)
+        self._admit_secret(namespace, name, None, current)
         self.writes.append(("delete-secret", {"namespace": namespace, "name": name}))
         self._put("Secret", (namespace, name), None)
+
+    async def create_config_map(self, namespace: str, body: RawObject) -> RawObject | None:
+        self._check("create_config_map")
+        name = str(_meta(body).get("name"))
+        if (namespace, name) in self.store["ConfigMap"]:
+            raise ApiError(409, "AlreadyExists", f"configmaps {name!r} already exists")
+        new = {**copy.deepcopy(body), "kind": "ConfigMap"}
+        new["metadata"]["namespace"] = namespace
+        return self._put("ConfigMap", (namespace, name), new)
+
+    async def replace_config_map(
+        self, namespace: str, name: str, body: RawObject
+    ) -> RawObject | None:
+        self._check("replace_config_map")
+        current = self._get("ConfigMap", (namespace, name))
+        self._precondition(current, _meta(body).get("resourceVersion"))
+        new = {**copy.deepcopy(body), "kind": "ConfigMap"}
+        new["metadata"]["namespace"] = namespace
+        return self._put("ConfigMap", (namespace, name), new)
 
     async def create_event(self, namespace: str, body: RawObject) -> None:
         self._check("create_event")

@@ -48,10 +48,7 @@ def load_objects(settings: ReconcilerSettings) -> list[dict[str, Any]]:
 
 def memory_cluster(settings: ReconcilerSettings) -> MemoryKube:
     return MemoryKube(
-        load_objects(settings),
-        license_namespace=settings.license_namespace,
-        kubevirt_namespace=settings.kubevirt_namespace,
-        page_size=settings.list_page_size,
+        load_objects(settings), scope=settings.scope(), page_size=settings.list_page_size
     )
 
 

@@ -89,15 +89,29 @@ class RecordingKube:
         self._record("licence-copy", action="create", **redact_secret(body))
         return result
 
-    async def replace_secret(self, namespace: str, name: str, body: RawObject) -> RawObject | None:
-        result = await self.inner.replace_secret(namespace, name, body) if self.forward else None
-        self._record("licence-copy", action="update", **redact_secret(body))
+    async def apply_secret(self, namespace: str, body: RawObject) -> RawObject | None:
+        result = await self.inner.apply_secret(namespace, body) if self.forward else None
+        self._record("licence-copy", action="apply", **redact_secret(body))
         return result
 
-    async def delete_secret(self, namespace: str, name: str, resource_version: str) -> None:
+    async def delete_secret(self, namespace: str, name: str) -> None:
         if self.forward:
-            await self.inner.delete_secret(namespace, name, resource_version)
+            await self.inner.delete_secret(namespace, name)
         self._record("licence-copy", action="delete", namespace=namespace, name=name)
+
+    async def create_config_map(self, namespace: str, body: RawObject) -> RawObject | None:
+        result = await self.inner.create_config_map(namespace, body) if self.forward else None
+        self._record("copy-record", namespace=namespace)
+        return result
+
+    async def replace_config_map(
+        self, namespace: str, name: str, body: RawObject
+    ) -> RawObject | None:
+        result = (
+            await self.inner.replace_config_map(namespace, name, body) if self.forward else None
+        )
+        self._record("copy-record", namespace=namespace)
+        return result
 
     async def create_event(self, namespace: str, body: RawObject) -> None:
         involved = body.get("involvedObject") or {}

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Self
+from typing import Annotated, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import NoDecode
 
+from gpuclass.reconciler.sources import Scope
 from gpuclass.shared.runtime.settings import CommonSettings
 
 
@@ -69,6 +71,19 @@ class ReconcilerSettings(CommonSettings):
     resync_seconds: float = Field(
         600.0, gt=0, description="every class is looked at again this often, changed or not"
     )
+    license_secret_names: Annotated[list[str] | None, NoDecode] = Field(
+        None,
+        description="the licence source Secrets to read, by name (comma-separated); unset: every "
+        "Secret of the licence namespace. The chart sets it, and grants reads of these names only",
+        json_schema_extra={"metavar": "NAME,..."},
+    )
+
+    @field_validator("license_secret_names", mode="before")
+    @classmethod
+    def _split_names(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
     @model_validator(mode="after")
     def _lease_timings(self) -> Self:
@@ -94,7 +109,18 @@ class ReconcilerSettings(CommonSettings):
         return self
 
     def lease_namespace(self) -> str:
+        """The reconciler's own namespace: its Lease and its licence-copy record live there."""
         return self.leader_election_namespace or self.license_namespace
+
+    def scope(self) -> Scope:
+        """What the scoped sources read (:class:`reconciler.sources.Scope`)."""
+        names = self.license_secret_names
+        return Scope(
+            license_namespace=self.license_namespace,
+            kubevirt_namespace=self.kubevirt_namespace,
+            record_namespace=self.lease_namespace(),
+            license_secret_names=None if names is None else frozenset(names),
+        )
 
     def identity(self) -> str:
         return self.pod_name or f"{socket.gethostname()}_{os.getpid()}"

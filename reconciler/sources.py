@@ -6,9 +6,11 @@ the cache (:mod:`reconciler.cache`) dispatches an event to the store named by
 selectors; the in-memory API (:mod:`reconciler.memory`) serves objects of `kind`
 and filters them with :func:`selected`, the same selectors evaluated locally.
 
-Server-side selectors keep what enters the process small: Pods only when bound and
-not finished, Secrets only in the licence namespace or carrying our managed-by label.
-Pure: no I/O.
+Server-side selectors keep what enters the process small, and nothing a tenant
+creates can make it large: Pods only when bound and not finished; Secrets only the
+licence sources, by name (:attr:`Scope.license_secret_names`), never a tenant's; the
+licence copies the reconciler wrote are known from its own record, a ConfigMap read
+by name (docs/decisions.md, "Licence copies"). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -26,15 +28,35 @@ Source = Literal[
     "pods",
     "kubevirts",
     "licence-secrets",
-    "managed-secrets",
+    "copy-record",
     "namespaces",
     "vmis",
 ]
 SOURCES: tuple[Source, ...] = get_args(Source)
 
 POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed,spec.nodeName!="
-MANAGED_SELECTOR = f"{names.MANAGED_BY_LABEL}={names.MANAGED_BY_VALUE}"
+RECORD_SELECTOR = f"metadata.name={names.COPY_RECORD_NAME}"
 CLASSES = f"/apis/{names.GROUP}/{names.VERSION}/{names.PLURAL}"
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """The namespaces and names the settings choose for the scoped sources."""
+
+    license_namespace: str = names.DEFAULT_LICENSE_NAMESPACE
+    kubevirt_namespace: str = names.DEFAULT_KUBEVIRT_NAMESPACE
+    record_namespace: str = names.DEFAULT_LICENSE_NAMESPACE
+    """Where the copy record lives: the reconciler's own namespace."""
+    license_secret_names: frozenset[str] | None = None
+    """The licence source Secrets to read, by name; None: every Secret of the licence
+    namespace (offline files, or an install that grants that)."""
+
+    def namespace(self, which: str) -> str | None:
+        return {
+            "licence": self.license_namespace,
+            "kubevirt": self.kubevirt_namespace,
+            "record": self.record_namespace,
+        }.get(which)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +64,7 @@ class SourceSpec:
     """One watched collection.
 
     `namespace` says which namespace the path is scoped to: "" for the whole cluster,
-    "licence" or "kubevirt" for the namespace the settings name.
+    "licence", "kubevirt" or "record" for the namespace the settings name.
     """
 
     name: Source
@@ -55,13 +77,14 @@ class SourceSpec:
     """The `ClusterCache` attribute holding the source's records."""
     cluster_scoped: bool = False
     """Cluster-scoped kinds are stored by name alone; the others by (namespace, name)."""
-    namespace: Literal["", "licence", "kubevirt"] = ""
+    namespace: Literal["", "licence", "kubevirt", "record"] = ""
     field_selector: str = ""
     label_selector: str = ""
+    by_name: bool = False
+    """Read one name at a time (`Scope.license_secret_names`), never the whole collection."""
 
-    def collection(self, *, license_namespace: str, kubevirt_namespace: str) -> str:
-        scoped = {"licence": license_namespace, "kubevirt": kubevirt_namespace}.get(self.namespace)
-        return self.path.format(namespace=quote(scoped or "", safe=""))
+    def collection(self, scope: Scope) -> str:
+        return self.path.format(namespace=quote(scope.namespace(self.namespace) or "", safe=""))
 
     def params(self) -> dict[str, str]:
         selectors = {"fieldSelector": self.field_selector, "labelSelector": self.label_selector}
@@ -89,14 +112,16 @@ SPECS: Mapping[Source, SourceSpec] = {
             "license_secret",
             "license_secrets",
             namespace="licence",
+            by_name=True,
         ),
         SourceSpec(
-            "managed-secrets",
-            "Secret",
-            "/api/v1/secrets",
-            "managed_secret",
-            "managed_secrets",
-            label_selector=MANAGED_SELECTOR,
+            "copy-record",
+            "ConfigMap",
+            "/api/v1/namespaces/{namespace}/configmaps",
+            "copy_record",
+            "copy_records",
+            namespace="record",
+            field_selector=RECORD_SELECTOR,
         ),
         SourceSpec(
             "namespaces",
@@ -118,35 +143,38 @@ SPECS: Mapping[Source, SourceSpec] = {
 assert tuple(SPECS) == SOURCES, "one spec per source, in the Source order"
 
 
-def collections(
-    *, license_namespace: str, kubevirt_namespace: str
-) -> dict[str, tuple[str, dict[str, str]]]:
-    """Path and selectors of each watched collection, as the HTTP client takes them."""
-    return {
-        spec.name: (
-            spec.collection(
-                license_namespace=license_namespace, kubevirt_namespace=kubevirt_namespace
-            ),
-            spec.params(),
-        )
-        for spec in SPECS.values()
-    }
+def collections(scope: Scope) -> dict[str, tuple[str, dict[str, str]]]:
+    """Path and selectors of each watched collection, as the HTTP client takes them.
+
+    A `by_name` source's names are :meth:`Scope.license_secret_names`; the client reads
+    each with a `metadata.name` field selector (:func:`name_selector`).
+    """
+    return {spec.name: (spec.collection(scope), spec.params()) for spec in SPECS.values()}
 
 
-def selected(
-    spec: SourceSpec, obj: Mapping[str, Any], *, license_namespace: str, kubevirt_namespace: str
-) -> bool:
+def name_selector(name: str) -> dict[str, str]:
+    """The field selector that reads one object of a collection: RBAC checks it by resourceNames."""
+    return {"fieldSelector": f"metadata.name={name}"}
+
+
+def selected(spec: SourceSpec, obj: Mapping[str, Any], scope: Scope) -> bool:
     """Whether the server would return `obj` for the source: its namespace scope and selectors.
 
-    The field selector is the Pods' one (bound, not finished) and the label selector
-    an equality; those are the only forms :data:`SPECS` uses.
+    The field selectors are the Pods' one (bound, not finished) and `metadata.name`
+    equalities; the label selector an equality; those are the only forms :data:`SPECS` uses.
     """
     meta = obj.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
-    scoped = {"licence": license_namespace, "kubevirt": kubevirt_namespace}.get(spec.namespace)
+    scoped = scope.namespace(spec.namespace)
     if scoped is not None and meta.get("namespace") != scoped:
         return False
-    if spec.field_selector:
+    if spec.by_name and scope.license_secret_names is not None:
+        if meta.get("name") not in scope.license_secret_names:
+            return False
+    if spec.field_selector.startswith("metadata.name="):
+        if meta.get("name") != spec.field_selector.removeprefix("metadata.name="):
+            return False
+    elif spec.field_selector:
         assert spec.field_selector == POD_FIELD_SELECTOR, spec.field_selector
         pod_spec, status = obj.get("spec") or {}, obj.get("status") or {}
         if not pod_spec.get("nodeName") or status.get("phase") in ("Succeeded", "Failed"):

@@ -47,7 +47,7 @@ log = logging.getLogger("gpuclass.reconciler.worker")
 
 CONFLICT_RETRIES = 3
 FINALIZER_DEPENDS_ON: tuple[Source, ...] = ("vmis",)
-COPY_DELETE_DEPENDS_ON: tuple[Source, ...] = ("vmis", "namespaces")
+COPY_DELETE_DEPENDS_ON: tuple[Source, ...] = ("vmis", "pods", "namespaces")
 
 
 class Worker:
@@ -60,6 +60,7 @@ class Worker:
         *,
         events: EventRecorder,
         vgpu_entitled: bool,
+        record_namespace: str,
         now: Callable[[], str],
         coalesce_seconds: float = 0.2,
         backoff: KeyedBackoff | None = None,
@@ -85,6 +86,7 @@ class Worker:
             state,
             events,
             vgpu_entitled=vgpu_entitled,
+            record_namespace=record_namespace,
             may_write=self._may_write,
             may_delete=self._may_delete,
             delete_depends_on=COPY_DELETE_DEPENDS_ON,
@@ -142,7 +144,7 @@ class Worker:
         for name in sorted(dirty.finalizers):
             await self._finalizer(name)
         if dirty.copies:
-            await self.copies.reconcile()
+            await self.copies.reconcile(verify=dirty.verify_copies)
         usage = self.state.vmi_usage
         if usage.changed:
             usage.changed = False

@@ -3,7 +3,8 @@
 What is checked is what the loop relies on: paginated lists with the server-side
 selectors, watch lines split across chunks, bookmarks, an in-stream 410 raised as
 `ApiError.gone`, error bodies mapped to status and reason, merge patches with
-their content type, delete preconditions, and a missing Lease read as None. The
+their content type, server-side apply of a licence copy, licence sources read one
+name at a time (lists and merged watches), and a missing Lease read as None. The
 real API server drives the same adapter in the control-plane tests.
 """
 
@@ -21,7 +22,7 @@ from kubernetes_asyncio import client
 
 from gpuclass.reconciler.kube import KubeAdapter
 from gpuclass.reconciler.ports import ApiError
-from gpuclass.reconciler.sources import MANAGED_SELECTOR, POD_FIELD_SELECTOR
+from gpuclass.reconciler.sources import POD_FIELD_SELECTOR, Scope
 from gpuclass.shared.runtime.kubeclient import user_agent
 from gpuclass.shared.runtime.ratelimit import TokenBucket
 
@@ -73,9 +74,40 @@ def build_app(seen: Seen) -> web.Application:
             {"metadata": {"resourceVersion": "42", "continue": "t1"}, "items": [pod("a"), pod("b")]}
         )
 
-    async def secrets(request: web.Request) -> web.Response:
-        seen.append({"path": request.path, "query": dict(request.query)})
-        return web.json_response({"metadata": {"resourceVersion": "5"}, "items": []})
+    async def secrets(request: web.Request) -> web.StreamResponse:
+        """The licence namespace's Secrets: only by name (as RBAC with resourceNames allows)."""
+        query = dict(request.query)
+        seen.append({"path": request.path, "query": query})
+        name = query.get("fieldSelector", "").removeprefix("metadata.name=")
+        if not name or name == query.get("fieldSelector"):
+            return status(403, "Forbidden", "secrets is forbidden: cannot list the namespace")
+        versions = {"src-a": "5", "src-b": "8"}
+        if query.get("watch") == "true":
+            response = web.StreamResponse()
+            await response.prepare(request)
+            if name == "src-b":
+                changed = {"metadata": {"name": name, "namespace": "cozy-system"}}
+                changed["metadata"]["resourceVersion"] = "9"
+                await response.write(
+                    json.dumps({"type": "MODIFIED", "object": changed}).encode() + b"\n"
+                )
+            await asyncio.sleep(0.05 if name == "src-b" else 1)
+            return response
+        item = {"metadata": {"name": name, "namespace": "cozy-system"}}
+        item["metadata"]["resourceVersion"] = versions.get(name, "1")
+        items = [item] if name in versions else []
+        return web.json_response({"metadata": {"resourceVersion": versions.get(name, "3")}, "items": items})
+
+    async def apply_secret(request: web.Request) -> web.Response:
+        seen.append(
+            {
+                "path": request.path,
+                "content_type": request.content_type,
+                "query": dict(request.query),
+                "body": await request.json(),
+            }
+        )
+        return web.json_response(await request.json())
 
     async def patch_status(request: web.Request) -> web.Response:
         body = await request.json()
@@ -98,7 +130,7 @@ def build_app(seen: Seen) -> web.Application:
         return status(404, "NotFound", "not found")
 
     async def delete_secret(request: web.Request) -> web.Response:
-        seen.append({"path": request.path, "body": await request.json()})
+        seen.append({"path": request.path, "body": await request.read()})
         return web.json_response({"kind": "Status", "status": "Success"})
 
     async def create_secret(request: web.Request) -> web.Response:
@@ -108,7 +140,8 @@ def build_app(seen: Seen) -> web.Application:
 
     app = web.Application()
     app.router.add_get("/api/v1/pods", pods)
-    app.router.add_get("/api/v1/secrets", secrets)
+    app.router.add_get("/api/v1/namespaces/cozy-system/secrets", secrets)
+    app.router.add_patch("/api/v1/namespaces/t/secrets/s", apply_secret)
     app.router.add_patch("/apis/cozystack.io/v1alpha1/gpuclasses/c/status", patch_status)
     app.router.add_get("/apis/cozystack.io/v1alpha1/gpuclasses/gone", missing)
     app.router.add_get("/apis/coordination.k8s.io/v1/namespaces/ns/leases/l", missing)
@@ -127,9 +160,8 @@ async def adapter() -> AsyncIterator[tuple[KubeAdapter, Seen]]:
     port = runner.addresses[0][1]
     api = client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}"))
     api.user_agent = user_agent("gpuclass-reconciler")
-    kube = KubeAdapter(
-        api, license_namespace="cozy-system", kubevirt_namespace="cozy-kubevirt", page_size=2
-    )
+    scope = Scope(license_secret_names=frozenset({"src-a", "src-b", "absent"}))
+    kube = KubeAdapter(api, scope=scope, page_size=2)
     try:
         yield kube, seen
     finally:
@@ -152,10 +184,53 @@ def test_list_pages_with_selectors() -> None:
         assert [p.last for p in pages] == [False, True] and pages[-1].resource_version == "42"
         assert seen[0]["query"] == {"fieldSelector": POD_FIELD_SELECTOR, "limit": "2"}
         assert seen[1]["query"]["continue"] == "t1"
-        [page async for page in kube.list_pages("managed-secrets")]
-        assert seen[2]["query"]["labelSelector"] == MANAGED_SELECTOR
 
     run(test)
+
+
+def test_licence_sources_are_read_one_name_at_a_time() -> None:
+    """No request for the licence namespace's Secrets goes without a metadata.name selector."""
+
+    async def test(kube: KubeAdapter, seen: Seen) -> None:
+        pages = [page async for page in kube.list_pages("licence-secrets")]
+        assert [i["metadata"]["name"] for p in pages for i in p.items] == ["src-a", "src-b"]
+        assert sorted(s["query"]["fieldSelector"] for s in seen) == [
+            "metadata.name=absent",
+            "metadata.name=src-a",
+            "metadata.name=src-b",
+        ]
+        seen.clear()
+        events = [e async for e in kube.watch("licence-secrets", "8")]
+        assert [(e.type, e.object["metadata"]["name"]) for e in events] == [("MODIFIED", "src-b")]
+        watches = {s["query"]["fieldSelector"]: s["query"]["resourceVersion"] for s in seen}
+        # each name resumes from its own list's version, whatever version the caller passes
+        assert watches == {
+            "metadata.name=absent": "3",
+            "metadata.name=src-a": "5",
+            "metadata.name=src-b": "8",
+        }
+        seen.clear()
+        [e async for e in kube.watch("licence-secrets", "")]
+        assert {s["query"]["fieldSelector"]: s["query"]["resourceVersion"] for s in seen}[
+            "metadata.name=src-b"
+        ] == "9"
+
+    run(test)
+
+
+def test_named_sources_with_no_name_read_nothing_and_never_end() -> None:
+    async def scenario() -> None:
+        api = client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))
+        kube = KubeAdapter(api, scope=Scope(license_secret_names=frozenset()))
+        try:
+            pages = [page async for page in kube.list_pages("licence-secrets")]
+            assert [p.items for p in pages] == [[]]
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(anext(kube.watch("licence-secrets", "")), 0.2)
+        finally:
+            await kube.close()
+
+    asyncio.run(scenario())
 
 
 def test_watch_splits_lines_passes_bookmarks_and_raises_410() -> None:
@@ -213,10 +288,15 @@ def test_errors_and_missing_objects() -> None:
     run(test)
 
 
-def test_delete_carries_the_resource_version_precondition() -> None:
+def test_copy_writes_apply_and_delete() -> None:
     async def test(kube: KubeAdapter, seen: Seen) -> None:
-        await kube.delete_secret("t", "s", "13")
-        assert seen[0]["body"]["preconditions"] == {"resourceVersion": "13"}
+        body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "t"}}
+        assert await kube.apply_secret("t", body) == body
+        assert seen[0]["content_type"] == "application/apply-patch+yaml"
+        assert seen[0]["query"] == {"fieldManager": "gpuclass-reconciler", "force": "true"}
+        assert seen[0]["body"] == body
+        await kube.delete_secret("t", "s")
+        assert seen[1]["path"] == "/api/v1/namespaces/t/secrets/s"
 
     run(test)
 
@@ -224,7 +304,7 @@ def test_delete_carries_the_resource_version_precondition() -> None:
 def test_unreachable_server_is_status_0() -> None:
     async def scenario() -> None:
         api = client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))
-        kube = KubeAdapter(api, license_namespace="a", kubevirt_namespace="b", request_timeout=5)
+        kube = KubeAdapter(api, scope=Scope("a", "b"), request_timeout=5)
         try:
             with pytest.raises(ApiError) as raised:
                 await kube.get_class("x")

@@ -173,8 +173,18 @@ class RawClient:
 
     # -- list and watch ------------------------------------------------------------------------------
 
-    async def list_pages(self, source: str) -> AsyncIterator[ListPage]:
+    def list_pages(self, source: str) -> AsyncIterator[ListPage]:
         path, selectors = self.paths[source]
+        return self.list_collection(path, selectors)
+
+    def watch(self, source: str, resource_version: str) -> AsyncIterator[WatchEvent]:
+        path, selectors = self.paths[source]
+        return self.watch_collection(path, selectors, resource_version)
+
+    async def list_collection(
+        self, path: str, selectors: Mapping[str, str]
+    ) -> AsyncIterator[ListPage]:
+        """Pages of one collection with its selectors, consistent at one version."""
         token = ""
         while True:
             query = {**selectors, "limit": str(self.page_size)}
@@ -188,8 +198,10 @@ class RawClient:
             if not token:
                 return
 
-    async def watch(self, source: str, resource_version: str) -> AsyncIterator[WatchEvent]:
-        path, selectors = self.paths[source]
+    async def watch_collection(
+        self, path: str, selectors: Mapping[str, str], resource_version: str
+    ) -> AsyncIterator[WatchEvent]:
+        """Changes of one collection after `resource_version`, until the server ends the stream."""
         query = {
             **selectors,
             "watch": "true",
