@@ -114,7 +114,8 @@ def _dict(value: object) -> Mapping[str, Any]:
 
 
 def launcher_licence(pod: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(VMI name, copy name) when `pod` is a virt-launcher Pod of a VMI that mounts a licence copy.
+    """(VMI name, copy name) when `pod` is a bound, unfinished virt-launcher Pod of a VMI that
+    mounts a licence copy.
 
     KubeVirt's controller renders each VMI Secret volume as a Pod volume of the same
     Secret and makes the VMI the Pod's controlling owner (docs/decisions.md, "Licence
@@ -122,7 +123,10 @@ def launcher_licence(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     `gpuclass-license-*` Secret (the chart's policy), so such a Pod, once bound, says
     the VMI is really starting. Anything else answers None.
     """
-    meta = _dict(pod.get("metadata"))
+    meta, spec = _dict(pod.get("metadata")), _dict(pod.get("spec"))
+    node, phase = spec.get("nodeName"), _dict(pod.get("status")).get("phase")
+    if not isinstance(node, str) or not node or phase in ("Succeeded", "Failed"):
+        return None
     owner = next(
         (
             ref
@@ -137,7 +141,7 @@ def launcher_licence(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     )
     if owner is None:
         return None
-    for volume in _dict(pod.get("spec")).get("volumes") or ():
+    for volume in spec.get("volumes") or ():
         secret_name = _dict(_dict(volume).get("secret")).get("secretName")
         if isinstance(secret_name, str) and is_copy_name(secret_name):
             return (owner["name"], secret_name)

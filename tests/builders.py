@@ -350,6 +350,40 @@ def review_file(tmp_path: Path, request: dict[str, Any]) -> Path:
     return path
 
 
+def launcher(
+    vmi_name: str,
+    ns: str,
+    node_name: str | None = "n1",
+    *,
+    license_class: str | None = None,
+    requests: dict[str, int] | None = None,
+    phase: str = "Pending",
+) -> RawObject:
+    """A virt-launcher Pod as KubeVirt's controller renders it for a VMI (KubeVirt v1.8.4,
+    pkg/virt-controller/services/template.go and rendervolumes.go: the VMI as controlling
+    owner, each VMI Secret volume as a Pod volume of the same name and Secret)."""
+    obj = pod(f"virt-launcher-{vmi_name}-x1", node_name, requests or {}, namespace=ns, phase=phase)
+    obj["metadata"]["labels"] = {names.LAUNCHER_LABEL: names.LAUNCHER_LABEL_VALUE}
+    obj["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "kubevirt.io/v1",
+            "kind": "VirtualMachineInstance",
+            "name": vmi_name,
+            "uid": f"uid-{vmi_name}",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    if license_class:
+        obj["spec"]["volumes"] = [
+            {
+                "name": names.LICENSE_VOLUME,
+                "secret": {"secretName": names.license_copy_name(license_class)},
+            }
+        ]
+    return obj
+
+
 def vmi_request(class_name: str = "stored", count: int = 1) -> dict[str, Any]:
     """A VMI CREATE in tenant-root selecting `count` units of one class."""
     selection = json.dumps([{"className": class_name, "count": count}])

@@ -7,8 +7,15 @@
   a kubelet or KubeVirt would make (node status, pod phase, force delete);
 - :class:`PermittedDevices` adds resource names to the KubeVirt CR and takes them out
   again, leaving other entries (other test modules') alone;
-- :func:`apply_chart_rbac` applies the chart's reconciler RBAC and Secret policy and
-  returns what to delete afterwards (only what did not exist before).
+- :func:`apply_chart_rbac` applies the chart's reconciler RBAC and Secret policy, rendered
+  with the licence sources the tests use (:data:`LICENSE_SOURCES`), and returns what to
+  delete afterwards (only what did not exist before);
+- :class:`Launchers` makes virt-launcher Pods as KubeVirt's controller does (as its user,
+  the VMI their controlling owner, its Secret volumes theirs), binds them as the scheduler
+  would and ends them as a kubelet would: the reconciler copies a licence only for a
+  launcher bound to a node that mounts it (docs/contract.md 6.5);
+- the copy record (:data:`COPY_RECORD`): read it, and write entries as a previous replica
+  would have left them.
 
 Every API call goes through an :class:`~tests.controlplane.api.Api` given by the caller,
 so a test can pass `control_plane.admin` again after `restart_apiserver()`.
@@ -27,7 +34,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -36,6 +43,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.controlplane.api import Api, ApiError, RawObject
+from tests.controlplane.cluster import User, eventually
 
 ROOT = Path(__file__).resolve().parent.parent
 RECONCILER = Path(sys.executable).with_name("gpuclass-reconciler")
@@ -48,9 +56,23 @@ MANAGED = {"app.kubernetes.io/managed-by": "gpuclass"}
 TOKEN_KEY = "client_configuration_token.tok"
 LICENSE_NAMESPACE = "cozy-system"
 KUBEVIRT_NAMESPACE = "cozy-kubevirt"
+RELEASE_NAMESPACE = "cozy-system"
+"""Where the chart is rendered: the reconciler's account, its Lease and its copy record live here."""
 LEASE_NAME = "gpuclass-reconciler"  # the chart's Role may get/update only this Lease
-SERVICE_ACCOUNT = f"system:serviceaccount:{LICENSE_NAMESPACE}:gpuclass-reconciler"
-SERVICE_ACCOUNT_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{LICENSE_NAMESPACE}")
+COPY_RECORD = "gpuclass-license-copies"  # ... and only this ConfigMap
+COPY_RECORD_KEY = "copies.json"
+SERVICE_ACCOUNT = f"system:serviceaccount:{RELEASE_NAMESPACE}:gpuclass-reconciler"
+SERVICE_ACCOUNT_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{RELEASE_NAMESPACE}")
+KUBEVIRT_CONTROLLER = f"system:serviceaccount:{KUBEVIRT_NAMESPACE}:kubevirt-controller"
+KUBEVIRT_CONTROLLER_GROUPS = (
+    "system:serviceaccounts",
+    f"system:serviceaccounts:{KUBEVIRT_NAMESPACE}",
+)
+LICENSE_SOURCES: tuple[str, ...] = tuple(f"e2e-licence-source-{i:02d}" for i in range(48))
+"""The licence source Secrets the tests may use. The chart is rendered with these as
+`settings.licenseSecretNames` (a Role with these resourceNames) and the reconciler runs with
+`--license-secret-names` naming them: any other Secret is beyond its reach. Test modules
+take disjoint slices (:func:`license_sources`) and delete theirs when done."""
 RBAC_KINDS = (
     "ServiceAccount",
     "ClusterRole",
@@ -214,6 +236,25 @@ class ReconcilerProcess:
         self._reader.join(5)
         self._http.close()
         return code
+
+
+def reconciler_args(*extra: str) -> list[str]:
+    """The arguments the chart gives the reconciler (templates/reconciler-deployment.yaml), with
+    the tests' licence sources: entitled, the sources by name, its own namespace."""
+    return [
+        "--vgpu-entitled",
+        f"--license-namespace={LICENSE_NAMESPACE}",
+        f"--license-secret-names={','.join(LICENSE_SOURCES)}",
+        f"--leader-election-namespace={RELEASE_NAMESPACE}",
+        *extra,
+    ]
+
+
+def license_sources(first: int, count: int) -> Iterator[str]:
+    """A module's slice of :data:`LICENSE_SOURCES`, one name per licensed class it makes."""
+    names = LICENSE_SOURCES[first : first + count]
+    assert len(names) == count, "LICENSE_SOURCES has too few names for this slice"
+    return iter(names)
 
 
 # -- objects ---------------------------------------------------------------------------------------
@@ -537,16 +578,51 @@ class PermittedDevices:
 # -- the chart's RBAC ------------------------------------------------------------------------------
 
 
-def apply_chart_rbac(api: Api) -> list[RawObject]:
-    """Apply the chart's reconciler rights (ServiceAccount, roles, bindings, the licence-copy
-    ValidatingAdmissionPolicy) as rendered with default values; returns the objects that did
-    not exist before, for the caller to delete when done."""
+def chart_rbac(license_secret_names: Sequence[str] = LICENSE_SOURCES) -> list[RawObject]:
+    """The chart's reconciler rights and policies, rendered with `settings.licenseSecretNames`."""
     from tests.chart_helpers import render_objects  # helm: imported only when needed
 
-    objects = [o for o in render_objects() if o["kind"] in RBAC_KINDS]
+    values = {"settings": {"licenseSecretNames": list(license_secret_names)}}
+    return [o for o in render_objects(values) if o["kind"] in RBAC_KINDS]
+
+
+def apply_chart_rbac(
+    api: Api, *, license_secret_names: Sequence[str] = LICENSE_SOURCES
+) -> list[RawObject]:
+    """Apply the chart's reconciler rights (ServiceAccount, roles, bindings, the Role on the
+    licence sources by name, the ValidatingAdmissionPolicies) as rendered with the tests'
+    licence sources; returns the objects that did not exist before, for the caller to delete
+    when done."""
+    objects = chart_rbac(license_secret_names)
     new = [o for o in objects if _absent(api, o)]
     api.apply(objects)
     return new
+
+
+def wait_for_chart_rbac(user_api: Api) -> None:
+    """The chart's rights reach the authorizer's cache a moment after they are applied: wait
+    until the reconciler's account may read the classes and a licence source by name."""
+    source = f"/api/v1/namespaces/{LICENSE_NAMESPACE}/secrets/{LICENSE_SOURCES[0]}"
+    eventually(
+        lambda: (
+            user_api.request("GET", GPUCLASSES).status_code == 200
+            and user_api.request("GET", source).status_code in (200, 404)
+        ),
+        timeout=30,
+        what="the chart's RBAC in effect",
+    )
+
+
+def access(api: Api, verb: str, resource: str, *, namespace: str = "", name: str = "") -> bool:
+    """What the authorizer answers `api`'s user for one request (SelfSubjectAccessReview)."""
+    attributes = {"verb": verb, "resource": resource, "namespace": namespace, "name": name}
+    body = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {k: v for k, v in attributes.items() if v}},
+    }
+    path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+    return bool(api.call("POST", path, body=body)["status"].get("allowed"))
 
 
 def _absent(api: Api, obj: RawObject) -> bool:
@@ -573,3 +649,185 @@ def delete_created(api: Api, created: Iterable[RawObject]) -> None:
             )
         with contextlib.suppress(ApiError, LookupError):
             force_delete(api, api.object_path(obj))
+
+
+# -- virt-launcher Pods, as KubeVirt's controller makes them ---------------------------------------
+
+LAUNCHER_ROLE: RawObject = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRole",
+    "metadata": {"name": "e2e-kubevirt-controller-launchers"},
+    "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "delete"]}],
+}
+LAUNCHER_BINDING: RawObject = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRoleBinding",
+    "metadata": {"name": "e2e-kubevirt-controller-launchers"},
+    "roleRef": {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "e2e-kubevirt-controller-launchers",
+    },
+    "subjects": [
+        {"kind": "ServiceAccount", "name": "kubevirt-controller", "namespace": KUBEVIRT_NAMESPACE}
+    ],
+}
+
+
+def launcher_pod(machine: Mapping[str, Any]) -> RawObject:
+    """The virt-launcher Pod KubeVirt v1.8.4's controller renders for a stored VMI
+    (pkg/virt-controller/services/template.go, rendervolumes.go): the VMI as controlling
+    owner, its annotations, each of its Secret volumes as a Pod volume of the same name and
+    Secret, and a request of each GPU device it names. Unbound: the scheduler binds it."""
+    meta, spec = machine["metadata"], machine["spec"]
+    volumes = [
+        {"name": v["name"], "secret": {"secretName": v["secret"]["secretName"]}}
+        for v in spec.get("volumes") or []
+        if "secret" in v
+    ]
+    wanted: dict[str, int] = {}
+    for gpu in spec.get("domain", {}).get("devices", {}).get("gpus") or []:
+        wanted[gpu["deviceName"]] = wanted.get(gpu["deviceName"], 0) + 1
+    compute: RawObject = {"name": "compute", "image": "example.org/virt-launcher:1"}
+    if wanted:
+        amounts = {k: str(v) for k, v in wanted.items()}
+        compute["resources"] = {"requests": amounts, "limits": dict(amounts)}
+    pod_spec: RawObject = {"containers": [compute]}
+    if volumes:
+        pod_spec["volumes"] = volumes
+    launcher_meta: RawObject = {
+        "name": f"virt-launcher-{meta['name'][:40]}-{os.urandom(3).hex()}",
+        "namespace": meta["namespace"],
+        "labels": {"kubevirt.io": "virt-launcher"},
+        "ownerReferences": [
+            {
+                "apiVersion": "kubevirt.io/v1",
+                "kind": "VirtualMachineInstance",
+                "name": meta["name"],
+                "uid": meta["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
+    if meta.get("annotations"):
+        launcher_meta["annotations"] = dict(meta["annotations"])
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": launcher_meta, "spec": pod_spec}
+
+
+class Launchers:
+    """virt-launcher Pods made as KubeVirt's controller makes them: created by its account
+    (the only one the chart lets create a Pod that mounts a `gpuclass-license-*` Secret),
+    bound to a node through the binding subresource as the scheduler does, and ended through
+    the status subresource as a kubelet does. :meth:`grant` gives that account the right to
+    create Pods (in a cluster KubeVirt's own install does)."""
+
+    def __init__(self, controller: User) -> None:
+        self.controller = controller
+        self._api: Api | None = None
+
+    @property
+    def api(self) -> Api:
+        if self._api is None:
+            self._api = self.controller.api()
+        return self._api
+
+    def grant(self, admin: Api) -> list[RawObject]:
+        """Bind the controller's account its Pod rights; returns what did not exist before."""
+        objects = [LAUNCHER_ROLE, LAUNCHER_BINDING]
+        new = [o for o in objects if _absent(admin, o)]
+        admin.apply(objects)
+        eventually(
+            lambda: access(self.api, "create", "pods", namespace="default"),
+            timeout=30,
+            what="KubeVirt's controller may create Pods",
+        )
+        return new
+
+    def start(self, admin: Api, machine: Mapping[str, Any], node: str | None = None) -> RawObject:
+        """The VMI's launcher Pod, created as KubeVirt's controller; bound to `node` if given."""
+        stored = self.api.create(launcher_pod(machine))
+        if node is not None:
+            stored = self.bind(admin, stored, node)
+        return stored
+
+    def bind(self, admin: Api, launcher: Mapping[str, Any], node: str) -> RawObject:
+        """What the scheduler does: POST pods/<name>/binding."""
+        meta = launcher["metadata"]
+        admin.call(
+            "POST",
+            pod_path(meta["namespace"], meta["name"]) + "/binding",
+            body={
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+            },
+        )
+        bound = admin.get("v1", "Pod", meta["name"], namespace=meta["namespace"])
+        assert bound is not None and bound["spec"].get("nodeName") == node
+        return bound
+
+    def end(self, admin: Api, launcher: Mapping[str, Any], phase: str = "Succeeded") -> RawObject:
+        """What the kubelet reports when the guest has stopped."""
+        meta = launcher["metadata"]
+        return set_pod_phase(admin, meta["namespace"], meta["name"], phase)
+
+    def close(self) -> None:
+        if self._api is not None:
+            self._api.close()
+            self._api = None
+
+
+# -- the copy record ------------------------------------------------------------------------------
+
+
+def copy_record(api: Api) -> dict[str, str]:
+    """The reconciler's record of its copies: `<namespace>/<name>` -> digest ({} when none)."""
+    stored = api.get("v1", "ConfigMap", COPY_RECORD, namespace=RELEASE_NAMESPACE)
+    text = ((stored or {}).get("data") or {}).get(COPY_RECORD_KEY)
+    found = json.loads(text) if text else {}
+    return dict(found) if isinstance(found, dict) else {}
+
+
+def copy_digest(data: Mapping[str, str]) -> str:
+    """The digest the record keeps for a copy of `data` (plain values, as the copy decodes)."""
+    from gpuclass.shared.licenses import copy_digest as digest
+    from gpuclass.shared.snapshot import Redacted
+
+    return digest({key: Redacted(b64(value)) for key, value in data.items()})
+
+
+def edit_copy_record(api: Api, change: Callable[[dict[str, str]], dict[str, str]]) -> None:
+    """Read, change and write the record back (created when missing; retried on a conflict),
+    as an administrator: what a previous replica left, or the clean-up of a test's entries."""
+    path = f"/api/v1/namespaces/{RELEASE_NAMESPACE}/configmaps"
+    for _ in range(10):
+        stored = api.get("v1", "ConfigMap", COPY_RECORD, namespace=RELEASE_NAMESPACE)
+        text = ((stored or {}).get("data") or {}).get(COPY_RECORD_KEY)
+        entries = change(dict(json.loads(text)) if text else {})
+        body: RawObject = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": COPY_RECORD, "namespace": RELEASE_NAMESPACE, "labels": MANAGED},
+            "data": {COPY_RECORD_KEY: json.dumps(dict(sorted(entries.items())))},
+        }
+        if stored is None:
+            response = api.request("POST", path, body=body)
+        else:
+            body["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
+            response = api.request("PUT", f"{path}/{COPY_RECORD}", body=body)
+        if response.status_code == 409:
+            continue
+        if response.status_code >= 400:
+            raise ApiError("PUT", path, response)
+        return
+    raise RuntimeError("the copy record kept changing under us")
+
+
+def forget_copies(api: Api, namespace_part: str) -> None:
+    """Take the entries of namespaces whose name contains `namespace_part` out of the record
+    (a module's clean-up: its copies are deleted, the next module's reconciler need not)."""
+    edit_copy_record(
+        api, lambda entries: {k: v for k, v in entries.items() if namespace_part not in k}
+    )

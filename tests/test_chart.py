@@ -1014,7 +1014,8 @@ def test_reconciler_cluster_role_is_exactly_what_it_needs() -> None:
         | _grants("cozystack.io", ["gpuclasses/status"], ["update", "patch"])
         | _grants("", ["nodes", "pods", "namespaces"], READ)
         | _grants("kubevirt.io", ["virtualmachineinstances"], READ)
-        | _grants("", ["secrets"], [*READ, "create", "update", "patch", "delete"])
+        # licence copies: create, server-side apply, delete; no Secret is readable cluster-wide
+        | _grants("", ["secrets"], ["create", "patch", "delete"])
         | _grants("", ["events"], ["create", "patch"])
         | _grants("events.k8s.io", ["events"], ["create", "patch"])
     )
@@ -1037,12 +1038,43 @@ def test_reconciler_namespaced_rights_are_its_lease_and_the_kubevirt_cr() -> Non
             "resourceNames": [lease_name],
             "verbs": ["get", "update"],
         },
+        # the record of licence copies, one ConfigMap read and updated by name
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["gpuclass-license-copies"],
+            "verbs": ["get", "list", "watch", "update"],
+        },
     ]
     kubevirt = one(objects, "Role", "gpuclass-reconciler-kubevirt")
     assert kubevirt["metadata"]["namespace"] == "cozy-kubevirt"
     assert _rules(objects, "Role", "gpuclass-reconciler-kubevirt") == _grants(
         "kubevirt.io", ["kubevirts"], READ
     )
+
+
+def test_reconciler_reads_only_the_licence_sources_the_values_name() -> None:
+    """No licence source listed: no Secret is readable at all; listed: exactly those names."""
+    objects = render_objects()
+    assert not [o for o in objects if o["metadata"]["name"].endswith("-licence-sources")]
+    [container] = pod_spec(deployment(objects, "reconciler"))["containers"]
+    assert "--license-secret-names=" in container["args"]
+    objects = render_objects({"settings": {"licenseSecretNames": ["vgpu-a", "vgpu-b"]}})
+    role = one(objects, "Role", "gpuclass-reconciler-licence-sources")
+    assert role["metadata"]["namespace"] == "cozy-system"
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["vgpu-a", "vgpu-b"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
+    binding = one(objects, "RoleBinding", "gpuclass-reconciler-licence-sources")
+    assert binding["subjects"][0]["name"] == "gpuclass-reconciler"
+    [container] = pod_spec(deployment(objects, "reconciler"))["containers"]
+    assert "--license-secret-names=vgpu-a,vgpu-b" in container["args"]
 
 
 def test_webhook_only_reads_when_it_keeps_no_certificates() -> None:

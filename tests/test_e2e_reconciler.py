@@ -1,16 +1,22 @@
 """The reconciler end to end: `gpuclass-reconciler` against a real kube-apiserver.
 
 The reconciler runs as a subprocess, as in production, with the *chart's* rights:
-the chart's ServiceAccount RBAC and licence-copy ValidatingAdmissionPolicy are
-applied and the process uses a client certificate of that service account
-(docs/contract.md section 6, "least privilege"). Lease timings are short (3 s lease) and
+the chart's ServiceAccount RBAC (rendered with the licence sources the tests use as
+`settings.licenseSecretNames`) and ValidatingAdmissionPolicies are applied, and the
+process uses a client certificate of that service account with the chart's arguments
+(`--license-secret-names`, its own namespace for the Lease and the copy record;
+docs/contract.md section 6, "least privilege"). Lease timings are short (3 s lease) and
 the coalescing window small, so each test sees its write within a second or so.
 
 No kubelet, scheduler or KubeVirt runs: the tests write what they would (Nodes with
 a Ready condition and allocatable through the status subresource, Pods bound by
-`spec.nodeName` with a phase, VMIs as admission stores them) and assert on the
+`spec.nodeName` with a phase, VMIs as admission stores them, virt-launcher Pods created
+as KubeVirt's controller and bound through the binding subresource) and assert on the
 objects the reconciler writes back: class statuses, licence copies, the in-use
 finalizer, the Lease, Events.
+
+Section 8 attacks what the reconciler may read: a tenant's flood of Secrets labelled as
+ours, Secrets of the platform's namespace, and a licensed VMI that never starts.
 
 Each test makes its own classes, resource names and nodes, so figures never mix
 with other tests'. Teardown stops every replica, deletes what the module created,
@@ -36,18 +42,24 @@ from tests.e2e_reconciler_helpers import (
     FAST,
     FINALIZER,
     GPUCLASSES,
+    KUBEVIRT_CONTROLLER,
+    KUBEVIRT_CONTROLLER_GROUPS,
     KUBEVIRT_NAMESPACE,
     LEASE_NAME,
     LICENSE_NAMESPACE,
     MANAGED,
     MERGE,
+    RELEASE_NAMESPACE,
     SERVICE_ACCOUNT,
     SERVICE_ACCOUNT_GROUPS,
     TOKEN_KEY,
+    Launchers,
     PermittedDevices,
     ReconcilerProcess,
     Timings,
+    access,
     apply_chart_rbac,
+    copy_record,
     b64,
     conditions,
     cordon,
@@ -57,17 +69,21 @@ from tests.e2e_reconciler_helpers import (
     events_about,
     figures,
     force_delete,
+    forget_copies,
     get_class,
     gpuclass,
+    license_sources,
     licensed_class,
     namespace,
     pod,
+    reconciler_args,
     secret,
     set_node_status,
     set_pod_phase,
     set_taints,
     unb64,
     vmi,
+    wait_for_chart_rbac,
 )
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
@@ -97,7 +113,7 @@ class Fleet:
 
     def start(self, pod_name: str) -> ReconcilerProcess:
         replica = ReconcilerProcess(
-            self.kubeconfig, pod_name=pod_name, timings=FAST, args=["--vgpu-entitled"]
+            self.kubeconfig, pod_name=pod_name, timings=FAST, args=reconciler_args()
         )
         self.replicas.append(replica)
         try:
@@ -117,12 +133,15 @@ class Fleet:
         for replica in self.replicas:
             replica.stop()
 
+    def log_entries(self) -> list[dict[str, object]]:
+        return [entry for replica in self.replicas for entry in replica.logs()]
+
 
 class World:
     """What the module set up, and every object the tests create (deleted at teardown)."""
 
-    def __init__(self, plane: ControlPlane, fleet: Fleet) -> None:
-        self.plane, self.fleet = plane, fleet
+    def __init__(self, plane: ControlPlane, fleet: Fleet, launchers: Launchers) -> None:
+        self.plane, self.fleet, self.launchers = plane, fleet, launchers
         self.suffix = secrets.token_hex(3)
         # `tenant-<x>` without another dash: its parent is tenant-root, entitled by the setting.
         self.tenant = f"tenant-rec{self.suffix}"
@@ -130,6 +149,8 @@ class World:
         self.workloads = f"e2e-rec-pods-{self.suffix}"
         self.permitted = PermittedDevices()
         self.created: list[RawObject] = []
+        self.sources = license_sources(0, 24)  # the faults module takes the next ones
+        self._launch_node: str | None = None
 
     @property
     def admin(self) -> Api:
@@ -179,6 +200,19 @@ class World:
         self.create(pod(name, self.workloads, node, requests, init_requests=init_requests))
         return name
 
+    def source(self, token: str = "token-1") -> RawObject:
+        """A licence source Secret, under the next of this module's licence source names."""
+        return self.create(secret(next(self.sources), LICENSE_NAMESPACE, {TOKEN_KEY: token}))
+
+    def launch(self, machine: RawObject, *, bound: bool = True) -> RawObject:
+        """The VMI's virt-launcher Pod, as KubeVirt's controller makes it; bound to a node
+        (the VMI is starting) unless `bound` is False (it waits for the scheduler)."""
+        if bound and self._launch_node is None:
+            self._launch_node = self.node({})
+        stored = self.launchers.start(self.admin, machine, self._launch_node if bound else None)
+        self.created.append(stored)
+        return stored
+
     def cleanup(self) -> None:
         admin = self.admin
         delete_created(admin, self.created)
@@ -189,13 +223,16 @@ class World:
                 force_delete(
                     admin, admin.object_path({**copy, "apiVersion": "v1", "kind": "Secret"})
                 )
+        forget_copies(admin, self.suffix)
         self.permitted.restore(admin)
+        self.launchers.close()
 
 
 @pytest.fixture(scope="module")
 def world(control_plane: ControlPlane) -> Iterator[World]:
     user = control_plane.user(SERVICE_ACCOUNT, list(SERVICE_ACCOUNT_GROUPS))
-    w = World(control_plane, Fleet(user.kubeconfig))
+    controller = control_plane.user(KUBEVIRT_CONTROLLER, list(KUBEVIRT_CONTROLLER_GROUPS))
+    w = World(control_plane, Fleet(user.kubeconfig), Launchers(controller))
     admin = control_plane.admin
     admin.apply([namespace(n) for n in (LICENSE_NAMESPACE, KUBEVIRT_NAMESPACE)])
     mine = [namespace(w.tenant, ENTITLED), namespace(w.outsider), namespace(w.workloads)]
@@ -204,12 +241,9 @@ def world(control_plane: ControlPlane) -> Iterator[World]:
     try:
         admin.apply(mine)
         added_rbac = apply_chart_rbac(admin)
+        added_rbac += w.launchers.grant(admin)
         with user.api() as as_reconciler:  # RBAC reaches the authorizer's cache a moment later
-            eventually(
-                lambda: as_reconciler.request("GET", GPUCLASSES).status_code == 200,
-                timeout=30,
-                what="the chart's RBAC in effect",
-            )
+            wait_for_chart_rbac(as_reconciler)
         w.fleet.start("e2e-replica-a")
         yield w
     finally:
@@ -227,12 +261,12 @@ def _lease_ref() -> RawObject:
     return {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
-        "metadata": {"name": LEASE_NAME, "namespace": LICENSE_NAMESPACE},
+        "metadata": {"name": LEASE_NAME, "namespace": RELEASE_NAMESPACE},
     }
 
 
 def _lease(api: Api) -> RawObject | None:
-    return api.get("coordination.k8s.io/v1", "Lease", LEASE_NAME, namespace=LICENSE_NAMESPACE)
+    return api.get("coordination.k8s.io/v1", "Lease", LEASE_NAME, namespace=RELEASE_NAMESPACE)
 
 
 def holder(api: Api) -> str | None:
@@ -388,7 +422,7 @@ def test_resource_not_permitted_until_the_kubevirt_cr_lists_it(world: World) -> 
 
 
 def test_license_source_secret_decides_license_secret_missing(world: World) -> None:
-    source = unique_name("rec-src")
+    source = next(world.sources)
     name = world.new_class(licensed_class(unique_name("rec-lic"), world.resource("lic"), source))
     expect_conditions(world, name, LicenseSecretMissing="True", Ready="False")
     stored = world.create(secret(source, LICENSE_NAMESPACE, {TOKEN_KEY: "token-1"}))
@@ -514,9 +548,7 @@ def test_capacity_and_schedulable_are_written_and_shown_with_o_wide(world: World
 def licensed_setup(world: World, feature_type: int = 1) -> tuple[str, str, RawObject]:
     """A licensed vGPU class with its source Secret; returns (class, resource, source)."""
     res = world.resource(unique_name("vgpu").split("-")[-1])
-    source = world.create(
-        secret(unique_name("rec-source"), LICENSE_NAMESPACE, {TOKEN_KEY: "token-1"})
-    )
+    source = world.source()
     name = world.new_class(
         licensed_class(unique_name("rec-vgpu"), res, source["metadata"]["name"], feature_type)
     )
@@ -524,8 +556,12 @@ def licensed_setup(world: World, feature_type: int = 1) -> tuple[str, str, RawOb
     return name, res, source
 
 
-def licensed_vmi(world: World, ns: str, class_name: str, res: str) -> RawObject:
-    return world.create(
+def licensed_vmi(
+    world: World, ns: str, class_name: str, res: str, *, launch: bool = True
+) -> RawObject:
+    """A VMI of a licensed class as admission stores it; with `launch`, its virt-launcher Pod
+    bound to a node too (the VMI is starting: only then is a copy made)."""
+    machine = world.create(
         vmi(
             unique_name("rec-vm"),
             ns,
@@ -534,6 +570,9 @@ def licensed_vmi(world: World, ns: str, class_name: str, res: str) -> RawObject:
             license_copy=copy_name(class_name),
         )
     )
+    if launch:
+        world.launch(machine)
+    return machine
 
 
 def wait_copy(world: World, ns: str, class_name: str, token: str) -> RawObject:
@@ -543,6 +582,14 @@ def wait_copy(world: World, ns: str, class_name: str, token: str) -> RawObject:
         return found if data.get(TOKEN_KEY) and unb64(data[TOKEN_KEY]) == token else None
 
     return eventually(current, timeout=SETTLE, what=f"licence copy in {ns} with {token}")
+
+
+def wait_no_copy(world: World, ns: str, class_name: str, what: str) -> None:
+    eventually(
+        lambda: secret_or_none(world.admin, ns, copy_name(class_name)) is None,
+        timeout=SETTLE,
+        what=what,
+    )
 
 
 def test_license_copy_is_made_updated_and_removed(world: World) -> None:
@@ -555,16 +602,33 @@ def test_license_copy_is_made_updated_and_removed(world: World) -> None:
         TOKEN_KEY: "token-1",
         "gridd.conf": "FeatureType=4\n",
     }
+    assert not copy["metadata"].get("ownerReferences") and not copy.get("immutable")
+    assert f"{world.tenant}/{copy_name(name)}" in copy_record(world.admin)
 
-    set_token(world.admin, source, "token-2")
-    wait_copy(world, world.tenant, name, "token-2")
+    set_token(world.admin, source, "token-2")  # written by server-side apply
+    updated = wait_copy(world, world.tenant, name, "token-2")
+    managers = {m["manager"]: m["operation"] for m in updated["metadata"]["managedFields"]}
+    assert managers.get("gpuclass-reconciler") == "Apply", managers
 
     world.admin.delete(machine)
-    eventually(
-        lambda: secret_or_none(world.admin, world.tenant, copy_name(name)) is None,
+    wait_no_copy(world, world.tenant, name, "the copy deleted with its last VMI")
+    record = eventually(
+        lambda: (r := copy_record(world.admin)) if f"{world.tenant}/{copy_name(name)}" not in r else None,
         timeout=SETTLE,
-        what="the copy deleted with its last VMI",
+        what="the deleted copy out of the record",
     )
+    assert all(not key.endswith(f"/{copy_name(name)}") for key in record)
+
+
+def test_a_copy_deleted_by_its_tenant_is_restored(world: World) -> None:
+    """The reconciler cannot see copies (it reads no tenant Secret): what a tenant deletes is
+    restored by the next pass that writes the copies, here one its source's change causes."""
+    name, res, source = licensed_setup(world)
+    licensed_vmi(world, world.tenant, name, res)
+    stored = wait_copy(world, world.tenant, name, "token-1")
+    force_delete(world.admin, world.admin.object_path(stored))
+    set_token(world.admin, source, "token-2")
+    wait_copy(world, world.tenant, name, "token-2")
 
 
 def test_no_copy_outside_entitled_namespaces_and_entitlement_is_rechecked(world: World) -> None:
@@ -592,11 +656,7 @@ def test_no_copy_outside_entitled_namespaces_and_entitlement_is_rechecked(world:
         body={"metadata": {"labels": {"gpu.cozystack.io/vgpu": None}}},
         content_type=MERGE,
     )
-    eventually(
-        lambda: secret_or_none(world.admin, late, copy_name(name)) is None,
-        timeout=SETTLE,
-        what="the copy removed once the namespace lost its entitlement",
-    )
+    wait_no_copy(world, late, name, "the copy removed once the namespace lost its entitlement")
 
 
 def test_foreign_secret_of_the_copy_name_is_left_alone_and_reported(world: World) -> None:
@@ -619,6 +679,8 @@ def test_foreign_secret_of_the_copy_name_is_left_alone_and_reported(world: World
     assert stored["metadata"]["resourceVersion"] == foreign["metadata"]["resourceVersion"]
     assert "labels" not in stored["metadata"]
     assert stored["data"] == foreign["data"]
+    # Never recorded as ours, so never deleted or applied over later.
+    assert f"{world.tenant}/{copy_name(name)}" not in copy_record(world.admin)
 
 
 # -- 4. in-use finalizer --------------------------------------------------------------------------
@@ -775,22 +837,25 @@ def test_a_sub_second_lease_is_advertised_in_whole_seconds_rounded_up(
 ) -> None:
     """leaseDurationSeconds is an integer > 0: 0.9 s must become 1 s, never 0 (refused) or a
     shorter lease than the holder assumes. A replica with its own Lease (as admin: the chart's
-    Role covers only its own Lease); it computes what the fleet already wrote, so writes nothing."""
+    Role covers only its own Lease) in the fleet's namespace, so it reads the fleet's copy
+    record; it computes what the fleet already wrote, so writes nothing."""
     lease = unique_name("rec-short-lease")
     replica = ReconcilerProcess(
         control_plane.admin_kubeconfig,
         pod_name=unique_name("e2e-short"),
         timings=Timings(lease_duration=0.9, renew_deadline=0.6, retry_period=0.2),
-        args=[
-            "--vgpu-entitled",  # the fleet's settings: the same copies are wanted
-            f"--leader-election-namespace={world.workloads}",
-            f"--leader-election-name={lease}",
-        ],
+        # the fleet's settings: the same copies are wanted, and known from the same record
+        args=reconciler_args(f"--leader-election-name={lease}"),
     )
+    lease_ref = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": lease, "namespace": RELEASE_NAMESPACE},
+    }
     try:
         stored = eventually(
             lambda: world.admin.get(
-                "coordination.k8s.io/v1", "Lease", lease, namespace=world.workloads
+                "coordination.k8s.io/v1", "Lease", lease, namespace=RELEASE_NAMESPACE
             ),
             timeout=SETTLE,
             what="the short Lease to be created",
@@ -801,6 +866,8 @@ def test_a_sub_second_lease_is_advertised_in_whole_seconds_rounded_up(
         eventually(replica.ready, timeout=SETTLE, what="a pass as leader")
     finally:
         replica.stop()
+        with contextlib.suppress(ApiError):
+            world.admin.delete(lease_ref)
     writes = [
         e for e in replica.logs() if e.get("msg", "").startswith(("status written", "licence copy"))
     ]
@@ -846,6 +913,10 @@ def test_replicas_run_with_the_charts_rights_only(
         assert not may("update", "virtualmachineinstances", "kubevirt.io")
         assert may("create", "secrets")  # RBAC cannot narrow this; the chart's policy does:
         assert refused(api, secret(unique_name("not-a-copy"), world.tenant, {"k": "v"}))
+        # No Secret read anywhere (the licence sources are granted by name: section 8), and
+        # copies are written by create, server-side apply and delete only.
+        assert not any(may(verb, "secrets") for verb in ("get", "list", "watch", "update"))
+        assert may("patch", "secrets") and may("delete", "secrets")
     # Lists may meet a 403 for a moment after the API server restarts (its RBAC cache is
     # still filling; the reconciler re-lists); a refused *write* would mean missing rights.
     refused_writes = [

@@ -1,4 +1,5 @@
-"""Licence copies as data (docs/contract.md sections 1 and 6): which copies, held or deleted, and how."""
+"""Licence copies as data (docs/contract.md sections 1 and 6): which copies, held or deleted, and how;
+the record of copies; and what says a VMI is really starting (its bound launcher Pod)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,16 @@ import pytest
 
 from gpuclass.shared import names
 from gpuclass.shared.licenses import (
+    PENDING,
     CopyPlan,
+    Started,
+    copy_digest,
     desired_copies,
     gridd_conf,
+    launcher_licence,
+    parse_record,
     plan_copies,
+    record_body,
     secret_body,
 )
 from gpuclass.shared.snapshot import Redacted, SecretRecord, compact_class
@@ -64,8 +71,17 @@ def vmi(namespace: str, secret: str | None = "gpuclass-license-lic", name: str =
     return VMIUse(namespace, name, ("lic",), frozenset({"example.com/lic"}), secret)
 
 
+def launched(vmis: list[VMIUse]) -> set[Started]:
+    """Every VMI's launcher Pod bound and mounting the VMI's licence copy."""
+    return {(v.namespace, v.name, v.license_secret) for v in vmis if v.license_secret}
+
+
 def plan(
-    vmis: list[VMIUse], *, entitled: bool = True, secrets: dict[Any, SecretRecord] | None = None
+    vmis: list[VMIUse],
+    *,
+    entitled: bool = True,
+    secrets: dict[Any, SecretRecord] | None = None,
+    started: set[Started] | None = None,
 ) -> CopyPlan:
     return desired_copies(
         vmis,
@@ -74,6 +90,7 @@ def plan(
         namespaces=NAMESPACES,
         license_namespace="cozy-system",
         vgpu_entitled=entitled,
+        started=launched(vmis) if started is None else started,
     )
 
 
@@ -144,6 +161,21 @@ def test_desired_copies(
     assert set(result.held) == held
 
 
+@pytest.mark.parametrize(
+    "started",
+    [
+        pytest.param(set(), id="no-launcher-pod-bound"),
+        pytest.param({("tenant-a", "other-vm", "gpuclass-license-lic")}, id="another-vmis-pod"),
+        pytest.param({("tenant-b", "vm", "gpuclass-license-lic")}, id="pod-in-another-namespace"),
+        pytest.param({("tenant-a", "vm", "gpuclass-license-x")}, id="pod-mounts-another-copy"),
+    ],
+)
+def test_no_copy_until_the_vmis_own_launcher_pod_is_bound(started: set[Started]) -> None:
+    """A VMI that never gets a node (pinned to a node that does not exist) gets no token."""
+    result = plan([vmi("tenant-a")], started=started)
+    assert not result.desired and not result.held
+
+
 def test_copy_content_is_token_and_gridd_conf() -> None:
     copy = plan([vmi("tenant-a")]).desired[("tenant-a", "gpuclass-license-lic")]
     assert copy.class_name == "lic"
@@ -178,129 +210,162 @@ def test_unusable_source_holds_the_copy(secrets: dict[Any, SecretRecord]) -> Non
     assert result.held == {("tenant-a", "gpuclass-license-lic")}
 
 
-def secret(
-    namespace: str, name: str, data: dict[str, Redacted], labels: dict[str, str] | None = None
-) -> SecretRecord:
-    return SecretRecord(namespace, name, MANAGED if labels is None else labels, data)
+KEY = ("tenant-a", "gpuclass-license-lic")
 
 
 @pytest.mark.parametrize(
-    ("vmis", "existing", "expected"),
+    ("vmis", "recorded", "verify", "expected"),
     [
+        pytest.param([vmi("tenant-a")], {}, False, [("create", *KEY)], id="create-unrecorded"),
+        pytest.param([vmi("tenant-a")], {KEY: "same"}, False, [], id="recorded-unchanged-no-write"),
         pytest.param(
             [vmi("tenant-a")],
-            {},
-            [("create", "tenant-a", "gpuclass-license-lic")],
-            id="create-missing",
+            {KEY: "same"},
+            True,
+            [("verify", *KEY)],
+            id="resync-writes-recorded-again",
         ),
         pytest.param(
             [vmi("tenant-a")],
-            {
-                ("tenant-a", "gpuclass-license-lic"): secret(
-                    "tenant-a", "gpuclass-license-lic", content()
-                )
-            },
-            [],
-            id="unchanged-copy-no-write",
-        ),
-        pytest.param(
-            [vmi("tenant-a")],
-            {
-                ("tenant-a", "gpuclass-license-lic"): secret(
-                    "tenant-a", "gpuclass-license-lic", content(1)
-                )
-            },
-            [("update", "tenant-a", "gpuclass-license-lic")],
+            {KEY: copy_digest(content(1))},
+            False,
+            [("update", *KEY)],
             id="feature-type-changed-update",
         ),
         pytest.param(
             [vmi("tenant-a")],
-            {
-                ("tenant-a", "gpuclass-license-lic"): secret(
-                    "tenant-a",
-                    "gpuclass-license-lic",
-                    {**content(), names.TOKEN_KEY: Redacted("b2xk")},
-                )
-            },
-            [("update", "tenant-a", "gpuclass-license-lic")],
+            {KEY: copy_digest({**content(), names.TOKEN_KEY: Redacted("b2xk")})},
+            False,
+            [("update", *KEY)],
             id="source-token-changed-update",
         ),
         pytest.param(
+            [vmi("tenant-a")], {KEY: PENDING}, False, [("update", *KEY)], id="pending-written-again"
+        ),
+        pytest.param([], {KEY: "same"}, False, [("delete", *KEY)], id="unreferenced-copy-deleted"),
+        pytest.param(
             [],
-            {
-                ("tenant-a", "gpuclass-license-lic"): secret(
-                    "tenant-a", "gpuclass-license-lic", content()
-                )
-            },
-            [("delete", "tenant-a", "gpuclass-license-lic")],
-            id="unreferenced-copy-deleted",
+            {KEY: PENDING},
+            False,
+            [("delete", *KEY)],
+            id="pending-unreferenced-deleted",
         ),
         pytest.param(
             [vmi("tenant-c")],
-            {
-                ("tenant-c", "gpuclass-license-lic"): secret(
-                    "tenant-c", "gpuclass-license-lic", content()
-                )
-            },
+            {("tenant-c", "gpuclass-license-lic"): "same"},
+            False,
             [("delete", "tenant-c", "gpuclass-license-lic")],
             id="entitlement-lost-copy-deleted",
         ),
         pytest.param(
             [vmi("tenant-a", "gpuclass-license-byol")],
-            {
-                ("tenant-a", "gpuclass-license-byol"): secret(
-                    "tenant-a", "gpuclass-license-byol", content()
-                )
-            },
+            {("tenant-a", "gpuclass-license-byol"): "same"},
+            True,
             [],
             id="held-copy-left-alone",
-        ),
-        pytest.param(
-            [vmi("tenant-a")],
-            {
-                ("tenant-a", "gpuclass-license-lic"): secret(
-                    "tenant-a", "gpuclass-license-lic", {}, labels={}
-                )
-            },
-            [("foreign", "tenant-a", "gpuclass-license-lic")],
-            id="foreign-secret-reported-not-written",
-        ),
-        pytest.param(
-            [],
-            {
-                ("tenant-a", "gpuclass-license-lic"): secret(
-                    "tenant-a", "gpuclass-license-lic", {}, labels={}
-                )
-            },
-            [],
-            id="foreign-secret-never-deleted",
-        ),
-        pytest.param(
-            [],
-            {("tenant-a", "other"): secret("tenant-a", "other", {})},
-            [],
-            id="managed-non-copy-name-ignored",
         ),
     ],
 )
 def test_plan_copies(
-    vmis: list[VMIUse], existing: dict[Any, SecretRecord], expected: list[tuple[str, str, str]]
+    vmis: list[VMIUse],
+    recorded: dict[Any, str],
+    verify: bool,
+    expected: list[tuple[str, str, str]],
 ) -> None:
-    actions = plan_copies(plan(vmis), existing)
+    same = copy_digest(content())
+    recorded = {k: same if v == "same" else v for k, v in recorded.items()}
+    actions = plan_copies(plan(vmis), recorded, verify=verify)
     assert [(a.action, a.namespace, a.name) for a in actions] == expected
 
 
-def test_secret_body_has_label_keys_and_version() -> None:
-    copy = plan([vmi("tenant-a")]).desired[("tenant-a", "gpuclass-license-lic")]
-    body = secret_body(copy, resource_version="7")
+def test_digest_depends_on_every_key_and_value_and_hides_the_token() -> None:
+    assert copy_digest(content(4)) != copy_digest(content(1))
+    assert copy_digest(content()) != copy_digest({**content(), names.TOKEN_KEY: Redacted("eA==")})
+    assert TOKEN not in copy_digest(content()) and PENDING != copy_digest({})
+
+
+def test_record_round_trips_and_skips_what_it_cannot_read() -> None:
+    entries = {KEY: "d1", ("tenant-b", "gpuclass-license-x"): PENDING}
+    body = record_body(entries, namespace="cozy-system", resource_version="12")
+    assert body["metadata"]["name"] == names.COPY_RECORD_NAME
+    assert body["metadata"]["resourceVersion"] == "12"
+    assert parse_record(body) == entries
+    hand_edited = {
+        "data": {
+            names.COPY_RECORD_KEY: '{"tenant-a/gpuclass-license-lic": "d", "no-slash": "x", '
+            '"tenant-a/not-a-copy": "y", "tenant-b/gpuclass-license-z": 5}'
+        }
+    }
+    assert parse_record(hand_edited) == {KEY: "d"}
+    assert parse_record({"data": {names.COPY_RECORD_KEY: "not json"}}) == {}
+    assert parse_record({"data": {names.COPY_RECORD_KEY: "[1, 2]"}}) == {}
+    assert parse_record(None) == {}
+
+
+def test_secret_body_is_the_whole_labelled_copy() -> None:
+    copy = plan([vmi("tenant-a")]).desired[KEY]
+    body = secret_body(copy)
     assert body["metadata"] == {
         "name": "gpuclass-license-lic",
         "namespace": "tenant-a",
         "labels": MANAGED,
-        "resourceVersion": "7",
     }
     assert body["data"] == {k: v.reveal() for k, v in content().items()}
     assert body["type"] == "Opaque"
+
+
+OWNER = {
+    "apiVersion": "kubevirt.io/v1",
+    "kind": "VirtualMachineInstance",
+    "name": "vm",
+    "uid": "u1",
+    "controller": True,
+}
+COPY_VOLUME = {"name": "gpulicense", "secret": {"secretName": "gpuclass-license-lic"}}
+
+
+@pytest.mark.parametrize(
+    ("owners", "volumes", "expected"),
+    [
+        pytest.param([OWNER], [COPY_VOLUME], ("vm", "gpuclass-license-lic"), id="bound-launcher"),
+        pytest.param([], [COPY_VOLUME], None, id="no-owner"),
+        pytest.param([{**OWNER, "controller": False}], [COPY_VOLUME], None, id="not-controller"),
+        pytest.param([{**OWNER, "kind": "ReplicaSet"}], [COPY_VOLUME], None, id="other-owner"),
+        pytest.param(
+            [{**OWNER, "apiVersion": "example.com/v1"}], [COPY_VOLUME], None, id="other-group"
+        ),
+        pytest.param([OWNER], [], None, id="no-licence-volume"),
+        pytest.param(
+            [OWNER], [{"name": "x", "secret": {"secretName": "mine"}}], None, id="other-secret"
+        ),
+        pytest.param("junk", "junk", None, id="malformed"),
+    ],
+)
+def test_launcher_licence(owners: object, volumes: object, expected: object) -> None:
+    pod = {
+        "metadata": {"name": "p", "ownerReferences": owners},
+        "spec": {"volumes": volumes, "nodeName": "n1"},
+        "status": {"phase": "Pending"},
+    }
+    assert launcher_licence(pod) == expected
+
+
+@pytest.mark.parametrize(
+    ("node", "phase"),
+    [
+        pytest.param(None, "Pending", id="not-bound"),
+        pytest.param("", "Pending", id="empty-node-name"),
+        pytest.param("n1", "Succeeded", id="finished"),
+        pytest.param("n1", "Failed", id="failed"),
+    ],
+)
+def test_launcher_that_is_not_starting_counts_for_nothing(node: object, phase: str) -> None:
+    pod = {
+        "metadata": {"name": "p", "ownerReferences": [OWNER]},
+        "spec": {"volumes": [COPY_VOLUME], "nodeName": node},
+        "status": {"phase": phase},
+    }
+    assert launcher_licence(pod) is None
 
 
 def test_token_never_in_repr() -> None:

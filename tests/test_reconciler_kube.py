@@ -96,7 +96,9 @@ def build_app(seen: Seen) -> web.Application:
         item = {"metadata": {"name": name, "namespace": "cozy-system"}}
         item["metadata"]["resourceVersion"] = versions.get(name, "1")
         items = [item] if name in versions else []
-        return web.json_response({"metadata": {"resourceVersion": versions.get(name, "3")}, "items": items})
+        return web.json_response(
+            {"metadata": {"resourceVersion": versions.get(name, "3")}, "items": items}
+        )
 
     async def apply_secret(request: web.Request) -> web.Response:
         seen.append(

@@ -21,10 +21,13 @@ from gpuclass.reconciler.ports import ApiError
 from gpuclass.reconciler.recording import RecordingKube
 from gpuclass.reconciler.settings import ReconcilerSettings
 from gpuclass.shared import names
+from gpuclass.shared.licenses import copy_digest, parse_record
+from gpuclass.shared.snapshot import Redacted
 from tests.builders import (
     TOKEN,
     gpuclass,
     kubevirt,
+    launcher,
     namespace,
     node,
     pod,
@@ -411,12 +414,22 @@ def licensed_vmi(namespace_: str = "tenant-a", name: str = "vm") -> dict[str, An
     return vmi(name, namespace_, classes=["lic"], devices=[LIC], license_class="lic")
 
 
+def started(kube: MemoryKube, namespace_: str = "tenant-a", name: str = "vm") -> None:
+    """The licensed VMI and its launcher Pod, bound to a node: the VMI is really starting."""
+    kube.apply(licensed_vmi(namespace_, name))
+    kube.apply(launcher(name, namespace_, license_class="lic"))
+
+
+def record(kube: MemoryKube) -> dict[Any, str]:
+    return parse_record(kube.store["ConfigMap"].get(("cozy-system", names.COPY_RECORD_NAME)))
+
+
 def test_license_copy_created_updated_deleted() -> None:
     async def scenario() -> None:
         kube = MemoryKube(world())
         async with Running(kube) as r:
-            kube.apply(licensed_vmi())
-            kube.apply(licensed_vmi("tenant-c"))  # not entitled: no copy there
+            started(kube)
+            started(kube, "tenant-c")  # not entitled: no copy there
             await r.settle()
             copy = kube.store["Secret"][("tenant-a", COPY)]
             assert copy["metadata"]["labels"] == MANAGED
@@ -431,15 +444,63 @@ def test_license_copy_created_updated_deleted() -> None:
                 kube.store["Secret"][("tenant-a", COPY)]["data"][names.GRIDD_KEY]
                 == "RmVhdHVyZVR5cGU9NAo="
             )
+            assert record(kube) == {("tenant-a", COPY): copy_digest_of(kube, "tenant-a")}
             kube.remove("VirtualMachineInstance", "tenant-a", "vm")
             await r.settle()
             assert ("tenant-a", COPY) not in kube.store["Secret"]
+            assert record(kube) == {}
             assert [k for k, _ in kube.writes if "secret" in k] == [
                 "create-secret",
-                "replace-secret",
-                "replace-secret",
+                "apply-secret",
+                "apply-secret",
                 "delete-secret",
             ]
+
+    run(scenario)
+
+
+def copy_digest_of(kube: MemoryKube, namespace_: str) -> str:
+    data = kube.store["Secret"][(namespace_, COPY)]["data"]
+    return copy_digest({k: Redacted(v) for k, v in data.items()})
+
+
+def test_no_copy_until_the_launcher_pod_is_bound_and_none_after_it_stops() -> None:
+    """A licensed VMI whose launcher Pod never gets a node (pinned to a node that does not
+    exist) gets no token; once its Pod is bound it does; once the Pod ends, the copy goes."""
+
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube) as r:
+            kube.apply(licensed_vmi())
+            kube.apply(launcher("vm", "tenant-a", None, license_class="lic"))  # not scheduled
+            await r.settle()
+            assert ("tenant-a", COPY) not in kube.store["Secret"]
+            assert not kube.calls.get("create_secret")
+            kube.apply(launcher("vm", "tenant-a", "n1", license_class="lic"))  # bound
+            await r.settle()
+            assert ("tenant-a", COPY) in kube.store["Secret"]
+            kube.apply(launcher("vm", "tenant-a", "n1", license_class="lic", phase="Succeeded"))
+            await r.settle()
+            assert ("tenant-a", COPY) not in kube.store["Secret"]
+            assert record(kube) == {}
+
+    run(scenario)
+
+
+def test_a_copy_removed_by_hand_comes_back_on_resync() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube) as r:
+            started(kube)
+            await r.settle()
+            kube.remove("Secret", "tenant-a", COPY)  # the tenant deletes its copy
+            await r.settle()
+            assert ("tenant-a", COPY) not in kube.store["Secret"]  # nothing watches it ...
+            r.reconciler.state.mark_all()  # ... until the periodic resync
+            assert r.reconciler.worker is not None
+            r.reconciler.worker.wake()
+            await r.settle()
+            assert kube.store["Secret"][("tenant-a", COPY)]["data"][names.TOKEN_KEY] == TOKEN
 
     run(scenario)
 
@@ -448,7 +509,7 @@ def test_entitlement_loss_deletes_copy() -> None:
     async def scenario() -> None:
         kube = MemoryKube(world())
         async with Running(kube) as r:
-            kube.apply(licensed_vmi())
+            started(kube)
             await r.settle()
             assert ("tenant-a", COPY) in kube.store["Secret"]
             kube.apply(namespace("tenant-a"))
@@ -463,16 +524,17 @@ def test_foreign_secret_left_alone_with_an_event() -> None:
         foreign = secret(COPY, "tenant-a", data={"mine": "eA=="})
         kube = MemoryKube([*world(), foreign])
         async with Running(kube) as r:
-            kube.apply(licensed_vmi())
+            started(kube)
             await r.settle()
             for i in range(10):  # more reasons to look again: still no storm
-                kube.apply(licensed_vmi(name=f"vm-{i}"))
+                started(kube, name=f"vm-{i}")
             await r.settle()
             stored = kube.store["Secret"][("tenant-a", COPY)]
             assert stored["data"] == {"mine": "eA=="} and "labels" not in stored["metadata"]
             assert [e["reason"] for e in kube.events].count("ForeignLicenseSecret") == 1
             assert kube.calls.get("create_secret", 0) == 1
-            assert not kube.calls.get("replace_secret") and not kube.calls.get("delete_secret")
+            assert not kube.calls.get("apply_secret") and not kube.calls.get("delete_secret")
+            assert record(kube) == {}  # the refused pending entry is not kept
 
     run(scenario)
 
@@ -484,7 +546,7 @@ def test_policy_refusal_is_an_event_without_retry_storm() -> None:
             ApiError(403, "Forbidden", "denied by ValidatingAdmissionPolicy")
         ] * 100
         async with Running(kube) as r:
-            kube.apply(licensed_vmi())
+            started(kube)
             await r.settle()
             for i in range(20):
                 kube.apply(
@@ -496,7 +558,7 @@ def test_policy_refusal_is_an_event_without_retry_storm() -> None:
                         }
                     }
                 )
-                kube.apply(licensed_vmi(name=f"vm-{i}"))
+                started(kube, name=f"vm-{i}")
                 await asyncio.sleep(0.01)
             await r.settle()
             assert kube.calls["create_secret"] == 1
@@ -572,11 +634,11 @@ def test_dry_run_writes_nothing_but_records_everything() -> None:
         kube = MemoryKube(world())
         recorder = RecordingKube(kube, forward=False)
         async with Running(recorder) as r:
-            kube.apply(licensed_vmi())
+            started(kube)
             await r.settle()
             assert kube.writes == [] and kube.events == []
             kinds = sorted({w["kind"] for w in recorder.writes})
-            assert kinds == ["event", "finalizers", "licence-copy", "status"]
+            assert kinds == ["copy-record", "event", "finalizers", "licence-copy", "status"]
             assert TOKEN not in str(recorder.writes)
 
     run(scenario)

@@ -24,7 +24,7 @@ from gpuclass.reconciler.settings import ReconcilerSettings
 from gpuclass.shared import names
 from gpuclass.shared.availability import compute_all
 from gpuclass.shared.runtime.loader import load_snapshot
-from tests.builders import vmi
+from tests.builders import launcher, vmi
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.usefixtures("keep_logging")  # main() reconfigures the root logger
@@ -98,6 +98,18 @@ def vmis(tmp_path: Path) -> Path:
             "whole", "tenant-root", classes=["example-whole-gpu"], devices=["example.com/whole-gpu"]
         ),
         vmi("annotation-only", "tenant-root", classes=["example-byol-vgpu"]),
+        # the licensed VMIs are starting: their launcher Pods are bound to a node
+        launcher("licensed", "tenant-a", "gpu-node-1", license_class=LICENSED),
+        launcher("unentitled", "tenant-c", "gpu-node-1", license_class=LICENSED),
+        # this one waits for a node that does not exist: no copy for it
+        vmi(
+            "pinned",
+            "tenant-root",
+            classes=[LICENSED],
+            devices=["example.com/licensed-vgpu"],
+            license_class=LICENSED,
+        ),
+        launcher("pinned", "tenant-root", None, license_class=LICENSED),
     ]
     path = tmp_path / "vmis.yaml"
     path.write_text(yaml.safe_dump_all(objects))

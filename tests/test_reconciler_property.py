@@ -26,11 +26,11 @@ from gpuclass.reconciler.cache import ClusterCache
 from gpuclass.reconciler.sources import Source
 from gpuclass.shared.availability import compute_all
 from gpuclass.shared.inuse import classes_in_use
-from gpuclass.shared.licenses import desired_copies, plan_copies
+from gpuclass.shared.licenses import desired_copies, launcher_licence, plan_copies
 from gpuclass.shared.meta import object_key
 from gpuclass.shared.snapshot import SnapshotBuilder
 from gpuclass.shared.vmiuse import compact_vmi_use
-from tests.builders import gpuclass, kubevirt, namespace, node, pod, secret, vmi
+from tests.builders import gpuclass, kubevirt, launcher, namespace, node, pod, secret, vmi
 
 RESOURCES = ["example.com/r1", "example.com/r2"]
 TAINTS = [
@@ -246,6 +246,18 @@ class StateMachine(RuleBasedStateMachine):
     ) -> None:
         self.put(vmi(name, ns, classes=chosen, devices=devices, license_class=license))
 
+    @rule(
+        vmi_name=st.sampled_from(["v1", "v2"]),
+        ns=st.sampled_from(["tenant-a", "tenant-b"]),
+        node_name=st.sampled_from([None, "n1"]),
+        phase=st.sampled_from(["Pending", "Running", "Succeeded"]),
+        license=st.sampled_from([None, "c1", "c2"]),
+    )
+    def put_launcher(
+        self, vmi_name: str, ns: str, node_name: str | None, phase: str, license: str | None
+    ) -> None:
+        self.put(launcher(vmi_name, ns, node_name, license_class=license, phase=phase))
+
     @rule(ns=st.sampled_from(["tenant-a", "tenant-b"]), entitled=st.booleans())
     def put_licensed_vm(self, ns: str, entitled: bool) -> None:
         """A whole licensed set-up at once, so that copy scenarios are common."""
@@ -253,6 +265,7 @@ class StateMachine(RuleBasedStateMachine):
         self.put(secret("src"))
         self.put(namespace(ns, entitled=entitled))
         self.put(vmi("v1", ns, classes=["c1"], devices=[RESOURCES[0]], license_class="c1"))
+        self.put(launcher("v1", ns, "n1", license_class="c1"))
 
     @precondition(lambda self: bool(self.objects))
     @rule(data=st.data())
@@ -281,6 +294,12 @@ class StateMachine(RuleBasedStateMachine):
             namespaces=snapshot.namespaces,
             license_namespace="cozy-system",
             vgpu_entitled=True,
+            started={
+                (o["metadata"]["namespace"], *mount)
+                for o in self.objects.values()
+                if o["kind"] == "Pod"
+                if (mount := launcher_licence(o))
+            },
         )
         assert copies == plan_copies(plan, {})
 

@@ -13,6 +13,7 @@ import pytest
 from gpuclass.reconciler.cache import ClusterCache
 from gpuclass.reconciler.sources import SOURCES, Source
 from gpuclass.shared import names
+from gpuclass.shared.licenses import record_body
 from tests.builders import gpuclass, kubevirt, node, pod, secret, vmi
 
 R = "example.com/gpu"
@@ -429,6 +430,36 @@ def test_affected_classes(source: Source, obj: dict[str, Any], statuses: set[str
     assert state.take_dirty().statuses == statuses
 
 
+def test_namespace_keeps_only_the_entitlement_label() -> None:
+    """A tenant's own labels on its namespace (any number, any size) are not kept."""
+    state = ClusterCache()
+    labels = {f"tenant.example/{i}": "x" * 60 for i in range(100)}
+    labels[names.VGPU_ENTITLEMENT_LABEL] = "true"
+    state.upsert("namespaces", {"metadata": {"name": "tenant-a", "labels": labels}})
+    assert state.namespaces["tenant-a"] == {names.VGPU_ENTITLEMENT_LABEL: "true"}
+
+
+def test_launcher_pod_counts_while_bound_and_is_forgotten_when_gone() -> None:
+    state = ClusterCache()
+    launcher = pod("virt-launcher-vm-x", "n1", {R: 1}, namespace="tenant-a")
+    launcher["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "kubevirt.io/v1",
+            "kind": "VirtualMachineInstance",
+            "name": "vm",
+            "controller": True,
+        }
+    ]
+    launcher["spec"]["volumes"] = [
+        {"name": "gpulicense", "secret": {"secretName": names.license_copy_name("c")}}
+    ]
+    state.upsert("pods", launcher)
+    assert set(state.launchers.values()) == {("tenant-a", "vm", names.license_copy_name("c"))}
+    assert state.take_dirty().copies
+    state.delete("pods", launcher)
+    assert not state.launchers and state.take_dirty().copies
+
+
 def test_license_secret_keeps_only_the_token() -> None:
     state = ClusterCache()
     state.upsert("licence-secrets", secret("src", data={names.TOKEN_KEY: "dG9r", "other": "eA=="}))
@@ -436,18 +467,14 @@ def test_license_secret_keeps_only_the_token() -> None:
 
 
 def _one_of_each() -> dict[Source, dict[str, Any]]:
-    managed = secret(
-        names.license_copy_name("c"),
-        "tenant-a",
-        labels={names.MANAGED_BY_LABEL: names.MANAGED_BY_VALUE},
-    )
+    record = record_body({}, namespace="cozy-system")
     return {
         "gpuclasses": gpuclass("c", R),
         "nodes": node("n1", {R: "1"}),
         "pods": pod("p", "n1", {R: 1}),
         "kubevirts": kubevirt(R),
         "licence-secrets": secret("src"),
-        "managed-secrets": managed,
+        "copy-record": record,
         "namespaces": {"metadata": {"name": "tenant-a"}},
         "vmis": vmi("v", "tenant-a", classes=["c"], devices=[R]),
     }
@@ -464,7 +491,7 @@ def test_every_source_keeps_and_forgets_by_the_object_key(source: Source) -> Non
     key = (meta.get("namespace", ""), meta["name"])
     assert state.keys(source) == [key]
     # Only the stores of objects the reconciler writes keep a version (to absorb write responses).
-    kept = source in ("gpuclasses", "managed-secrets")
+    kept = source in ("gpuclasses", "copy-record")
     assert state.held_version(source, key) == ("7" if kept else "")
     state.sweep(source, set())
     assert state.keys(source) == []

@@ -28,7 +28,9 @@ from gpuclass.reconciler.settings import ReconcilerSettings
 from gpuclass.reconciler.sources import SOURCES, Source
 from gpuclass.shared import names
 from gpuclass.shared.runtime.syncview import SyncView, version_reached
-from tests.builders import gpuclass, kubevirt, namespace, node, pod, secret, vmi
+from gpuclass.shared.licenses import copy_digest, record_body
+from gpuclass.shared.snapshot import Redacted
+from tests.builders import gpuclass, kubevirt, launcher, namespace, node, pod, secret, vmi
 
 R = "example.com/gpu"
 LIC = "example.com/lic"
@@ -36,15 +38,21 @@ HELD = [names.IN_USE_FINALIZER]
 COPY = names.license_copy_name("lic")
 MANAGED = {names.MANAGED_BY_LABEL: names.MANAGED_BY_VALUE}
 NOW = "2026-06-01T00:00:00Z"
-WRITES = {"patch_class_status", "patch_class_finalizers", "create_secret", "replace_secret"}
-WRITES |= {"delete_secret", "create_event"}
+WRITES = {"patch_class_status", "patch_class_finalizers", "create_secret", "apply_secret"}
+WRITES |= {"delete_secret", "create_event", "create_config_map", "replace_config_map"}
+
+
+COPY_DATA = {names.TOKEN_KEY: "dG9rZW4=", names.GRIDD_KEY: "RmVhdHVyZVR5cGU9MQo="}
+"""The token and FeatureType=1\n."""
 
 
 def copy_secret(ns: str) -> dict[str, Any]:
-    gridd = "RmVhdHVyZVR5cGU9MQo="  # FeatureType=1\n
-    return secret(
-        COPY, ns, data={names.TOKEN_KEY: "dG9rZW4=", names.GRIDD_KEY: gridd}, labels=MANAGED
-    )
+    return secret(COPY, ns, data=dict(COPY_DATA), labels=MANAGED)
+
+
+def copy_record(*namespaces: str) -> dict[str, Any]:
+    digest = copy_digest({k: Redacted(v) for k, v in COPY_DATA.items()})
+    return record_body({(ns, COPY): digest for ns in namespaces}, namespace="cozy-system")
 
 
 def left_behind() -> list[dict[str, Any]]:
@@ -62,8 +70,10 @@ def left_behind() -> list[dict[str, Any]]:
         namespace("tenant-b", entitled=True),
         vmi("vm-c", "tenant-a", classes=["c"], devices=[R]),
         vmi("vm-lic", "tenant-a", classes=["lic"], devices=[LIC], license_class="lic"),
+        launcher("vm-lic", "tenant-a", license_class="lic"),
         copy_secret("tenant-a"),
         copy_secret("tenant-b"),  # no VMI mounts it: a legitimate deletion
+        copy_record("tenant-a", "tenant-b"),
     ]
 
 
@@ -226,6 +236,18 @@ def test_a_slow_namespace_list_deletes_no_copy() -> None:
         kube, during = await slow_list_scenario("namespaces", guard=True)
         assert during == [] and kube.early_writes == []
         assert ("tenant-a", COPY) in secrets_of(kube)
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_slow_pod_list_deletes_no_copy() -> None:
+    """Launcher Pods say which copies are wanted: without them every copy looks unwanted."""
+
+    async def scenario() -> None:
+        kube, during = await slow_list_scenario("pods", guard=True)
+        assert during == [] and kube.early_writes == []
+        assert ("tenant-a", COPY) in secrets_of(kube)
+        assert ("tenant-b", COPY) not in secrets_of(kube)
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
 
