@@ -172,7 +172,9 @@ class CopyWriter:
             return  # the recorder logged it as not written
         self.metrics.object_writes.labels("licence-copy", action.action, "ok").inc()
         log.info(
-            f"licence copy {action.action}d" if action.action != "verify" else "licence copy verified",
+            f"licence copy {action.action}d"
+            if action.action != "verify"
+            else "licence copy verified",
             extra={"fields": {"namespace": action.namespace, "secret": action.name}},
         )
 

@@ -189,9 +189,7 @@ class KubeAdapter(RawClient):
         await self._json("DELETE", f"/api/v1/namespaces/{_q(namespace)}/secrets/{_q(name)}")
 
     async def create_config_map(self, namespace: str, body: RawObject) -> RawObject | None:
-        return await self._json(
-            "POST", f"/api/v1/namespaces/{_q(namespace)}/configmaps", body=body
-        )
+        return await self._json("POST", f"/api/v1/namespaces/{_q(namespace)}/configmaps", body=body)
 
     async def replace_config_map(
         self, namespace: str, name: str, body: RawObject

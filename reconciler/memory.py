@@ -281,7 +281,11 @@ class MemoryKube:
         return self._put(names.KIND, ("", name), updated)
 
     def _admit_secret(
-        self, namespace: str, name: str, new: Mapping[str, Any] | None, old: Mapping[str, Any] | None
+        self,
+        namespace: str,
+        name: str,
+        new: Mapping[str, Any] | None,
+        old: Mapping[str, Any] | None,
     ) -> None:
         """The chart's ValidatingAdmissionPolicy (charts/gpuclass/templates/license-copy-policy.yaml).
 

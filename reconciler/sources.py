@@ -168,9 +168,9 @@ def selected(spec: SourceSpec, obj: Mapping[str, Any], scope: Scope) -> bool:
     scoped = scope.namespace(spec.namespace)
     if scoped is not None and meta.get("namespace") != scoped:
         return False
-    if spec.by_name and scope.license_secret_names is not None:
-        if meta.get("name") not in scope.license_secret_names:
-            return False
+    names_ = scope.license_secret_names
+    if spec.by_name and names_ is not None and meta.get("name") not in names_:
+        return False
     if spec.field_selector.startswith("metadata.name="):
         if meta.get("name") != spec.field_selector.removeprefix("metadata.name="):
             return False

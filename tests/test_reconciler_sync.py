@@ -27,8 +27,8 @@ from gpuclass.reconciler.ports import ApiError, ListPage, WatchEvent
 from gpuclass.reconciler.settings import ReconcilerSettings
 from gpuclass.reconciler.sources import SOURCES, Source
 from gpuclass.shared import names
-from gpuclass.shared.runtime.syncview import SyncView, version_reached
 from gpuclass.shared.licenses import copy_digest, record_body
+from gpuclass.shared.runtime.syncview import SyncView, version_reached
 from gpuclass.shared.snapshot import Redacted
 from tests.builders import gpuclass, kubevirt, launcher, namespace, node, pod, secret, vmi
 
