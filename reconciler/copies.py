@@ -7,12 +7,14 @@ needs no right to read tenant Secrets. One pass:
 
 1. *write ahead*: a copy about to be created enters the record as pending, before
    the Secret is written (a crash after the write leaves it recorded, never lost);
-2. the Secret writes: a create is a plain create, so a Secret of that name that is
-   not ours answers 409 AlreadyExists and is reported as foreign and left alone;
-   an update (or the periodic verify) is a server-side apply of the whole copy; a
-   delete is a delete. The chart's ValidatingAdmissionPolicy lets these through
-   only for labelled `gpuclass-license-*` Secrets in tenant namespaces, and only
-   when the stored one already carries the label;
+2. the Secret writes: a create is a plain create; when a Secret of that name exists
+   (409 AlreadyExists) it is adopted by an apply if it carries our label (a copy
+   written before the record existed), else the policy refuses the apply and it is
+   reported as foreign and left alone; an update (or the periodic verify) is a
+   server-side apply of the whole copy; a delete is a delete. The chart's
+   ValidatingAdmissionPolicy lets these through only for labelled
+   `gpuclass-license-*` Secrets in tenant namespaces, and only when the stored one
+   already carries the label;
 3. the record is written again with what happened: digests of what was written,
    deleted copies and refused pending ones dropped.
 
@@ -183,10 +185,19 @@ class CopyWriter:
             await self.api.delete_secret(action.namespace, action.name)
             return
         assert action.copy is not None  # create, update and verify always carry the copy
-        if action.action == "create":
-            await self.api.create_secret(action.namespace, secret_body(action.copy))
-        else:
-            await self.api.apply_secret(action.namespace, secret_body(action.copy))
+        body = secret_body(action.copy)
+        if action.action != "create":
+            await self.api.apply_secret(action.namespace, body)
+            return
+        try:
+            await self.api.create_secret(action.namespace, body)
+        except ApiError as exists:
+            if exists.status != 409 or exists.reason != "AlreadyExists":
+                raise
+            try:  # ours from before the record (the policy refuses a Secret without our label)
+                await self.api.apply_secret(action.namespace, body)
+            except ApiError as refused:
+                raise exists if refused.status == 403 else refused from None
 
     def _may_delete(self) -> bool:
         """A copy goes only on a view of VMIs, Pods and Namespaces recent enough to release it."""

@@ -487,6 +487,23 @@ def test_no_copy_until_the_launcher_pod_is_bound_and_none_after_it_stops() -> No
     run(scenario)
 
 
+def test_a_labelled_copy_from_before_the_record_is_adopted_not_reported() -> None:
+    """An upgrade: copies written before the record existed are taken over, not reported."""
+
+    async def scenario() -> None:
+        old = secret(COPY, "tenant-a", data={names.TOKEN_KEY: "b2xk", names.GRIDD_KEY: "eA=="})
+        old["metadata"]["labels"] = dict(MANAGED)
+        kube = MemoryKube([*world(), old])
+        async with Running(kube) as r:
+            started(kube)
+            await r.settle()
+            assert kube.store["Secret"][("tenant-a", COPY)]["data"][names.TOKEN_KEY] == TOKEN
+            assert record(kube) == {("tenant-a", COPY): copy_digest_of(kube, "tenant-a")}
+            assert not [e for e in kube.events if e["reason"] == "ForeignLicenseSecret"]
+
+    run(scenario)
+
+
 def test_a_copy_removed_by_hand_comes_back_on_resync() -> None:
     async def scenario() -> None:
         kube = MemoryKube(world())
@@ -533,7 +550,8 @@ def test_foreign_secret_left_alone_with_an_event() -> None:
             assert stored["data"] == {"mine": "eA=="} and "labels" not in stored["metadata"]
             assert [e["reason"] for e in kube.events].count("ForeignLicenseSecret") == 1
             assert kube.calls.get("create_secret", 0) == 1
-            assert not kube.calls.get("apply_secret") and not kube.calls.get("delete_secret")
+            assert kube.calls.get("apply_secret", 0) == 1  # refused: not labelled ours
+            assert not kube.calls.get("delete_secret")
             assert record(kube) == {}  # the refused pending entry is not kept
 
     run(scenario)
