@@ -173,12 +173,11 @@ class CopyWriter:
         if self.dry_run:
             return  # the recorder logged it as not written
         self.metrics.object_writes.labels("licence-copy", action.action, "ok").inc()
-        log.info(
-            f"licence copy {action.action}d"
-            if action.action != "verify"
-            else "licence copy verified",
-            extra={"fields": {"namespace": action.namespace, "secret": action.name}},
-        )
+        fields = {"fields": {"namespace": action.namespace, "secret": action.name}}
+        if action.action == "verify":  # every copy on every resync: not worth an info line
+            log.debug("licence copy written again", extra=fields)
+        else:
+            log.info(f"licence copy {action.action}d", extra=fields)
 
     async def _send(self, action: CopyAction) -> None:
         if action.action == "delete":
