@@ -59,10 +59,10 @@ class Selection:
 
 NO_SELECTION = Selection((), ())
 
-MAX_SELECTION_BYTES = 4096
-"""Bytes (UTF-8) of the annotation read at most: 32 entries of the longest class name, pretty-printed."""
-MAX_SELECTION_ENTRIES = 32
-"""Entries of the list judged at most. Repeated entries of a class add up; one entry with a count does too."""
+MAX_SELECTION_BYTES = 2048
+"""Bytes (UTF-8) of the annotation read at most: 16 entries of the longest class name, pretty-printed."""
+MAX_SELECTION_ENTRIES = 16
+"""Entries judged at most: more than a host has GPUs. Counts, not repeated entries, ask for more."""
 UNCHECKED = "the classes it names were not checked"
 
 
@@ -89,11 +89,17 @@ def _entry(index: int, entry: object) -> tuple[str | None, ClassEntry | None, li
                 )
             ],
         )
-    causes = [
-        invalid(f"{path}.{key}", "unknown key: an entry has className and count, or name")
-        for key in entry
-        if key not in _KNOWN_KEYS
-    ]
+    if len(entry) > len(_KNOWN_KEYS):
+        # More keys than an entry can hold: one cause for the entry, not one per key.
+        causes = [
+            invalid(path, f"has {len(entry)} keys; an entry has className and count, or name only")
+        ]
+    else:
+        causes = [
+            invalid(f"{path}.{key}", "unknown key: an entry has className and count, or name")
+            for key in entry
+            if key not in _KNOWN_KEYS
+        ]
     has_class, has_name = "className" in entry, "name" in entry
     if has_class == has_name:
         causes.append(invalid(path, "select exactly one of className and name"))
@@ -144,15 +150,33 @@ def _load(raw: str) -> object:
 
     orjson (fast) reads an integer of 2**64 or more as a float, so a count like
     18446744073709551616 would be refused as "not a whole number"; it is a whole
-    number, and far too many units (the limit cause). Text with such a long digit
-    run, or that orjson refuses, goes to the standard parser, which keeps them
-    exact. NaN and Infinity are not JSON for either.
+    number, and far too many units (the limit cause). When orjson's answer holds a
+    float where a rule looks (an entry, or a value of one) and the text has such a long
+    digit run, or when orjson refuses the text, the standard parser reads it again,
+    keeping them exact. The digit-run search runs only then: it costs more than the
+    parse. NaN and Infinity are not JSON for either.
     """
-    if not _LONG_NUMBER.search(raw):
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            pass
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _load_exact(raw)
+    if _has_float(value) and _LONG_NUMBER.search(raw):
+        return _load_exact(raw)
+    return value
+
+
+def _has_float(value: object) -> bool:
+    """A float among the entries of a list, or among the values of an entry."""
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if isinstance(item, float):
+            return True
+        if isinstance(item, dict) and any(isinstance(v, float) for v in item.values()):
+            return True
+    return False
+
+
+def _load_exact(raw: str) -> object:
     return json.loads(raw, parse_int=_parse_int, parse_constant=_no_constant)
 
 

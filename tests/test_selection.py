@@ -44,9 +44,9 @@ def entry_path(index: int, key: str = "") -> str:
             f'[{{"className": "a", "count": {10**30}}}]', [("a", 10**30, 0)], id="ten-to-the-30"
         ),
         pytest.param(
-            '[{"className": "a", "count": ' + "9" * 4000 + "}]",
+            '[{"className": "a", "count": ' + "9" * 2000 + "}]",
             [("a", 10**40, 0)],
-            id="four-thousand-digits-read-as-a-bound",
+            id="two-thousand-digits-read-as-a-bound",
         ),
         pytest.param(" [ ] ", [], id="empty-list-with-spaces"),
         pytest.param("[]", [], id="empty-list-no-selection"),
@@ -118,6 +118,11 @@ def test_bad_count(count_json: str, shown: str) -> None:
             '[{"className": "a", "cnt": 2, "size": 1}]',
             [(entry_path(0, "cnt"), "unknown key"), (entry_path(0, "size"), "unknown key")],
             id="every-unknown-key",
+        ),
+        pytest.param(
+            '[{"className": "a", "count": 1, "k1": 1, "k2": 2, "k3": 3}]',
+            [(entry_path(0), "has 5 keys; an entry has className and count, or name only")],
+            id="more-keys-than-an-entry-holds-one-cause",
         ),
         pytest.param(
             '[{"className": "Bad_Name"}]',
@@ -193,11 +198,11 @@ def test_entry_path_names_the_index() -> None:
     assert ClassEntry("a", 1, 7).path == f"{ANN}[7]"
 
 
-# docs/contract.md 4.1 and docs/decisions.md "Bounded work per review": at most 4096 bytes and
-# 32 entries are judged; a larger selection gets one cause naming the annotation and the limit.
+# docs/contract.md 4.1 and docs/decisions.md "Bounded work per review": at most 2048 bytes and
+# 16 entries are judged; a larger selection gets one cause naming the annotation and the limit.
 TOO_LARGE = "SelectionTooLarge"
 LONGEST = "a" * 63
-"""The longest class name (a DNS label): 32 entries of it, with count 1024, must fit the byte cap."""
+"""The longest class name (a DNS label): 16 entries of it, with count 1024, must fit the byte cap."""
 
 
 @pytest.mark.parametrize(
@@ -206,32 +211,34 @@ LONGEST = "a" * 63
         pytest.param(
             json.dumps([{"className": "a", "count": 1}] * 9000),
             # 9,000 entries of 30 bytes, 8,999 separators of 2, and the brackets
-            f"is {9000 * 30 + 8999 * 2 + 2} bytes; at most 4096 are read",
+            f"is {9000 * 30 + 8999 * 2 + 2} bytes; at most 2048 are read",
             id="nine-thousand-entries-over-the-byte-cap",
         ),
-        pytest.param(" " * 4095 + "[]", "is 4097 bytes; at most 4096", id="one-byte-over"),
+        pytest.param(" " * 2047 + "[]", "is 2049 bytes; at most 2048", id="one-byte-over"),
         pytest.param(
-            '[{"className": "' + "\u00e9" * 682 + '"}]',
+            # 338 escapes of 6 bytes and 17 bytes around them: 2045 bytes, judged as usual
+            '[{"className": "' + "\\u00e9" * 338 + '"}]',
             None,
             id="escapes-are-bytes-as-written",
         ),
         pytest.param(
-            '[{"className": "' + "é" * 2040 + '"}]',
-            "is over 4096 bytes; at most 4096",
+            # 1,037 characters, but 2,057 bytes in UTF-8
+            '[{"className": "' + "\N{LATIN SMALL LETTER E WITH ACUTE}" * 1020 + '"}]',
+            "is over 2048 bytes; at most 2048",
             id="multi-byte-characters-counted-in-utf8",
         ),
         pytest.param(
-            json.dumps([{"className": "a"}] * 33),
-            "has 33 entries; at most 32",
+            json.dumps([{"className": "a"}] * 17),
+            "has 17 entries; at most 16",
             id="one-entry-over",
         ),
         pytest.param(
             json.dumps([{"className": "a", "count": 0}] * 40),
-            "has 40 entries; at most 32",
+            "has 40 entries; at most 16",
             id="bad-entries-over-the-entry-cap-not-judged-one-by-one",
         ),
         pytest.param(
-            "[" + "1," * 2000 + "1]", "has 2001 entries; at most 32", id="ints-not-judged"
+            "[" + "1," * 1000 + "1]", "has 1001 entries; at most 16", id="ints-not-judged"
         ),
     ],
 )
@@ -252,9 +259,9 @@ def test_caps_refuse_with_one_cause(raw: str, message: str | None) -> None:
 @pytest.mark.parametrize(
     "entries",
     [
-        pytest.param([{"className": LONGEST, "count": 1024}] * 32, id="compact"),
+        pytest.param([{"className": LONGEST, "count": 1024}] * 16, id="compact"),
         pytest.param(
-            [{"className": f"{LONGEST[:-2]}{i:02d}", "count": 1024} for i in range(32)],
+            [{"className": f"{LONGEST[:-2]}{i:02d}", "count": 1024} for i in range(16)],
             id="distinct-names",
         ),
     ],
@@ -264,11 +271,11 @@ def test_largest_legal_selection_fits_the_caps(entries: list[Any], indent: int |
     raw = json.dumps(entries, indent=indent)
     selection = parse_selection(raw)
     assert selection.causes == ()
-    assert len(selection.entries) == 32
+    assert len(selection.entries) == 16
 
 
 def test_caps_are_the_documented_figures() -> None:
-    assert (MAX_SELECTION_BYTES, MAX_SELECTION_ENTRIES) == (4096, 32)
+    assert (MAX_SELECTION_BYTES, MAX_SELECTION_ENTRIES) == (2048, 16)
 
 
 @pytest.mark.timeout(30)
@@ -305,7 +312,7 @@ def test_256_kib_annotation_is_refused_by_the_cap() -> None:
         "status"
     ]
     assert status["code"] == 422
-    assert status["message"].startswith(f"{ANN}: is {len(raw)} bytes; at most 4096 are read")
+    assert status["message"].startswith(f"{ANN}: is {len(raw)} bytes; at most 2048 are read")
 
 
 def test_named_entries_keep_the_class_of_a_bad_count() -> None:
