@@ -25,7 +25,7 @@ example-whole-gpu), since a ratio survives a shared, busy machine better than a 
   many unknown keys as 2048 bytes hold, 16 valid entries of a vGPU class in an
   unentitled namespace, 1,000 integers, nesting 2,000 deep, a 2,000-digit count.
 
-Goal: p99 <= 0.3 ms per decision; a hostile review's median <= 5x a normal one's.
+Goal: p99 <= 0.3 ms per decision; a hostile review's median <= 3x a normal one's.
 Run: `.venv/bin/python benchmarks/bench_decision.py` (`BENCH_RUNS` overrides the 20,000
 timed runs per scenario, at least 10,000 are used; hostile scenarios use a tenth).
 """
@@ -60,7 +60,7 @@ RUNS = max(int(os.environ.get("BENCH_RUNS", "20000")), 10_000)
 WARMUP = 1_000
 ROUNDS = 5
 GOAL_P99_MS = 0.3
-GOAL_HOSTILE_RATIO = 5.0
+GOAL_HOSTILE_RATIO = 3.0
 ANNOTATION = "gpu.cozystack.io/classes"
 
 
