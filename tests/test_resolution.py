@@ -1336,6 +1336,20 @@ def test_update_keeps_the_license_it_was_admitted_with_even_if_class_is_gone() -
     assert update(new, old) == Allowed()
 
 
+def test_update_of_a_vmi_stored_before_the_caps_passes() -> None:
+    """A VMI admitted with 17 entries before docs/contract.md 4.1 capped them keeps its licence."""
+    old = vmi(raw=json.dumps([cls("lic")] * 17))
+    old["spec"]["volumes"].append(copy.deepcopy(LICENSE_VOLUME))
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"] = {"kubevirt.io/nodeName": "n3"}
+    assert update(new, old) == Allowed()
+    moved = copy.deepcopy(new)
+    moved["spec"]["volumes"].append({"name": "x", "secret": {"secretName": "gpuclass-license-lic"}})
+    assert causes_of(update(moved, old)) == [
+        ("spec.volumes[2].secret.secretName", "forbidden", "LicenceHandMounted")
+    ]
+
+
 @pytest.mark.parametrize("operation", ["DELETE", "CONNECT"])
 def test_other_operations_pass(operation: str) -> None:
     assert (
