@@ -20,7 +20,13 @@ from gpuclass.shared.catalog import Catalog, Offer
 from gpuclass.shared.entitlement import entitlement_problem
 from gpuclass.shared.patches import PatchBuilder
 from gpuclass.shared.secretrefs import secret_refs
-from gpuclass.shared.selection import ANNOTATION_PATH, MAX_INT_DIGITS, ClassEntry, parse_selection
+from gpuclass.shared.selection import (
+    ANNOTATION_PATH,
+    MAX_INT_DIGITS,
+    ClassEntry,
+    Selection,
+    parse_selection,
+)
 
 GPUS = ("spec", "domain", "devices", "gpus")
 HOST_DEVICES = ("spec", "domain", "devices", "hostDevices")
@@ -94,12 +100,18 @@ CLASS_STATE_CODES = frozenset(
 def class_causes(
     entries: tuple[ClassEntry, ...], catalog: Catalog
 ) -> tuple[dict[str, Offer], list[Cause]]:
-    """Rule 3: each selected class exists, is not deleting, owns its resource and is permitted."""
+    """Rule 3: each selected class exists, is not deleting, owns its resource and is permitted.
+
+    One look-up and at most one cause per class, at its first entry: repeating a class
+    repeats no work.
+    """
     offers: dict[str, Offer] = {}
     causes: list[Cause] = []
+    judged: set[str] = set()
     for entry in entries:
-        if entry.class_name in offers:
+        if entry.class_name in judged:
             continue
+        judged.add(entry.class_name)
         path = f"{entry.path}.className"
         offer = catalog.offers.get(entry.class_name)
         if offer is None:
@@ -156,7 +168,11 @@ def _units(total: int) -> str:
 def limit_causes(
     entries: tuple[ClassEntry, ...], offers: Mapping[str, Offer]
 ) -> tuple[dict[str, int], list[Cause]]:
-    """Rule 4: per-class totals within the effective maxCount, all within 1024, one vGPU class."""
+    """Rule 4: per-class totals within the effective maxCount, all within 1024, one vGPU class.
+
+    An entry whose count is invalid counts 0 (:class:`shared.selection.Selection`): the
+    totals are then lower bounds, so a limit they exceed is exceeded whatever it says.
+    """
     totals: dict[str, int] = {}
     for entry in entries:
         totals[entry.class_name] = totals.get(entry.class_name, 0) + entry.count
@@ -205,17 +221,11 @@ def policy_causes(
     """Rule 5 for class entries: vGPU entitlement, and passthrough only for worker pools."""
     causes: list[Cause] = []
     worker_pool = isinstance(_dig(obj, "metadata", "labels", names.WORKER_POOL_LABEL), str)
-    seen: set[str] = set()
-    for entry in entries:
+    first = {e.class_name: e for e in reversed(entries)}  # one cause per class, at its first entry
+    for entry in sorted(first.values(), key=lambda e: e.index):
         offer = offers.get(entry.class_name)
-        if (
-            offer is None
-            or entry.class_name in seen
-            or not offer.record.spec
-            or offer.record.spec.mode != "vgpu"
-        ):
+        if offer is None or not offer.record.spec or offer.record.spec.mode != "vgpu":
             continue
-        seen.add(entry.class_name)
         path = f"{entry.path}.className"
         if worker_pool:
             causes.append(
@@ -280,12 +290,21 @@ def raw_request_causes(
 def selected_licensed_classes(entries: tuple[ClassEntry, ...], catalog: Catalog) -> list[str]:
     """Classes of the selection that deliver the platform licence (whatever their state now)."""
     licensed: list[str] = []
-    for entry in entries:
-        offer = catalog.offers.get(entry.class_name)
+    for name in dict.fromkeys(entry.class_name for entry in entries):
+        offer = catalog.offers.get(name)
         spec = offer.record.spec if offer else None
-        if spec and spec.license and entry.class_name not in licensed:
-            licensed.append(entry.class_name)
+        if spec and spec.license:
+            licensed.append(name)
     return licensed
+
+
+def catalog_licensed_classes(catalog: Catalog) -> list[str]:
+    """Every class that delivers the platform licence: what an unreadable selection might name."""
+    return [
+        name
+        for name, offer in catalog.offers.items()
+        if offer.record.spec and offer.record.spec.license
+    ]
 
 
 def own_license_volume_refs(obj: Mapping[str, Any], licensed: list[str]) -> set[tuple[str, str]]:
@@ -319,24 +338,22 @@ def license_reference_causes(
 
 
 def gpu_operations(
-    obj: Mapping[str, Any], plan: Plan, *, licensed: str | None, complete: bool
+    obj: Mapping[str, Any], plan: Plan, *, licensed: str | None, wanted: list[dict[str, Any]] | None
 ) -> tuple[list[dict[str, Any]], list[Cause]]:
     """Rule 6: GPU entries, tolerations and the licence volume/disk, as narrow appends.
 
-    With `complete=False` (some class could not be resolved) the request is refused
-    anyway; what resolution would produce is unknown, so existing `gpus` are not
-    judged, but the reserved licence names still are, so that every input cause is
-    reported and the code is right (422).
+    `wanted` is what `spec.domain.devices.gpus` must hold (:func:`wanted_gpus`): the
+    resolved entries, `[]` when resolution never writes any, or None when that is
+    unknown (a class could not be resolved: the request is refused anyway, and
+    existing `gpus` are not judged). The reserved licence names are judged either
+    way, so that every input cause is reported and the code is right (422).
     """
     builder = PatchBuilder(obj)
     causes: list[Cause] = []
-    # Past the 1024-unit bound (a limit cause already) the entries are never built: counts can be huge.
-    complete = complete and sum(plan.totals.values()) <= names.MAX_UNITS_PER_VMI
-    wanted = plan.gpu_entries() if complete else []
     existing = _list(obj, *GPUS)
     if not existing:
-        builder.append(GPUS, wanted)
-    elif complete and existing != wanted:
+        builder.append(GPUS, wanted or [])
+    elif wanted is not None and existing != wanted:
         causes.append(
             invalid(
                 "spec.domain.devices.gpus",
@@ -396,26 +413,52 @@ class Judgement:
     warnings: tuple[str, ...] = ()
 
 
+def wanted_gpus(selection: Selection, plan: Plan, *, resolved: bool) -> list[dict[str, Any]] | None:
+    """What `spec.domain.devices.gpus` must hold beside this selection (rule 2).
+
+    An invalid selection, or one past the 1024-unit bound, is never resolved, so any
+    entry there is not ours: `[]` (and the entries, whose counts can be huge, are never
+    built). While a class cannot be resolved, what it would write is unknown: None.
+    """
+    if selection.causes or sum(plan.totals.values()) > names.MAX_UNITS_PER_VMI:
+        return []
+    return plan.gpu_entries() if resolved else None
+
+
 def judge_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> Judgement:
-    """Rules 1 to 8 on `obj` (a VMI, or a VM template of the same shape) in `namespace`."""
+    """Rules 1 to 8 on `obj` (a VMI, or a VM template of the same shape) in `namespace`.
+
+    Every rule runs on what can be judged: the class rules (3, 4, 5) on each entry
+    whose className is valid even when its count is not (a sum of the valid counts is
+    a lower bound). An annotation that cannot be read (not JSON, over the caps of
+    :mod:`shared.selection`) leaves only the checks that do not depend on it: raw vGPU
+    requests need entitlement (rule 5), and a licence copy named anywhere but the
+    exact licence volume of a licensed class is refused (rule 8).
+    """
     selection = parse_selection(annotation(obj))
     causes = list(selection.causes)
-    with_classes = bool(selection.entries) or any(
-        c.field.endswith(".count") or c.field.endswith(".className") for c in causes
+    causes += raw_request_causes(
+        obj, catalog, with_classes=selection.has_classes, namespace=namespace
     )
-    causes += raw_request_causes(obj, catalog, with_classes=with_classes, namespace=namespace)
-    licensed = selected_licensed_classes(selection.entries, catalog)
+    licensed = (
+        selected_licensed_classes(selection.named, catalog)
+        if selection.readable
+        else catalog_licensed_classes(catalog)
+    )
     license_causes = license_reference_causes(obj, own_license_volume_refs(obj, licensed))
-    if not selection.entries:
+    if not selection.has_classes:
         return Judgement(tuple(causes + license_causes))
-    offers, unresolved = class_causes(selection.entries, catalog)
-    totals, over_limit = limit_causes(selection.entries, offers)
+    offers, unresolved = class_causes(selection.named, catalog)
+    totals, over_limit = limit_causes(selection.named, offers)
     causes += unresolved + over_limit
-    causes += policy_causes(obj, namespace, selection.entries, offers, catalog)
+    causes += policy_causes(obj, namespace, selection.named, offers, catalog)
     causes += license_causes
     plan = Plan(totals, offers)
     operations, op_causes = gpu_operations(
-        obj, plan, licensed=licensed[0] if licensed else None, complete=not unresolved
+        obj,
+        plan,
+        licensed=licensed[0] if licensed else None,
+        wanted=wanted_gpus(selection, plan, resolved=not unresolved),
     )
     causes += op_causes
     return Judgement(tuple(causes), tuple(operations), tuple(capacity_warnings(plan)))

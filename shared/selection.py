@@ -3,6 +3,13 @@
 The application chart renders the tenant's `gpus` values list into the
 annotation as JSON. Parsing reports every problem with its path; it does not
 look classes up (that is :mod:`shared.resolution`'s job).
+
+The work is bounded before the JSON is read: a selection of more than
+`MAX_SELECTION_BYTES` bytes is refused unparsed, and one of more than
+`MAX_SELECTION_ENTRIES` entries before any entry is judged (docs/contract.md 4.1,
+docs/decisions.md "Bounded work per review"). A legal annotation can be 256 KiB, some
+9,000 entries, and judging it cost a thousand normal reviews of the fail-closed VMI
+webhook; a real VM selects a handful of classes.
 """
 
 from __future__ import annotations
@@ -33,13 +40,30 @@ class ClassEntry:
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """Parsed class entries (empty when there is no selection) and every parse problem."""
+    """What the annotation says, and every problem with it.
+
+    `entries` are the valid class entries (empty when there is no selection).
+    `named` are the class entries whose className is valid, whatever their count:
+    the classes can be judged even when a count cannot (an invalid count counts 0
+    there, so a sum over them is a lower bound). `has_classes` says the list holds
+    a class entry, valid or not. `readable` is False when the annotation could not
+    be read as a list (not JSON, not a list, over the caps): nothing in it was judged.
+    """
 
     entries: tuple[ClassEntry, ...]
     causes: tuple[Cause, ...]
+    named: tuple[ClassEntry, ...] = ()
+    has_classes: bool = False
+    readable: bool = True
 
 
 NO_SELECTION = Selection((), ())
+
+MAX_SELECTION_BYTES = 2048
+"""Bytes (UTF-8) of the annotation read at most: 16 entries of the longest class name, pretty-printed."""
+MAX_SELECTION_ENTRIES = 16
+"""Entries judged at most: more than a host has GPUs. Counts, not repeated entries, ask for more."""
+UNCHECKED = "the classes it names were not checked"
 
 
 def _is_count(value: object) -> bool:
@@ -47,7 +71,11 @@ def _is_count(value: object) -> bool:
 
 
 def _entry(index: int, entry: object) -> tuple[str | None, ClassEntry | None, list[Cause]]:
-    """Kind of entry ('class', 'raw' or None), the class entry, and its causes."""
+    """Kind of entry ('class', 'raw' or None), the class entry, and its causes.
+
+    The class entry is returned whenever its className is valid; its count is 0 when
+    the count is invalid (that cause is among the causes).
+    """
     path = f"{ANNOTATION_PATH}[{index}]"
     if not isinstance(entry, dict):
         return (
@@ -61,11 +89,17 @@ def _entry(index: int, entry: object) -> tuple[str | None, ClassEntry | None, li
                 )
             ],
         )
-    causes = [
-        invalid(f"{path}.{key}", "unknown key: an entry has className and count, or name")
-        for key in entry
-        if key not in _KNOWN_KEYS
-    ]
+    if len(entry) > len(_KNOWN_KEYS):
+        # More keys than an entry can hold: one cause for the entry, not one per key.
+        causes = [
+            invalid(path, f"has {len(entry)} keys; an entry has className and count, or name only")
+        ]
+    else:
+        causes = [
+            invalid(f"{path}.{key}", "unknown key: an entry has className and count, or name")
+            for key in entry
+            if key not in _KNOWN_KEYS
+        ]
     has_class, has_name = "className" in entry, "name" in entry
     if has_class == has_name:
         causes.append(invalid(path, "select exactly one of className and name"))
@@ -87,7 +121,8 @@ def _entry(index: int, entry: object) -> tuple[str | None, ClassEntry | None, li
         causes.append(
             invalid(f"{path}.count", f"must be a whole number of at least 1 (got {_show(count)})")
         )
-    if causes or class_name is None:
+        count = 0
+    if class_name is None:
         return "class", None, causes
     return "class", ClassEntry(class_name, count, index), causes
 
@@ -115,15 +150,33 @@ def _load(raw: str) -> object:
 
     orjson (fast) reads an integer of 2**64 or more as a float, so a count like
     18446744073709551616 would be refused as "not a whole number"; it is a whole
-    number, and far too many units (the limit cause). Text with such a long digit
-    run, or that orjson refuses, goes to the standard parser, which keeps them
-    exact. NaN and Infinity are not JSON for either.
+    number, and far too many units (the limit cause). When orjson's answer holds a
+    float where a rule looks (an entry, or a value of one) and the text has such a long
+    digit run, or when orjson refuses the text, the standard parser reads it again,
+    keeping them exact. The digit-run search runs only then: it costs more than the
+    parse. NaN and Infinity are not JSON for either.
     """
-    if not _LONG_NUMBER.search(raw):
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            pass
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _load_exact(raw)
+    if _has_float(value) and _LONG_NUMBER.search(raw):
+        return _load_exact(raw)
+    return value
+
+
+def _has_float(value: object) -> bool:
+    """A float among the entries of a list, or among the values of an entry."""
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if isinstance(item, float):
+            return True
+        if isinstance(item, dict) and any(isinstance(v, float) for v in item.values()):
+            return True
+    return False
+
+
+def _load_exact(raw: str) -> object:
     return json.loads(raw, parse_int=_parse_int, parse_constant=_no_constant)
 
 
@@ -138,32 +191,73 @@ def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
-def parse_selection(raw: str | None) -> Selection:
-    """Parse the annotation value. None or `[]` means no selection."""
+def _unreadable(message: str) -> Selection:
+    return Selection((), (invalid(ANNOTATION_PATH, message),), readable=False)
+
+
+def _utf8_length(raw: str) -> int:
+    """Bytes of `raw` in UTF-8, what the API server counts (call it on short strings only)."""
+    if raw.isascii():
+        return len(raw)
+    return len(raw.encode("utf-8", "surrogatepass"))
+
+
+def size_cause(raw: str) -> Cause | None:
+    """The byte cap, on the raw string, before any parsing."""
+    if len(raw) <= MAX_SELECTION_BYTES and _utf8_length(raw) <= MAX_SELECTION_BYTES:
+        return None
+    # Exact for ASCII (the size is known for free); never encode a long string to say how long.
+    size = f"{len(raw)} bytes" if raw.isascii() else f"over {MAX_SELECTION_BYTES} bytes"
+    return invalid(
+        ANNOTATION_PATH,
+        f"is {size}; at most {MAX_SELECTION_BYTES} are read: list each class once with its "
+        f'count, e.g. [{{"className": "x", "count": 2}}]; {UNCHECKED}',
+        "SelectionTooLarge",
+    )
+
+
+def entries_cause(length: int) -> Cause | None:
+    """The entry cap, on the parsed list, before any entry is judged."""
+    if length <= MAX_SELECTION_ENTRIES:
+        return None
+    return invalid(
+        ANNOTATION_PATH,
+        f"has {length} entries; at most {MAX_SELECTION_ENTRIES}: list each class once with its "
+        f'count, e.g. [{{"className": "x", "count": 2}}]; {UNCHECKED}',
+        "SelectionTooLarge",
+    )
+
+
+def parse_selection(raw: str | None, *, capped: bool = True) -> Selection:
+    """Parse the annotation value. None or `[]` means no selection.
+
+    `capped` applies the byte and entry caps (admission, and everything that says what
+    admission would answer). Only a reader of VMIs already stored turns it off: one
+    admitted before the caps existed must keep its classes (:mod:`shared.vmiuse`).
+    """
     if raw is None:
         return NO_SELECTION
+    if capped and (too_large := size_cause(raw)):
+        return Selection((), (too_large,), readable=False)
     try:
         value = _load(raw)
     except (ValueError, RecursionError):  # decode errors of both parsers; json's deep nesting
-        return Selection(
-            (),
-            (
-                invalid(
-                    ANNOTATION_PATH,
-                    'must be a JSON list of GPU entries, e.g. [{"className": "x", "count": 1}]',
-                ),
-            ),
+        return _unreadable(
+            'must be a JSON list of GPU entries, e.g. [{"className": "x", "count": 1}]; '
+            + UNCHECKED
         )
     if not isinstance(value, list):
-        return Selection(
-            (),
-            (
-                invalid(
-                    ANNOTATION_PATH, f"must be a JSON list of GPU entries (got {json_kind(value)})"
-                ),
-            ),
+        return _unreadable(
+            f"must be a JSON list of GPU entries (got {json_kind(value)}); {UNCHECKED}"
         )
+    if capped and (too_many := entries_cause(len(value))):
+        return Selection((), (too_many,), readable=False)
+    return _judge_entries(value)
+
+
+def _judge_entries(value: list[object]) -> Selection:
     entries: list[ClassEntry] = []
+    named: list[ClassEntry] = []
     causes: list[Cause] = []
     kinds: set[str] = set()
     for index, item in enumerate(value):
@@ -171,7 +265,9 @@ def parse_selection(raw: str | None) -> Selection:
         if kind:
             kinds.add(kind)
         if entry:
-            entries.append(entry)
+            named.append(entry)
+            if not entry_causes:
+                entries.append(entry)
         causes += entry_causes
     if kinds == {"class", "raw"}:
         causes.append(
@@ -186,4 +282,4 @@ def parse_selection(raw: str | None) -> Selection:
                 "raw name entries belong in spec.domain.devices.gpus, not in this annotation",
             )
         )
-    return Selection(tuple(entries), tuple(causes))
+    return Selection(tuple(entries), tuple(causes), tuple(named), "class" in kinds)

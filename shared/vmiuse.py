@@ -63,7 +63,8 @@ def selected_classes(annotation: object) -> tuple[str, ...]:
     """Class names of the selection's valid entries (a malformed entry names nothing)."""
     if not isinstance(annotation, str):
         return ()
-    entries = parse_selection(annotation).entries
+    # Uncapped: a VMI stored before admission capped the selection still holds its classes.
+    entries = parse_selection(annotation, capped=False).entries
     return tuple(dict.fromkeys(entry.class_name for entry in entries))
 
 
@@ -86,7 +87,7 @@ def admitted_units(
     """
     if not isinstance(annotation, str) or namespace == names.WEBHOOK_EXCLUDED_NAMESPACE:
         return ()
-    selection = parse_selection(annotation)
+    selection = parse_selection(annotation, capped=False)  # as in selected_classes
     if selection.causes or not selection.entries:
         return ()
     counts: dict[str, int] = {}

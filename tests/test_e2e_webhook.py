@@ -192,6 +192,34 @@ def test_refusals_reach_the_client_with_code_and_message(
     )
 
 
+def test_dry_run_of_the_largest_legal_selection_is_refused_by_the_cap(
+    control_plane: ControlPlane, world: tuple[World, WebhookProcess]
+) -> None:
+    """Issue 20: a free `--dry-run=server` create with a 256 KiB selection costs one cheap refusal.
+
+    The API server allows 256 KiB of annotations, keys included; this one fills it, with a
+    class that exists. docs/contract.md 4.1 caps the selection at 2048 bytes: 422, one cause.
+    """
+    w, _ = world
+    entry = json.dumps({"className": w.whole, "count": 1})
+    room = 256 * 1024 - len(ANN)
+    body = ", ".join([entry] * ((room - 2) // (len(entry) + 2)))
+    raw = "[" + body + " " * (room - len(body) - 2) + "]"
+    assert len(raw) + len(ANN) == 256 * 1024
+    obj = vmi("tenant-e2e")
+    obj["metadata"]["annotations"] = {ANN: raw}
+    with pytest.raises(ApiError) as info:
+        control_plane.admin.create(obj, dryRun="All")
+    error = info.value
+    assert error.status_code == 422
+    message = error.body["message"]
+    assert 'admission webhook "virtualmachineinstances.gpu.cozystack.io" denied the request' in (
+        message
+    )
+    assert f"metadata.annotations[{ANN}]: is {len(raw)} bytes; at most 2048 are read" in message
+    assert [c["reason"] for c in error.body["details"]["causes"]] == ["SelectionTooLarge"]
+
+
 def test_vmi_without_selection_is_untouched(
     control_plane: ControlPlane, world: tuple[World, WebhookProcess]
 ) -> None:

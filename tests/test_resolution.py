@@ -397,12 +397,42 @@ def test_4_3_unavailable_class_refused(name: str, code: str, text: str) -> None:
     assert text in decision.causes[0].message
 
 
-def test_4_3_repeated_unavailable_class_reported_at_each_entry() -> None:
-    decision = create(vmi([cls("gone"), cls("whole"), cls("gone")]))
-    assert causes_of(decision) == [
-        (f"{ANN}[0].className", "forbidden", "ClassDeleting"),
-        (f"{ANN}[2].className", "forbidden", "ClassDeleting"),
-    ]
+@pytest.mark.parametrize(
+    ("selection", "causes"),
+    [
+        pytest.param(
+            [cls("gone"), cls("whole"), cls("gone")],
+            [(f"{ANN}[0].className", "forbidden", "ClassDeleting")],
+            id="deleting-class-twice-one-cause",
+        ),
+        pytest.param(
+            [cls("no-such-class")] * 16,
+            [(f"{ANN}[0].className", "forbidden", "ClassNotFound")],
+            id="unknown-class-16-times-one-cause",
+        ),
+        pytest.param(
+            [cls("whole"), cls("no-such-class"), cls("gone"), cls("no-such-class")],
+            [
+                (f"{ANN}[1].className", "forbidden", "ClassNotFound"),
+                (f"{ANN}[2].className", "forbidden", "ClassDeleting"),
+            ],
+            id="each-bad-class-once-at-its-first-entry",
+        ),
+        pytest.param(
+            [cls("byol")] * 3,
+            [
+                (ANN, "invalid", "MaxCountExceeded"),
+                (f"{ANN}[0].className", "forbidden", "NotEntitled"),
+            ],
+            id="unentitled-vgpu-class-three-times-one-entitlement-cause",
+        ),
+    ],
+)
+def test_4_3_one_cause_per_distinct_class(
+    selection: list[Any], causes: list[tuple[str, str, str]]
+) -> None:
+    """docs/decisions.md "Bounded work per review": a class repeated is judged once, at its first entry."""
+    assert causes_of(create(vmi(selection, namespace="tenant-c"))) == causes
 
 
 def test_4_3_without_kubevirt_nothing_is_permitted() -> None:
@@ -501,6 +531,211 @@ def test_every_cause_reported_and_422_if_any_is_input(
     assert isinstance(decision, Denied) and decision.code == code
 
 
+def _gpus_whole(obj: dict[str, Any]) -> None:
+    obj["spec"]["domain"]["devices"]["gpus"] = gpus(RES["whole"])
+
+
+def _host_device(resource: str) -> Any:
+    def change(obj: dict[str, Any]) -> None:
+        obj["spec"]["domain"]["devices"]["hostDevices"] = [{"name": "h", "deviceName": resource}]
+
+    return change
+
+
+def _cloud_init_licence(obj: dict[str, Any]) -> None:
+    obj["spec"]["volumes"].append(
+        {"name": "ci", "cloudInitNoCloud": {"secretRef": {"name": "gpuclass-license-lic"}}}
+    )
+
+
+def _own_licence_volume(obj: dict[str, Any]) -> None:
+    obj["spec"]["volumes"].append(copy.deepcopy(LICENSE_VOLUME))
+
+
+def _worker_pool(obj: dict[str, Any]) -> None:
+    obj["metadata"]["labels"] = {"cluster.x-k8s.io/cluster-name": "k8s"}
+
+
+def _unchanged(obj: dict[str, Any]) -> None:
+    return None
+
+
+def _compose(*changes: Any) -> Any:
+    def change(obj: dict[str, Any]) -> None:
+        for one in changes:
+            one(obj)
+
+    return change
+
+
+OVER_BYTES = json.dumps([cls("whole")] * 120)
+"""120 entries, about 2.6 KiB: over the byte cap of 2048 (docs/contract.md 4.1)."""
+OVER_ENTRIES = json.dumps([cls("whole")] * 17)
+"""17 entries, well under 2048 bytes: over the entry cap of 16."""
+
+
+# docs/contract.md section 3 and 4.1: every cause at once, each with its field path, even when
+# one entry of the selection is invalid; rules that need what cannot be read are not judged.
+EVERY_CAUSE_ROWS = [
+    pytest.param(
+        json.dumps([cls("byol", 0)]),
+        "tenant-c",
+        _gpus_whole,
+        [
+            (f"{ANN}[0].count", "invalid", "Invalid"),
+            (f"{ANN}[0].className", "forbidden", "NotEntitled"),
+            ("spec.domain.devices.gpus", "invalid", "RawRequestBesideClasses"),
+        ],
+        id="bad-count-raw-gpus-and-no-entitlement",
+    ),
+    pytest.param(
+        json.dumps([cls("whole", 0), cls("no-such-class")]),
+        "tenant-a",
+        _unchanged,
+        [
+            (f"{ANN}[0].count", "invalid", "Invalid"),
+            (f"{ANN}[1].className", "forbidden", "ClassNotFound"),
+        ],
+        id="bad-count-and-unknown-class",
+    ),
+    pytest.param(
+        json.dumps([cls("gone", -1)]),
+        "tenant-a",
+        _host_device(RES["whole"]),
+        [
+            (f"{ANN}[0].count", "invalid", "Invalid"),
+            ("spec.domain.devices.hostDevices[0].deviceName", "invalid", "RawRequestBesideClasses"),
+            (f"{ANN}[0].className", "forbidden", "ClassDeleting"),
+        ],
+        id="bad-count-host-device-and-deleting-class",
+    ),
+    pytest.param(
+        json.dumps([{"className": "capped", "count": 3, "cnt": 1}]),
+        "tenant-a",
+        _unchanged,
+        [
+            (f"{ANN}[0].cnt", "invalid", "Invalid"),
+            (ANN, "invalid", "MaxCountExceeded"),
+        ],
+        id="unknown-key-and-over-max-count",
+    ),
+    pytest.param(
+        json.dumps([cls("capped", 2), cls("capped", "1"), cls("capped", 1)]),
+        "tenant-a",
+        _unchanged,
+        [
+            (f"{ANN}[1].count", "invalid", "Invalid"),
+            (ANN, "invalid", "MaxCountExceeded"),
+        ],
+        id="valid-counts-alone-over-the-limit",
+    ),
+    pytest.param(
+        json.dumps([cls("byol", 0), cls("lic")]),
+        "tenant-a",
+        _unchanged,
+        [
+            (f"{ANN}[0].count", "invalid", "Invalid"),
+            (ANN, "invalid", "MultipleVGPUClasses"),
+        ],
+        id="bad-count-and-two-vgpu-classes",
+    ),
+    pytest.param(
+        json.dumps([cls("byol", True)]),
+        "tenant-a",
+        _worker_pool,
+        [
+            (f"{ANN}[0].count", "invalid", "Invalid"),
+            (f"{ANN}[0].className", "forbidden", "WorkerPoolVGPU"),
+        ],
+        id="bad-count-and-vgpu-for-worker-pool",
+    ),
+    pytest.param(
+        json.dumps([{"className": "Bad_Name"}]),
+        "tenant-a",
+        _gpus_whole,
+        [
+            (f"{ANN}[0].className", "invalid", "Invalid"),
+            ("spec.domain.devices.gpus", "invalid", "RawRequestBesideClasses"),
+        ],
+        id="bad-class-name-and-raw-gpus",
+    ),
+    pytest.param(
+        json.dumps([cls("lic", 0)]),
+        "tenant-a",
+        _own_licence_volume,
+        [(f"{ANN}[0].count", "invalid", "Invalid")],
+        id="bad-count-keeps-its-own-licence-volume",
+    ),
+    pytest.param(
+        json.dumps([cls("lic", 0)]),
+        "tenant-a",
+        _reserved_disk,
+        [
+            (f"{ANN}[0].count", "invalid", "Invalid"),
+            ("spec.volumes[1]", "invalid", "ReservedName"),
+        ],
+        id="bad-count-and-reserved-licence-name",
+    ),
+    pytest.param(
+        json.dumps([cls("no-such-class"), {"name": RES["whole"]}]),
+        "tenant-a",
+        _unchanged,
+        [
+            (ANN, "invalid", "Invalid"),
+            (f"{ANN}[0].className", "forbidden", "ClassNotFound"),
+        ],
+        id="mixed-list-and-unknown-class",
+    ),
+    pytest.param(
+        "[{className: whole",
+        "tenant-c",
+        _compose(_host_device(RES["byol"]), _cloud_init_licence),
+        [
+            (ANN, "invalid", "Invalid"),
+            ("spec.domain.devices.hostDevices[0].deviceName", "forbidden", "NotEntitled"),
+            ("spec.volumes[1].cloudInitNoCloud.secretRef.name", "forbidden", "LicenceHandMounted"),
+        ],
+        id="not-json-raw-vgpu-and-hand-mount-still-judged",
+    ),
+    pytest.param(
+        "[{className: lic",
+        "tenant-a",
+        _own_licence_volume,
+        [(ANN, "invalid", "Invalid")],
+        id="not-json-licence-volume-of-a-licensed-class-not-judged",
+    ),
+    pytest.param(
+        OVER_BYTES,
+        "tenant-c",
+        _compose(_gpus_whole, _host_device(RES["lic"]), _hand_mount),
+        [
+            (ANN, "invalid", "SelectionTooLarge"),
+            ("spec.domain.devices.hostDevices[0].deviceName", "forbidden", "NotEntitled"),
+            ("spec.volumes[1].secret.secretName", "forbidden", "LicenceHandMounted"),
+        ],
+        id="over-byte-cap-raw-vgpu-and-hand-mount-still-judged",
+    ),
+    pytest.param(
+        OVER_ENTRIES,
+        "tenant-a",
+        _host_device(RES["whole"]),
+        [(ANN, "invalid", "SelectionTooLarge")],
+        id="over-entry-cap-raw-request-beside-classes-not-judged",
+    ),
+]
+
+
+@pytest.mark.parametrize(("raw", "namespace", "change", "causes"), EVERY_CAUSE_ROWS)
+def test_every_cause_beside_an_invalid_selection(
+    raw: str, namespace: str, change: Any, causes: list[tuple[str, str, str]]
+) -> None:
+    obj = vmi(raw=raw, namespace=namespace)
+    change(obj)
+    decision = create(obj)
+    assert causes_of(decision) == causes
+    assert isinstance(decision, Denied) and decision.code == 422
+
+
 # 4.4: totals per class within the effective maxCount; 1024 in all; one vGPU class.
 
 
@@ -574,7 +809,7 @@ def test_4_4_limits(selection: list[Any], namespace: str, causes: list[tuple[str
         pytest.param(str(2**64), str(2**64), id="two-to-the-64"),
         pytest.param(str(2**64 - 1), str(2**64 - 1), id="largest-64-bit"),
         pytest.param(str(10**30), str(10**30), id="ten-to-the-30"),
-        pytest.param("9" * 5000, "more than 10^40", id="five-thousand-digits"),
+        pytest.param("9" * 2000, "more than 10^40", id="two-thousand-digits"),
     ],
 )
 def test_4_4_huge_counts_get_the_limit_cause(count: str, shown: str) -> None:
@@ -1099,6 +1334,20 @@ def test_update_keeps_the_license_it_was_admitted_with_even_if_class_is_gone() -
     )
     assert update(new, old, without_class) == Allowed()
     assert update(new, old) == Allowed()
+
+
+def test_update_of_a_vmi_stored_before_the_caps_passes() -> None:
+    """A VMI admitted with 17 entries before docs/contract.md 4.1 capped them keeps its licence."""
+    old = vmi(raw=json.dumps([cls("lic")] * 17))
+    old["spec"]["volumes"].append(copy.deepcopy(LICENSE_VOLUME))
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"] = {"kubevirt.io/nodeName": "n3"}
+    assert update(new, old) == Allowed()
+    moved = copy.deepcopy(new)
+    moved["spec"]["volumes"].append({"name": "x", "secret": {"secretName": "gpuclass-license-lic"}})
+    assert causes_of(update(moved, old)) == [
+        ("spec.volumes[2].secret.secretName", "forbidden", "LicenceHandMounted")
+    ]
 
 
 @pytest.mark.parametrize("operation", ["DELETE", "CONNECT"])
