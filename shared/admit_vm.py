@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpuclass.shared import names
 from gpuclass.shared.admission import Allowed, Cause, Decision, Denied, invalid
 from gpuclass.shared.catalog import Catalog
 from gpuclass.shared.envelope import AdmissionRequest
@@ -40,23 +41,43 @@ def template_of(vm: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return template if isinstance(template, dict) else None
 
 
+def template_view(vm: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The VMI a VirtualMachine's template becomes, as admission judges it: the template's
+    metadata and spec, plus a worker-pool label on the VM itself (Cluster API's cluster label
+    is on the VirtualMachine only, never on its VMI). None when the VM has no template."""
+    template = template_of(vm)
+    if template is None:
+        return None
+    metadata = template.get("metadata")
+    metadata = dict(metadata) if isinstance(metadata, dict) else {}
+    vm_meta = vm.get("metadata")
+    vm_labels = vm_meta.get("labels") if isinstance(vm_meta, dict) else None
+    if isinstance(vm_labels, dict):
+        worker = {k: v for k, v in vm_labels.items() if k in names.WORKER_POOL_LABELS}
+        labels = metadata.get("labels")
+        if worker:
+            metadata["labels"] = {**worker, **(labels if isinstance(labels, dict) else {})}
+    return {"metadata": metadata, "spec": template.get("spec") or {}}
+
+
 def admit(request: AdmissionRequest, catalog: Catalog) -> Decision:
     obj = request.object
     if request.operation not in ("CREATE", "UPDATE"):
         return Allowed()
     if obj is None:
         return Denied((invalid("object", "the request carries no VirtualMachine object"),))
-    template = template_of(obj)
     old = request.old_object if request.operation == "UPDATE" else None
-    if old is not None and template == template_of(old):
+    if old is not None and template_of(obj) == template_of(old):
         return Allowed()  # KubeVirt's own updates (finalizers, run strategy) pass untouched
-    if template is None:
+    view = template_view(obj)
+    if view is None:
         return Allowed()  # the API server's schema requires a template; nothing of ours to judge
-    return judge_template(template, request.namespace, catalog)
+    return judge_template(view, request.namespace, catalog)
 
 
-def judge_template(template: Mapping[str, Any], namespace: str, catalog: Catalog) -> Decision:
-    view = {"metadata": template.get("metadata") or {}, "spec": template.get("spec") or {}}
+def judge_template(view: Mapping[str, Any], namespace: str, catalog: Catalog) -> Decision:
+    """The rules of a VMI CREATE on the template's view (:func:`template_view`): refusals for
+    what cannot change before the VM starts, warnings for the rest."""
     judged = judge_create(view, namespace, catalog)
     refusals = tuple(tenant_cause(c) for c in judged.causes if c.code not in CLASS_STATE_CODES)
     # One line per cause, in full (a warning is cut at 120 characters), then one that says why

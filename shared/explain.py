@@ -23,7 +23,7 @@ from typing import Any, Literal, get_args
 
 from gpuclass.shared import names
 from gpuclass.shared.admission import Cause
-from gpuclass.shared.admit_vm import tenant_cause
+from gpuclass.shared.admit_vm import template_view, tenant_cause
 from gpuclass.shared.availability import UsageIndex, compute_status, conflict_winners, survey
 from gpuclass.shared.capacity import NodeFit, Survey, exclusions, judge_node
 from gpuclass.shared.catalog import Catalog, Policy, build_catalog
@@ -285,8 +285,7 @@ def judged_view(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
     """What admission judges: a VM's template as the VMI it becomes (as shared/admit_vm.py), or the VMI."""
     if manifest.get("kind") != "VirtualMachine":
         return manifest
-    template = _dict(_dict(manifest.get("spec")).get("template"))
-    return {"metadata": template.get("metadata") or {}, "spec": template.get("spec") or {}}
+    return template_view(manifest) or {"metadata": {}, "spec": {}}
 
 
 def manifest_refusals(manifest: Mapping[str, Any], catalog: Catalog) -> tuple[Cause, ...]:

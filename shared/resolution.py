@@ -211,6 +211,14 @@ def limit_causes(
     return totals, causes
 
 
+def is_worker_pool(labels: object) -> bool:
+    """A Cluster API worker: any of the labels cluster-api-provider-kubevirt writes
+    (:data:`shared.names.WORKER_POOL_LABELS`)."""
+    return isinstance(labels, dict) and any(
+        isinstance(labels.get(label), str) for label in names.WORKER_POOL_LABELS
+    )
+
+
 def policy_causes(
     obj: Mapping[str, Any],
     namespace: str,
@@ -220,7 +228,7 @@ def policy_causes(
 ) -> list[Cause]:
     """Rule 5 for class entries: vGPU entitlement, and passthrough only for worker pools."""
     causes: list[Cause] = []
-    worker_pool = isinstance(_dig(obj, "metadata", "labels", names.WORKER_POOL_LABEL), str)
+    worker_pool = is_worker_pool(_dig(obj, "metadata", "labels"))
     first = {e.class_name: e for e in reversed(entries)}  # one cause per class, at its first entry
     for entry in sorted(first.values(), key=lambda e: e.index):
         offer = offers.get(entry.class_name)

@@ -883,6 +883,20 @@ def test_4_5_worker_pool_vgpu_refused() -> None:
     assert causes_of(decision) == [(f"{ANN}[0].className", "forbidden", "WorkerPoolVGPU")]
 
 
+@pytest.mark.parametrize(
+    "label",
+    [
+        # cluster-api-provider-kubevirt v0.11.2, pkg/kubevirt/machine.go: on the VM template
+        pytest.param("capk.cluster.x-k8s.io/kubevirt-machine-name", id="capk-machine-name"),
+        pytest.param("capk.cluster.x-k8s.io/kubevirt-machine-namespace", id="capk-machine-ns"),
+        pytest.param("cluster.x-k8s.io/cluster-name", id="cluster-name"),
+    ],
+)
+def test_4_5_any_cluster_api_worker_label_marks_a_worker_pool(label: str) -> None:
+    decision = create(vmi([cls("byol")], labels={label: "tenant-a-k8s-md0-x7k2p"}))
+    assert causes_of(decision) == [(f"{ANN}[0].className", "forbidden", "WorkerPoolVGPU")]
+
+
 def test_4_5_worker_pool_passthrough_allowed() -> None:
     assert ops_of(create(vmi([cls("whole", 2)], labels=POOL)))[0]["value"] == gpus(
         RES["whole"], RES["whole"]
