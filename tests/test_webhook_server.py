@@ -73,11 +73,13 @@ def test_fixture_answer_is_byte_for_byte_the_cli_answer(
     case: GoldenCase, servers: dict[bool, WebhookProcess]
 ) -> None:
     server = servers[case.vgpu_entitled]
-    path = ENDPOINT[case.request["request"]["kind"]["kind"]]
+    path = case.endpoint or ENDPOINT[case.request["request"]["kind"]["kind"]]
     response = post(server, path, (case.folder / "request.json").read_bytes())
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/json"
-    assert response.content == encode_response(review(case.request, catalog(case.vgpu_entitled)))
+    assert response.content == encode_response(
+        review(case.request, catalog(case.vgpu_entitled), endpoint=case.endpoint)
+    )
     assert response.json() == case.expected()
 
 
