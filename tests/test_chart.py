@@ -1189,7 +1189,7 @@ def test_webhook_managed_mode_keeps_the_live_ca_bundle_on_upgrade(tmp_path: Any)
     text = helpers.read_text()
     assert text.count(lookup) == 1
     names = sorted(webhooks(render_objects()))
-    assert len(names) == 4
+    assert len(names) == 5
     live = {
         "webhooks": [{"name": n, "clientConfig": {"caBundle": f"bundle-of-{n}"}} for n in names]
     }
