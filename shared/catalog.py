@@ -16,6 +16,7 @@ from typing import Literal
 from gpuclass.shared import names
 from gpuclass.shared.availability import UsageIndex, class_state, compute_figures, conflict_winners
 from gpuclass.shared.capacity import effective_max_count
+from gpuclass.shared.entitlement import entitlement_problem
 from gpuclass.shared.snapshot import ClassRecord, Snapshot
 
 
@@ -49,10 +50,20 @@ class Catalog:
     namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     policy: Policy = field(default_factory=Policy)
     resources: frozenset[str] = frozenset()
-    vgpu_resources: Mapping[str, str] = field(default_factory=dict)
+    """The resourceName of every catalog class (rule 4.2: no raw request of one beside classes)."""
+    vgpu_resources: frozenset[str] = frozenset()
+    """Every resource that is a vGPU (rule 4.5): the resourceName of every `mode: vgpu` class, valid
+    or not, and every `mediatedDevices` resourceName of the KubeVirt CR, whether a class names it
+    or not. Whoever asks for one, by class, raw VMI entry or plain Pod, needs entitlement."""
 
     def resource_by_class(self) -> dict[str, str]:
         return {n: o.record.resource_name for n, o in self.offers.items() if o.record.resource_name}
+
+    def vgpu_problem(self, namespace: str) -> str | None:
+        """Rule 4.5 for `namespace` under this platform's setting: None when it may take vGPUs."""
+        return entitlement_problem(
+            namespace, self.namespaces, vgpu_entitled=self.policy.vgpu_entitled
+        )
 
 
 def build_catalog(
@@ -73,10 +84,10 @@ def build_catalog(
             free = stored.max_free_per_node if stored else None
         offers[name] = Offer(record, state.conflict_with, state.permitted, units, free)
     resources = frozenset(r.resource_name for r in snapshot.classes.values() if r.resource_name)
-    vgpu = {
-        r.resource_name: r.name
-        for r in sorted(snapshot.classes.values(), key=lambda r: (r.created, r.name), reverse=True)
-        if r.mode == "vgpu"
-        and r.resource_name  # an invalid vGPU class's units need entitlement too
+    vgpu = snapshot.mediated | {
+        r.resource_name
+        for r in snapshot.classes.values()
+        # an invalid vGPU class's units need entitlement too
+        if r.mode == "vgpu" and r.resource_name
     }
     return Catalog(offers, dict(snapshot.namespaces), policy, resources, vgpu)

@@ -2,8 +2,8 @@
 
 - `validate [-o text|json|junit|github] [--fail-on-warn] FILE...`: lint catalog manifests
   for a GitOps repository (checks in :mod:`shared.lint`, formats in :mod:`shared.lintformat`).
-- `review [--objects PATH]... [--vgpu-entitled] [-o json|text] [--fail-on-deny] REVIEW`:
-  the webhook's answer to a review.
+- `review [--objects PATH]... [--vgpu-entitled] [--endpoint PATH] [-o json|text] [--fail-on-deny]
+  REVIEW`: the webhook's answer to a review.
 - `status [--objects PATH]...`: each class's status, computed from the objects.
 - `explain CLASS|--manifest FILE ...`: can a VM start now, and why not (`shared/explaincmd.py`).
 
@@ -33,7 +33,7 @@ from gpuclass.shared.explaincmd import add_parser as add_explain_parser
 from gpuclass.shared.explaincmd import run_explain
 from gpuclass.shared.lint import FileError, FileInput, lint
 from gpuclass.shared.lintformat import FORMATS, Format, render
-from gpuclass.shared.review import MalformedReview, review
+from gpuclass.shared.review import ENDPOINTS, MalformedReview, review
 from gpuclass.shared.reviewtext import render_review_text
 from gpuclass.shared.runtime.clock import now_rfc3339
 from gpuclass.shared.runtime.loader import (
@@ -180,6 +180,16 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     )
     r.add_argument(
         "--fail-on-deny", action="store_true", help="exit 1 when the response denies the request"
+    )
+    r.add_argument(
+        "--endpoint",
+        metavar="PATH",
+        choices=tuple(ENDPOINTS),
+        default=None,
+        help="answer as this webhook path does (one of: "
+        + ", ".join(ENDPOINTS)
+        + "); default: the first path of the object's kind (for a Pod, /mutate/pods; "
+        "/validate/pods judges vGPU requests)",
     )
     m = r.add_argument_group(
         "plain manifests",
@@ -335,7 +345,7 @@ def run_review(args: argparse.Namespace) -> int:
             _objects(args), policy, kubevirt_namespace=args.kubevirt_namespace
         )
         try:
-            response = review(body, catalog)
+            response = review(body, catalog, endpoint=args.endpoint)
         except MalformedReview as exc:
             hint = "" if args.manifest else _manifest_hint(body)
             raise MalformedReview(str(exc) + hint) from None

@@ -17,7 +17,6 @@ from typing import Any
 from gpuclass.shared import names
 from gpuclass.shared.admission import Cause, forbidden, invalid
 from gpuclass.shared.catalog import Catalog, Offer
-from gpuclass.shared.entitlement import entitlement_problem
 from gpuclass.shared.patches import PatchBuilder
 from gpuclass.shared.secretrefs import secret_refs
 from gpuclass.shared.selection import (
@@ -243,9 +242,7 @@ def policy_causes(
                     "WorkerPoolVGPU",
                 )
             )
-        problem = entitlement_problem(
-            namespace, catalog.namespaces, vgpu_entitled=catalog.policy.vgpu_entitled
-        )
+        problem = catalog.vgpu_problem(namespace)
         if problem:
             causes.append(forbidden(path, problem, "NotEntitled"))
     return causes
@@ -254,16 +251,22 @@ def policy_causes(
 def raw_request_causes(
     obj: Mapping[str, Any], catalog: Catalog, *, with_classes: bool, namespace: str
 ) -> list[Cause]:
-    """Rule 2 (no raw request of a catalog resource beside class entries) and rule 5 for raw entries."""
+    """Rule 2 (no raw request of a catalog resource beside class entries) and rule 5 for raw entries.
+
+    A raw entry naming a vGPU (:attr:`Catalog.vgpu_resources`: a vgpu class's resource, or any
+    mediated device KubeVirt permits, classed or not) needs entitlement. Beside class entries a
+    catalog resource is already invalid input (rule 2); a mediated device no class names is not,
+    so there it is judged by rule 5 too.
+    """
     causes: list[Cause] = []
     problem: str | None = None
     checked_entitlement = False
 
     def check(path: str, resource: object) -> None:
         nonlocal problem, checked_entitlement
-        if not isinstance(resource, str) or resource not in catalog.resources:
+        if not isinstance(resource, str):
             return
-        if with_classes:
+        if with_classes and resource in catalog.resources:
             causes.append(
                 invalid(
                     path,
@@ -273,9 +276,7 @@ def raw_request_causes(
             )
         elif resource in catalog.vgpu_resources:
             if not checked_entitlement:
-                problem = entitlement_problem(
-                    namespace, catalog.namespaces, vgpu_entitled=catalog.policy.vgpu_entitled
-                )
+                problem = catalog.vgpu_problem(namespace)
                 checked_entitlement = True
             if problem:
                 causes.append(

@@ -2,10 +2,16 @@
 
 :func:`decide` parses the envelope (:mod:`shared.envelope`, refusing what is not an
 AdmissionReview with :class:`MalformedReview`, which the shells map to HTTP 400 or
-exit code 2), dispatches on the object's kind to one admitter, and returns the
-request with its decision; :func:`review` also renders it. The admitters sit side
-by side, one module each: :mod:`shared.admit_gpuclass`, :mod:`shared.admit_vmi`,
-:mod:`shared.admit_vm`, :mod:`shared.admit_pod`.
+exit code 2), picks one admitter and returns the request with its decision;
+:func:`review` also renders it. The admitters sit side by side, one module each:
+:mod:`shared.admit_gpuclass`, :mod:`shared.admit_vmi`, :mod:`shared.admit_vm`,
+:mod:`shared.admit_pod`, :mod:`shared.admit_pod_vgpu`.
+
+Which admitter answers is the endpoint's business (docs/contract.md section 3): a Pod
+posted to `/mutate/pods` gets the launcher tolerations, the same Pod posted to
+`/validate/pods` the vGPU entitlement check. :data:`ENDPOINTS` names each endpoint's
+kind and admitter; without an endpoint, the kind's first endpoint answers (the
+mutating one for Pods), as `gpuclass review` always did.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from gpuclass.shared import admit_gpuclass, admit_pod, admit_vm, admit_vmi
+from gpuclass.shared import admit_gpuclass, admit_pod, admit_pod_vgpu, admit_vm, admit_vmi
 from gpuclass.shared.admission import Decision, render_response
 from gpuclass.shared.catalog import Catalog
 from gpuclass.shared.envelope import (
@@ -30,6 +36,7 @@ from gpuclass.shared.envelope import (
 
 __all__ = [
     "ADMITTERS",
+    "ENDPOINTS",
     "GPUCLASS",
     "POD",
     "VM",
@@ -42,12 +49,18 @@ __all__ = [
 
 Admitter = Callable[[AdmissionRequest, Catalog], Decision]
 
-ADMITTERS: Final[dict[GroupKind, Admitter]] = {
-    GPUCLASS: admit_gpuclass.admit,
-    VMI: admit_vmi.admit,
-    VM: admit_vm.admit,
-    POD: admit_pod.admit,
+ENDPOINTS: Final[dict[str, tuple[GroupKind, Admitter]]] = {
+    "/validate/gpuclasses": (GPUCLASS, admit_gpuclass.admit),
+    "/mutate/virtualmachineinstances": (VMI, admit_vmi.admit),
+    "/mutate/pods": (POD, admit_pod.admit),
+    "/validate/virtualmachines": (VM, admit_vm.admit),
+    "/validate/pods": (POD, admit_pod_vgpu.admit),
 }
+"""The webhook's admission paths (docs/contract.md section 3): the kind each admits, and who answers."""
+
+ADMITTERS: Final[dict[GroupKind, Admitter]] = {}
+for _kind, _admitter in ENDPOINTS.values():
+    ADMITTERS.setdefault(_kind, _admitter)  # a kind's first endpoint answers a review without one
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +76,23 @@ class Review:
         )
 
 
-def decide(body: object, catalog: Catalog, *, expect: GroupKind | None = None) -> Review:
+def decide(
+    body: object,
+    catalog: Catalog,
+    *,
+    expect: GroupKind | None = None,
+    endpoint: str | None = None,
+) -> Review:
+    """The request and its decision; `endpoint` (a path of :data:`ENDPOINTS`) picks the admitter
+    and the kind it admits, else the kind of the request does."""
     request = parse_envelope(body)
+    admitter: Admitter | None
+    if endpoint is not None:
+        expect, admitter = ENDPOINTS[endpoint]
+    else:
+        admitter = ADMITTERS.get(request.kind)
     if expect is not None and request.kind != expect:
         raise MalformedReview(f"request.kind: this endpoint admits {expect}, not {request.kind}")
-    admitter = ADMITTERS.get(request.kind)
     if admitter is None:
         raise MalformedReview(
             f"request.kind: gpuclass does not admit {request.kind} "
@@ -84,6 +109,12 @@ def decide(body: object, catalog: Catalog, *, expect: GroupKind | None = None) -
     return Review(request, decision)
 
 
-def review(body: object, catalog: Catalog, *, expect: GroupKind | None = None) -> dict[str, Any]:
+def review(
+    body: object,
+    catalog: Catalog,
+    *,
+    expect: GroupKind | None = None,
+    endpoint: str | None = None,
+) -> dict[str, Any]:
     """The AdmissionReview response for `body`, exactly as the webhook sends it."""
-    return decide(body, catalog, expect=expect).response()
+    return decide(body, catalog, expect=expect, endpoint=endpoint).response()

@@ -116,6 +116,8 @@ class Snapshot:
     nodes: list[NodeRecord] = field(default_factory=list)
     pods: list[PodRecord] = field(default_factory=list)
     permitted: frozenset[str] | None = None
+    mediated: frozenset[str] = frozenset()
+    """The KubeVirt CR's mediated-device resourceNames: every one is a vGPU, class or not."""
     namespaces: dict[str, Mapping[str, str]] = field(default_factory=dict)
     secrets: dict[tuple[str, str], SecretRecord] = field(default_factory=dict)
     vmis: list[VMIUse] = field(default_factory=list)
@@ -269,17 +271,27 @@ def compact_pod(obj: Mapping[str, Any]) -> PodRecord | None:
     return PodRecord(node, requests) if requests else None
 
 
-def permitted_resources(obj: Mapping[str, Any]) -> frozenset[str]:
-    """Every resourceName in the KubeVirt CR's permittedHostDevices, PCI and mediated alike."""
+def _host_device_names(obj: Mapping[str, Any], *keys: str) -> frozenset[str]:
     permitted = _dict(
         _dict(_dict(obj.get("spec")).get("configuration")).get("permittedHostDevices")
     )
     found: set[str] = set()
-    for key in ("pciHostDevices", "mediatedDevices"):
+    for key in keys:
         for entry in _items(permitted.get(key)):
             if isinstance(entry, dict) and isinstance(entry.get("resourceName"), str):
                 found.add(entry["resourceName"])
     return frozenset(found)
+
+
+def permitted_resources(obj: Mapping[str, Any]) -> frozenset[str]:
+    """Every resourceName in the KubeVirt CR's permittedHostDevices, PCI and mediated alike."""
+    return _host_device_names(obj, "pciHostDevices", "mediatedDevices")
+
+
+def mediated_resources(obj: Mapping[str, Any]) -> frozenset[str]:
+    """The resourceNames of the KubeVirt CR's `mediatedDevices`: vGPUs, whether a class names them
+    or not (docs/contract.md 4.5: raw requests are no way around entitlement)."""
+    return _host_device_names(obj, "mediatedDevices")
 
 
 def compact_secret(obj: Mapping[str, Any]) -> SecretRecord | None:
@@ -326,6 +338,7 @@ class SnapshotBuilder:
         self._pods: dict[object, PodRecord | None] = {}
         self._vmis: dict[object, VMIUse | None] = {}
         self._kubevirts: dict[object, frozenset[str]] = {}
+        self._mediated: dict[object, frozenset[str]] = {}
         self._anonymous = 0
 
     @property
@@ -335,6 +348,7 @@ class SnapshotBuilder:
         snap.pods = [p for p in self._pods.values() if p is not None]
         snap.vmis = [v for v in self._vmis.values() if v is not None]
         snap.permitted = frozenset().union(*self._kubevirts.values()) if self._kubevirts else None
+        snap.mediated = frozenset().union(*self._mediated.values())
         return snap
 
     def _key(self, obj: Mapping[str, Any], *, namespaced: bool) -> object:
@@ -358,7 +372,9 @@ class SnapshotBuilder:
         elif kind == "Pod":
             self._pods[self._key(obj, namespaced=True)] = compact_pod(obj)
         elif kind == "KubeVirt":
-            self._kubevirts[self._key(obj, namespaced=True)] = permitted_resources(obj)
+            key = self._key(obj, namespaced=True)
+            self._kubevirts[key] = permitted_resources(obj)
+            self._mediated[key] = mediated_resources(obj)
         elif kind == "Secret":
             secret = compact_secret(obj)
             if secret:

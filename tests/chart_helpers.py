@@ -120,12 +120,14 @@ def webhooks(objects: list[RawObject]) -> dict[str, RawObject]:
     return found
 
 
-def webhook_for(objects: list[RawObject], resource: str) -> RawObject:
-    """The webhook whose rules name `resource` (e.g. "pods")."""
+def webhook_for(objects: list[RawObject], resource: str, path: str | None = None) -> RawObject:
+    """The webhook whose rules name `resource` (e.g. "pods"), and whose service path is `path`
+    when given (Pods have two: /mutate/pods and /validate/pods)."""
     matches = [
         hook
         for hook in webhooks(objects).values()
         if any(resource in rule["resources"] for rule in hook["rules"])
+        and (path is None or hook["clientConfig"].get("service", {}).get("path") == path)
     ]
     if len(matches) != 1:
         raise LookupError(f"expected one webhook for {resource}, found {len(matches)}")

@@ -33,6 +33,8 @@ class GoldenCase:
     folder: Path
     request: dict[str, Any]
     vgpu_entitled: bool
+    endpoint: str | None = None
+    """The webhook path that answers (case.json `endpoint`); None: the kind's first path."""
 
     @property
     def response_path(self) -> Path:
@@ -54,6 +56,7 @@ def golden_cases() -> Iterator[GoldenCase]:
             folder,
             json.loads((folder / "request.json").read_text()),
             bool(settings.get("vgpu_entitled", True)),
+            settings.get("endpoint"),
         )
 
 

@@ -495,6 +495,9 @@ def events_about(api: Api, class_name: str) -> list[RawObject]:
 # -- the KubeVirt CR -------------------------------------------------------------------------------
 
 
+DEVICE_LISTS = ("pciHostDevices", "mediatedDevices")
+
+
 class PermittedDevices:
     """Adds resource names to the KubeVirt CR in `cozy-kubevirt` (creating it if missing) and
     removes exactly those again; entries other modules put there are kept."""
@@ -530,10 +533,10 @@ class PermittedDevices:
                 )
                 self.created = cr["metadata"]["name"]
             permitted = cr.get("spec", {}).get("configuration", {}).get("permittedHostDevices", {})
-            devices = change(list(permitted.get("pciHostDevices") or []))
+            lists = {key: list(permitted.get(key) or []) for key in DEVICE_LISTS}
             body = {
                 "metadata": {"resourceVersion": cr["metadata"]["resourceVersion"]},
-                "spec": {"configuration": {"permittedHostDevices": {"pciHostDevices": devices}}},
+                "spec": {"configuration": {"permittedHostDevices": change(lists)}},
             }
             response = api.request(
                 "PATCH",
@@ -548,20 +551,32 @@ class PermittedDevices:
             return
         raise RuntimeError("the KubeVirt CR kept changing under us")
 
-    def permit(self, api: Api, resources: Iterable[str]) -> None:
+    def permit(self, api: Api, resources: Iterable[str], *, mediated: bool = False) -> None:
+        """Add PCI devices, or with `mediated` mediated devices (vGPUs, class or not)."""
         wanted = [r for r in resources if r not in self.added]
         self.added.update(wanted)
-        self._write(
-            api,
-            lambda devices: (
-                devices + [{"pciVendorSelector": "10DE:FFFF", "resourceName": r} for r in wanted]
-            ),
+        key, selector, value = (
+            ("mediatedDevices", "mdevNameSelector", "EXAMPLE-PROFILE")
+            if mediated
+            else ("pciHostDevices", "pciVendorSelector", "10DE:FFFF")
         )
+
+        def add(lists: dict[str, list[Any]]) -> dict[str, list[Any]]:
+            lists[key] = lists[key] + [{selector: value, "resourceName": r} for r in wanted]
+            return lists
+
+        self._write(api, add)
 
     def forbid(self, api: Api, resources: Iterable[str]) -> None:
         gone = set(resources)
         self.added -= gone
-        self._write(api, lambda devices: [d for d in devices if d.get("resourceName") not in gone])
+        self._write(
+            api,
+            lambda lists: {
+                key: [d for d in devices if d.get("resourceName") not in gone]
+                for key, devices in lists.items()
+            },
+        )
 
     def restore(self, api: Api) -> None:
         """Take every added name out; delete the CR if this helper created it."""

@@ -197,7 +197,7 @@ def test_alerts_and_dashboard_use_only_exported_metrics_of_our_jobs() -> None:
 def test_the_api_server_rules_select_every_webhook_of_the_chart() -> None:
     pattern = re.compile(r".+[.]gpuclass[.]cozystack[.]io")
     names = set(webhooks(render_objects()))
-    assert len(names) == 4
+    assert len(names) == 5
     assert all(pattern.fullmatch(name) for name in names), names
     assert not pattern.fullmatch("virt-api.kubevirt.io")
 

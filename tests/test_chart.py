@@ -172,8 +172,8 @@ def test_default_render_has_the_expected_objects() -> None:
     assert counts["PriorityClass"] == 1
     assert counts["MutatingWebhookConfiguration"] == 1
     assert counts["ValidatingWebhookConfiguration"] == 1
-    assert counts["ValidatingAdmissionPolicy"] == 2  # licence copies, caBundle only
-    assert counts["ValidatingAdmissionPolicyBinding"] == 2
+    assert counts["ValidatingAdmissionPolicy"] == 3  # licence copies, caBundle only, licence mounts
+    assert counts["ValidatingAdmissionPolicyBinding"] == 3
     assert counts["CustomResourceDefinition"] == 1
     assert counts["Job"] == 1
     assert counts["Secret"] == 1  # the empty Secret the webhook keeps its certificates in
@@ -273,7 +273,12 @@ def test_webhook_paths_are_the_webhook_route_constants(values: dict[str, Any]) -
     assert webhook_for(objects, "virtualmachineinstances")["clientConfig"]["service"]["path"] == (
         paths.MUTATE_VMIS
     )
-    assert webhook_for(objects, "pods")["clientConfig"]["service"]["path"] == paths.MUTATE_PODS
+    assert webhook_for(objects, "pods", paths.MUTATE_PODS)["_kind"] == (
+        "MutatingWebhookConfiguration"
+    )
+    assert webhook_for(objects, "pods", paths.VALIDATE_PODS)["_kind"] == (
+        "ValidatingWebhookConfiguration"
+    )
     assert webhook_for(objects, "virtualmachines")["clientConfig"]["service"]["path"] == (
         paths.VALIDATE_VMS
     )
@@ -282,6 +287,7 @@ def test_webhook_paths_are_the_webhook_route_constants(values: dict[str, Any]) -
         paths.MUTATE_VMIS,
         paths.MUTATE_PODS,
         paths.VALIDATE_VMS,
+        paths.VALIDATE_PODS,
     }
 
 
@@ -289,7 +295,7 @@ def test_every_webhook_uses_the_safe_common_settings() -> None:
     objects = render_objects()
     service = one(of_kind(objects, "Service"), "Service", "gpuclass-webhook")
     hooks = webhooks(objects)
-    assert len(hooks) == 4
+    assert len(hooks) == 5
     for name, hook in hooks.items():
         assert hook["sideEffects"] == "None", name
         assert hook["admissionReviewVersions"] == ["v1"], name
@@ -353,7 +359,9 @@ def test_vm_webhook_validates_creates_and_template_changes_and_never_blocks() ->
 
 def test_launcher_pod_webhook_only_sees_kubevirt_launchers_and_never_blocks() -> None:
     user = "system:serviceaccount:kubevirt:kubevirt-controller"
-    hook = webhook_for(render_objects({"settings": {"kubevirtControllerUser": user}}), "pods")
+    hook = webhook_for(
+        render_objects({"settings": {"kubevirtControllerUser": user}}), "pods", paths.MUTATE_PODS
+    )
     assert hook["_kind"] == "MutatingWebhookConfiguration"
     assert hook["failurePolicy"] == "Ignore"
     assert hook["rules"] == [
@@ -372,6 +380,73 @@ def test_launcher_pod_webhook_only_sees_kubevirt_launchers_and_never_blocks() ->
             "expression": f"request.userInfo.username == '{user}'",
         }
     ]
+
+
+def test_vgpu_pod_webhook_sees_only_pods_asking_for_extended_resources_and_fails_closed() -> None:
+    """docs/contract.md section 3, `/validate/pods`: Pod CREATE outside kube-system, KubeVirt's
+    controller and Pods without an extended resource kept away by matchConditions; Fail."""
+    user = "system:serviceaccount:kubevirt:kubevirt-controller"
+    hook = webhook_for(
+        render_objects({"settings": {"kubevirtControllerUser": user}}), "pods", paths.VALIDATE_PODS
+    )
+    assert hook["_kind"] == "ValidatingWebhookConfiguration"
+    assert hook["name"] == "vgpu-pods.gpuclass.cozystack.io"
+    assert hook["failurePolicy"] == "Fail"
+    assert hook["sideEffects"] == "None"
+    assert hook["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["pods"],
+            "operations": ["CREATE"],
+            "scope": "Namespaced",
+        }
+    ]
+    assert "objectSelector" not in hook  # a tenant chooses its own labels
+    assert hook["namespaceSelector"] == {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}
+        ]
+    }
+    conditions = {c["name"]: c["expression"] for c in hook["matchConditions"]}
+    assert conditions["not-kubevirt-controller"] == f"request.userInfo.username != '{user}'"
+    extended = conditions["requests-an-extended-resource"]
+    for part in ("containers", "initContainers", "requests", "limits", "contains('/')"):
+        assert part in extended
+
+
+def test_licence_mount_policy_spares_only_kubevirts_controller() -> None:
+    user = "system:serviceaccount:kubevirt:kubevirt-controller"
+    objects = render_objects({"settings": {"kubevirtControllerUser": user}}, release="gpu")
+    [policy] = [
+        o
+        for o in of_kind(objects, "ValidatingAdmissionPolicy")
+        if o["metadata"]["name"] == "gpu-gpuclass-licence-mounts"
+    ]
+    [binding] = [
+        o
+        for o in of_kind(objects, "ValidatingAdmissionPolicyBinding")
+        if o["spec"]["policyName"] == policy["metadata"]["name"]
+    ]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert "paramRef" not in binding["spec"]
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]},
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["pods/ephemeralcontainers"],
+            "operations": ["UPDATE"],
+        },
+    ]
+    assert spec["matchConditions"] == [
+        {"name": "not-kubevirt-controller", "expression": f"request.userInfo.username != '{user}'"}
+    ]
+    expressions = " ".join(v["expression"] for v in spec["validations"])
+    for part in ("secretName", "projected", "secretKeyRef", "envFrom", "gpuclass-license-"):
+        assert part in expressions
 
 
 def test_gpuclass_webhook_validates_create_and_update_of_the_crd_and_fails_closed() -> None:
@@ -1146,7 +1221,7 @@ def test_webhook_managed_mode_keeps_the_live_ca_bundle_on_upgrade(tmp_path: Any)
     text = helpers.read_text()
     assert text.count(lookup) == 1
     names = sorted(webhooks(render_objects()))
-    assert len(names) == 4
+    assert len(names) == 5
     live = {
         "webhooks": [{"name": n, "clientConfig": {"caBundle": f"bundle-of-{n}"}} for n in names]
     }

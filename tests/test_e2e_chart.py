@@ -4,7 +4,9 @@ Every object the chart renders with default values passes a server-side dry run;
 the CRD, RBAC and the licence-copy ValidatingAdmissionPolicy are applied for
 real, and requests made *as the reconciler's service account* show that the
 policy lets through only our labelled `gpuclass-license-*` copies (docs/contract.md
-section 6: RBAC cannot express that, the policy can).
+section 6: RBAC cannot express that, the policy can). The licence-mount policy
+(`templates/license-mount-policy.yaml`, rule 4.8 for Pods) is applied for real too:
+only KubeVirt's controller may create a Pod that names a copy.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ import pytest
 from tests.chart_helpers import of_kind, render_objects
 from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
+from tests.e2e_reconciler_helpers import MERGE
 from tests.e2e_reconciler_helpers import secret as license_secret
 
 NAMESPACE = "cozy-system"
+CONTROLLER = "system:serviceaccount:cozy-kubevirt:kubevirt-controller"
+COPY = "gpuclass-license-example-licensed-vgpu"
 RECONCILER = f"system:serviceaccount:{NAMESPACE}:gpuclass-reconciler"
 MANAGED = {"app.kubernetes.io/managed-by": "gpuclass"}
 WORKLOAD_KINDS = {"Deployment", "Job", "Pod"}
@@ -270,3 +275,116 @@ def test_reconciler_cannot_write_a_secret_of_another_shape(
         reconciler.call("PUT", reconciler.object_path(changed), body=changed)
     assert info.value.status_code == 403
     assert reconciler.delete(stored) is True
+
+
+# -- the licence-mount policy: only KubeVirt's controller may mount a licence copy in a Pod --------
+
+
+def _pod(namespace: str, secret_name: str, route: str) -> RawObject:
+    """A tenant's Pod that names `secret_name` by `route`."""
+    container: RawObject = {"name": "app", "image": "example.org/app:1"}
+    spec: RawObject = {"containers": [container]}
+    if route == "secret-volume":
+        spec["volumes"] = [{"name": "lic", "secret": {"secretName": secret_name}}]
+    elif route == "projected-volume":
+        spec["volumes"] = [
+            {"name": "lic", "projected": {"sources": [{"secret": {"name": secret_name}}]}}
+        ]
+    elif route == "env":
+        ref = {"name": secret_name, "key": "client_configuration_token.tok"}
+        container["env"] = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": ref}}]
+    elif route == "init-env-from":
+        spec["initContainers"] = [
+            {
+                "name": "init",
+                "image": "example.org/app:1",
+                "envFrom": [{"secretRef": {"name": secret_name}}],
+            }
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": unique_name("mount"), "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def _mount_refused(api: Api, obj: RawObject) -> bool:
+    try:
+        api.create(obj, dryRun="All")
+    except ApiError as exc:
+        return exc.status_code == 403 and "licence-mounts" in exc.body.get("message", "")
+    return False
+
+
+@pytest.fixture(scope="module")
+def licence_mounts(control_plane: ControlPlane, chart: list[RawObject]) -> Iterator[str]:
+    """The chart's licence-mount policy applied for real; yields a tenant namespace."""
+    admin = control_plane.admin
+    # Whatever the chart renders for it (without the policy, the attack tests fail, not error).
+    policy = [o for o in chart if o["metadata"]["name"].endswith("-licence-mounts")]
+    new = [o for o in policy if admin.request("GET", admin.object_path(o)).status_code == 404]
+    admin.apply(policy)
+    namespace = unique_name("tenant-mount")
+    admin.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}])
+    if policy:
+        probe = _pod(namespace, COPY, "secret-volume")
+        eventually(lambda: _mount_refused(admin, probe), timeout=30, what="licence-mount policy")
+    yield namespace
+    for obj in new:
+        admin.delete(obj)
+
+
+ROUTES = ["secret-volume", "projected-volume", "env", "init-env-from"]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_a_tenant_pod_cannot_mount_a_licence_copy(
+    control_plane: ControlPlane, licence_mounts: str, route: str
+) -> None:
+    """Attack (docs/contract.md 4.8, for Pods): the copy in the tenant's own namespace, named by
+    a Pod the tenant creates. Refused by the API server, whoever the creator is but KubeVirt."""
+    with pytest.raises(ApiError) as info:
+        control_plane.admin.create(_pod(licence_mounts, COPY, route))
+    assert info.value.status_code == 403
+    message = info.value.body["message"]
+    assert "gpuclass-licence-mounts" in message and "gpuclass-license-" in message
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_kubevirts_controller_and_other_secrets_pass(
+    control_plane: ControlPlane, licence_mounts: str, route: str
+) -> None:
+    """The positive controls: the controller's launcher Pods mount copies; tenants mount any
+    Secret that is not a copy."""
+    controller = control_plane.user(CONTROLLER, ["system:masters"]).api()
+    try:
+        controller.create(_pod(licence_mounts, COPY, route), dryRun="All")
+    finally:
+        controller.close()
+    control_plane.admin.create(_pod(licence_mounts, "my-own-secret", route), dryRun="All")
+
+
+def _debug(api: Api, pod: RawObject) -> int:
+    """`kubectl debug`: add an ephemeral container, which may mount any volume of the Pod."""
+    path = api.object_path(pod) + "/ephemeralcontainers"
+    body = {"spec": {"ephemeralContainers": [{"name": "debug", "image": "example.org/sh:1"}]}}
+    return api.request("PATCH", path, body=body, content_type=MERGE).status_code
+
+
+def test_an_ephemeral_container_cannot_join_a_pod_holding_a_copy(
+    control_plane: ControlPlane, licence_mounts: str
+) -> None:
+    admin = control_plane.admin
+    controller = control_plane.user(CONTROLLER, ["system:masters"]).api()
+    try:
+        launcher = controller.create(_pod(licence_mounts, COPY, "secret-volume"))
+    finally:
+        controller.close()
+    plain = admin.create(_pod(licence_mounts, "my-own-secret", "secret-volume"))
+    try:
+        assert _debug(admin, launcher) == 403
+        assert _debug(admin, plain) == 200
+    finally:
+        admin.delete(launcher)
+        admin.delete(plain)

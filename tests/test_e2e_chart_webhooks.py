@@ -12,7 +12,8 @@ What reached the webhook is read from its own log (one `admission` line per call
 with operation, kind, namespace and name), what the client saw from the API server's
 answers. Assertions follow the contract's intent (section 3): every VMI CREATE and
 every UPDATE that section 4 can refuse outside kube-system reaches the VMI hook;
-launcher Pods reach the Pod hook only when KubeVirt's controller creates them.
+launcher Pods reach the Pod hook only when KubeVirt's controller creates them; a
+plain Pod that asks for a vGPU reaches the vGPU Pod hook (rule 4.5), other Pods never.
 """
 
 from __future__ import annotations
@@ -61,6 +62,19 @@ def service_account() -> tuple[str, list[str]]:
     )
 
 
+def vgpu_pod(ns: str, resources: dict[str, str] | None = None) -> RawObject:
+    """A plain Pod, as a tenant writes it, asking for `resources` as limits."""
+    container: dict[str, Any] = {"name": "cuda", "image": "example.org/cuda:1"}
+    if resources:
+        container["resources"] = {"limits": resources}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": unique_name("vgpu-pod"), "namespace": ns},
+        "spec": {"containers": [container]},
+    }
+
+
 def launcher_pod(ns: str, selection: Any) -> RawObject:
     return {
         "apiVersion": "v1",
@@ -86,6 +100,8 @@ class Routing:
         self.identity = plane.user(name, groups)
         self.server: WebhookProcess | None = None
         self.configurations: list[RawObject] = []
+        # A mediated device KubeVirt permits that no class names: a vGPU all the same (4.5).
+        self.mdev = classes.byol_resource.replace("/byol", "/unclassed-mdev")
 
     def start(self) -> None:
         self.server = WebhookProcess(
@@ -163,6 +179,8 @@ def routing(
     permitted.permit(
         api, [classes.whole_resource, classes.byol_resource, classes.licensed_resource]
     )
+    route = Routing(control_plane, tmp_path_factory, classes)
+    permitted.permit(api, [route.mdev], mediated=True)
     created = [
         api.create(
             gpuclass(classes.whole, classes.whole_resource, tolerations=[classes.toleration])
@@ -178,7 +196,6 @@ def routing(
             )
         ),
     ]
-    route = Routing(control_plane, tmp_path_factory, classes)
     route.start()
     try:
         yield route
@@ -305,6 +322,52 @@ def test_launcher_pods_of_other_users_never_reach_the_webhook(
     other = control_plane.admin.create(launcher_pod(TENANT, selection))
     assert c.toleration not in other["spec"].get("tolerations", [])
     assert routing.calls(operation="CREATE", kind="Pod", name=other["metadata"]["name"]) == 0
+
+
+def test_a_tenant_pod_cannot_take_a_vgpu_without_entitlement(
+    control_plane: ControlPlane, routing: Routing
+) -> None:
+    """Attack (rule 4.5): a plain Pod asks for a vGPU with no VM and no class, for a class's
+    resource and for a mediated device KubeVirt permits that no class names. The API server
+    refuses it in a namespace without the entitlement label, with the webhook's reasons."""
+    api, c = control_plane.admin, routing.classes
+    for resource in (c.byol_resource, routing.mdev):
+        pod = vgpu_pod(UNLABELLED, {resource: "1"})
+        error = _refusal(api, pod)
+        assert error.status_code == 403, resource
+        message = error.body["message"]
+        assert 'admission webhook "vgpu-pods.gpuclass.cozystack.io" denied' in message
+        assert resource in message and f"namespace {UNLABELLED}" in message
+        assert "ask the platform to entitle it" in message
+        assert routing.calls(operation="CREATE", kind="Pod", name=pod["metadata"]["name"]) == 1
+
+
+def test_vgpu_pods_where_entitled_and_other_pods_pass(
+    control_plane: ControlPlane, routing: Routing
+) -> None:
+    """The positive controls: the same Pod in an entitled tenant, a passthrough resource, and
+    KubeVirt's controller (its launchers are judged through the VMI) are created; a Pod that
+    asks for no extended resource never reaches the webhook."""
+    api, c = control_plane.admin, routing.classes
+    for pod in (
+        vgpu_pod(TENANT, {c.byol_resource: "1"}),
+        vgpu_pod(TENANT, {routing.mdev: "1"}),
+        vgpu_pod(UNLABELLED, {c.whole_resource: "1"}),
+    ):
+        stored = api.create(pod, dryRun="All")
+        limits = pod["spec"]["containers"][0]["resources"]["limits"]
+        assert stored["spec"]["containers"][0]["resources"]["limits"] == limits
+        assert routing.calls(operation="CREATE", kind="Pod", name=pod["metadata"]["name"]) == 1
+    plain = vgpu_pod(UNLABELLED, {"cpu": "1", "memory": "1Gi"})
+    api.create(plain, dryRun="All")
+    assert routing.calls(operation="CREATE", kind="Pod", name=plain["metadata"]["name"]) == 0
+    controller = control_plane.user(CONTROLLER, ["system:masters"]).api()
+    try:
+        theirs = vgpu_pod(UNLABELLED, {c.byol_resource: "1"})
+        controller.create(theirs, dryRun="All")
+    finally:
+        controller.close()
+    assert routing.calls(operation="CREATE", kind="Pod", name=theirs["metadata"]["name"]) == 0
 
 
 def test_kube_system_is_excluded(control_plane: ControlPlane, routing: Routing) -> None:
@@ -476,8 +539,8 @@ def test_failure_policy_with_the_webhook_stopped(
     control_plane: ControlPlane, routing: Routing
 ) -> None:
     """VMI hook Fail: creates are refused while nobody answers. Pod hook Ignore: launcher Pods
-    are created (without tolerations) rather than blocking KubeVirt. VM hook Ignore: VMs are
-    stored as applied."""
+    are created (without tolerations) rather than blocking KubeVirt. vGPU Pod hook Fail, for
+    Pods that ask for an extended resource only. VM hook Ignore: VMs are stored as applied."""
     api, c = control_plane.admin, routing.classes
     routing.stop_server()
     try:
@@ -491,6 +554,12 @@ def test_failure_policy_with_the_webhook_stopped(
         finally:
             controller.close()
         assert c.toleration not in pod["spec"].get("tolerations", [])
+        # vGPU Pod hook Fail: a Pod asking for an extended resource waits for the webhook, even
+        # where it would be allowed; a Pod asking for none never depended on it.
+        error = _refusal(api, vgpu_pod(TENANT, {c.byol_resource: "1"}))
+        assert error.status_code >= 500
+        assert "vgpu-pods.gpuclass.cozystack.io" in error.body["message"]
+        api.create(vgpu_pod(UNLABELLED, {"cpu": "1"}), dryRun="All")
         # VM hook Ignore: applying a VM goes on (the VMI hook decides at start).
         stored = api.create(vm(TENANT, [{"className": c.whole, "count": 0}]))
         api.delete(stored)

@@ -53,7 +53,7 @@ def test_every_contract_rule_has_a_fixture() -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_library_answer_matches_golden(case: GoldenCase, update_fixtures: bool) -> None:
-    response = review(case.request, catalog(case.vgpu_entitled))
+    response = review(case.request, catalog(case.vgpu_entitled), endpoint=case.endpoint)
     if update_fixtures:
         case.response_path.write_text(json.dumps(response, indent=2, ensure_ascii=False) + "\n")
         patch = response["response"].get("patch")
@@ -75,7 +75,7 @@ def test_patch_applies_and_is_idempotent(case: GoldenCase) -> None:
     patched = jsonpatch.apply_patch(case.request["request"]["object"], operations)
     again = json.loads(json.dumps(case.request))
     again["request"]["object"] = patched
-    second = review(again, catalog(case.vgpu_entitled))["response"]
+    second = review(again, catalog(case.vgpu_entitled), endpoint=case.endpoint)["response"]
     assert second["allowed"] is True
     assert "patch" not in second, "resolving an already resolved object must yield no operations"
 
@@ -87,6 +87,8 @@ def test_cli_prints_the_same_answer(
     args = ["review"] + [a for path in OBJECTS for a in ("--objects", path)]
     if case.vgpu_entitled:
         args.append("--vgpu-entitled")
+    if case.endpoint:
+        args += ["--endpoint", case.endpoint]
     assert cli_main([*args, str(case.folder / "request.json")]) == 0
     assert json.loads(capsysbinary.readouterr().out) == case.expected()
 
@@ -144,5 +146,5 @@ def test_golden_response_matches_the_contract_table(case: GoldenCase) -> None:
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_live_answer_matches_the_contract_table(case: GoldenCase) -> None:
     _mark_known_bug(case.name)
-    answer = review(case.request, catalog(case.vgpu_entitled))
+    answer = review(case.request, catalog(case.vgpu_entitled), endpoint=case.endpoint)
     assert _verdict(case, answer) == _written(case.name)

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from gpuclass.shared.admission import encode_response
 from gpuclass.shared.catalog import Policy
 from gpuclass.shared.cli import offline_catalog
-from gpuclass.shared.review import MalformedReview, review
+from gpuclass.shared.review import ENDPOINTS, MalformedReview, review
 from tests.conftest import OBJECTS
 
 CATALOG = offline_catalog(OBJECTS, Policy(vgpu_entitled=True))
@@ -139,6 +139,63 @@ def test_well_enveloped_request_with_any_fields(request: dict[str, Any], api_ver
     if rendered is not None:
         assert rendered["apiVersion"] == api_version
         assert rendered["response"]["uid"] == "u"
+
+
+# Pods at every endpoint: the vGPU Pod check never raises and never patches.
+
+pod_resources = st.dictionaries(
+    st.sampled_from([*sorted(CATALOG.vgpu_resources), *RESOURCES, "cpu"]) | st.text(max_size=8),
+    json_values,
+    max_size=3,
+)
+pod_containers = st.lists(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "name": st.text(max_size=4),
+            "resources": st.fixed_dictionaries(
+                {}, optional={"requests": pod_resources | json_values, "limits": pod_resources}
+            )
+            | json_values,
+        },
+    )
+    | json_values,
+    max_size=3,
+)
+pods = st.fixed_dictionaries(
+    {},
+    optional={
+        "metadata": json_values,
+        "spec": st.fixed_dictionaries(
+            {}, optional={"containers": pod_containers, "initContainers": pod_containers}
+        )
+        | json_values,
+    },
+)
+
+
+@PROFILE
+@given(
+    st.sampled_from(sorted(ENDPOINTS)),
+    pods,
+    st.sampled_from(["tenant-a", "tenant-c", "default", ""]),
+    operations,
+)
+def test_any_pod_at_any_endpoint(endpoint: str, obj: Any, namespace: str, operation: str) -> None:
+    request = {
+        "uid": "u",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "operation": operation,
+        "namespace": namespace,
+        "object": obj,
+    }
+    try:
+        rendered = review(review_body(request), CATALOG, endpoint=endpoint)
+    except MalformedReview:
+        return
+    json.loads(encode_response(rendered))
+    if endpoint == "/validate/pods":
+        assert "patch" not in rendered["response"]
 
 
 # VMI-shaped objects: the paths we touch drawn from meaningful values and junk, plus foreign fields.

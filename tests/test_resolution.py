@@ -43,6 +43,9 @@ RES = {
     "byol2": "example.com/byol2-vgpu",
     "gone": "example.com/gone",
     "unpermitted": "example.com/unpermitted",
+    # Permitted by KubeVirt, named by no class: a mediated device (a vGPU) and a PCI device.
+    "mdev": "example.com/unclassed-mdev",
+    "pci": "example.com/unclassed-pci",
 }
 LICENSE_VOLUME = {
     "name": "gpulicense",
@@ -125,9 +128,11 @@ OBJECTS: list[dict[str, Any]] = [
                 "permittedHostDevices": {
                     "pciHostDevices": [
                         {"resourceName": RES[n]}
-                        for n in ("whole", "capped", "fresh", "big", "gone")
+                        for n in ("whole", "capped", "fresh", "big", "gone", "pci")
                     ],
-                    "mediatedDevices": [{"resourceName": RES[n]} for n in ("lic", "byol", "byol2")],
+                    "mediatedDevices": [
+                        {"resourceName": RES[n]} for n in ("lic", "byol", "byol2", "mdev")
+                    ],
                 }
             }
         },
@@ -913,6 +918,15 @@ def test_4_5_worker_pool_passthrough_allowed() -> None:
         pytest.param("gpus", RES["byol"], "tenant-a", False, id="raw-vgpu-gpu-entitled"),
         pytest.param("gpus", RES["whole"], "tenant-c", False, id="raw-passthrough"),
         pytest.param("gpus", "other.example/gpu", "default", False, id="raw-foreign"),
+        # A mediated device KubeVirt permits is a vGPU whether a class names it or not.
+        pytest.param("gpus", RES["mdev"], "tenant-c", True, id="unclassed-mdev-gpu-unlabelled"),
+        pytest.param(
+            "hostDevices", RES["mdev"], "tenant-c", True, id="unclassed-mdev-host-device-unlabelled"
+        ),
+        pytest.param("gpus", RES["mdev"], "default", True, id="unclassed-mdev-outside-tenants"),
+        pytest.param("gpus", RES["mdev"], "tenant-a", False, id="unclassed-mdev-entitled"),
+        pytest.param("hostDevices", RES["mdev"], "tenant-root", False, id="unclassed-mdev-root"),
+        pytest.param("gpus", RES["pci"], "tenant-c", False, id="unclassed-pci-device"),
     ],
 )
 def test_4_5_raw_entries(where: str, resource: str, namespace: str, refused: bool) -> None:
@@ -937,6 +951,11 @@ def test_4_5_raw_entries(where: str, resource: str, namespace: str, refused: boo
         pytest.param("requests", RES["byol"], "tenant-a", True, False, id="requests-entitled"),
         pytest.param("limits", RES["whole"], "tenant-c", True, False, id="passthrough-resource"),
         pytest.param("requests", "memory", "tenant-c", True, False, id="memory"),
+        pytest.param("limits", RES["mdev"], "tenant-c", True, True, id="unclassed-mdev-limits"),
+        pytest.param(
+            "requests", RES["mdev"], "tenant-a", False, True, id="unclassed-mdev-platform-off"
+        ),
+        pytest.param("requests", RES["mdev"], "tenant-a", True, False, id="unclassed-mdev-ok"),
     ],
 )
 def test_4_5_raw_resource_requests_need_entitlement(
@@ -953,6 +972,51 @@ def test_4_5_raw_resource_requests_need_entitlement(
         assert isinstance(decision, Denied) and decision.code == 403
     else:
         assert decision == Allowed()
+
+
+def test_4_5_raw_entries_need_entitlement_for_platform_off() -> None:
+    obj = vmi(namespace="tenant-root")
+    obj["spec"]["domain"]["devices"]["hostDevices"] = [{"name": "h", "deviceName": RES["mdev"]}]
+    decision = create(obj, catalog(vgpu_entitled=False))
+    assert causes_of(decision) == [
+        ("spec.domain.devices.hostDevices[0].deviceName", "forbidden", "NotEntitled")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("namespace", "causes"),
+    [
+        pytest.param(
+            "tenant-c",
+            [("spec.domain.devices.hostDevices[0].deviceName", "forbidden", "NotEntitled")],
+            id="not-entitled",
+        ),
+        pytest.param("tenant-a", None, id="entitled"),
+    ],
+)
+def test_4_5_unclassed_mdev_beside_a_passthrough_class(
+    namespace: str, causes: list[tuple[str, str, str]] | None
+) -> None:
+    """Rule 2 refuses only catalog resources beside classes; a vGPU no class names still needs
+    entitlement, so adding it next to a passthrough class is no way around rule 5."""
+    obj = vmi([cls("whole")], namespace=namespace)
+    obj["spec"]["domain"]["devices"]["hostDevices"] = [{"name": "h", "deviceName": RES["mdev"]}]
+    decision = create(obj)
+    if causes is None:
+        assert ops_of(decision)
+    else:
+        assert causes_of(decision) == causes
+        assert isinstance(decision, Denied) and decision.code == 403
+
+
+def test_4_5_message_names_the_resource() -> None:
+    obj = vmi(namespace="tenant-c")
+    obj["spec"]["domain"]["devices"]["gpus"] = gpus(RES["mdev"])
+    decision = create(obj)
+    assert isinstance(decision, Denied)
+    [cause] = decision.causes
+    assert RES["mdev"] in cause.message and "vGPU" in cause.message
+    assert "tenant-c" in cause.message
 
 
 # 4.6: the result.

@@ -73,11 +73,13 @@ def test_fixture_answer_is_byte_for_byte_the_cli_answer(
     case: GoldenCase, servers: dict[bool, WebhookProcess]
 ) -> None:
     server = servers[case.vgpu_entitled]
-    path = ENDPOINT[case.request["request"]["kind"]["kind"]]
+    path = case.endpoint or ENDPOINT[case.request["request"]["kind"]["kind"]]
     response = post(server, path, (case.folder / "request.json").read_bytes())
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/json"
-    assert response.content == encode_response(review(case.request, catalog(case.vgpu_entitled)))
+    assert response.content == encode_response(
+        review(case.request, catalog(case.vgpu_entitled), endpoint=case.endpoint)
+    )
     assert response.json() == case.expected()
 
 
@@ -341,3 +343,13 @@ def test_sigterm_fails_readiness_and_serves_the_drain_before_closing(tmp_path: P
     assert server.proc.wait(timeout=15) == 0
     with pytest.raises(httpx.ConnectError):
         httpx.get(server.url + paths.HEALTHZ, verify=context, timeout=2)
+
+
+def test_every_admission_path_is_served_by_its_endpoint_admitter() -> None:
+    """The routes and `shared.review.ENDPOINTS` name the same paths and kinds (contract section 3)."""
+    from gpuclass.shared.review import ENDPOINTS
+    from gpuclass.webhook.app import WEBHOOKS
+
+    assert {path: kind for path, (_, kind) in WEBHOOKS.items()} == {
+        path: kind for path, (kind, _) in ENDPOINTS.items()
+    }

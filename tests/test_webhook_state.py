@@ -99,7 +99,10 @@ def make_state(classes: ScriptedSource, restarts: list[tuple[str, str]]) -> Clus
         "metadata": {"name": "kv", "namespace": "cozy-kubevirt"},
         "spec": {
             "configuration": {
-                "permittedHostDevices": {"pciHostDevices": [{"resourceName": "x.com/a"}]}
+                "permittedHostDevices": {
+                    "pciHostDevices": [{"resourceName": "x.com/a"}],
+                    "mediatedDevices": [{"resourceName": "x.com/mdev"}],
+                }
             }
         },
     }
@@ -124,6 +127,8 @@ def test_not_synced_until_every_resource_listed() -> None:
     assert set(state.catalog.offers) == {"a"}
     assert state.catalog.offers["a"].permitted is True
     assert state.catalog.namespaces == {"tenant-a": {"l": "v"}}
+    # Every mediated device KubeVirt permits is a vGPU, named by a class or not (contract 4.5).
+    assert state.catalog.vgpu_resources == frozenset({"x.com/mdev"})
 
 
 def test_watch_events_update_the_catalog() -> None:

@@ -45,7 +45,7 @@ def test_a_wrapped_manifest_gets_the_golden_answer(case: Any) -> None:
         username=request["userInfo"]["username"],
         uid=request["uid"],
     )
-    assert review(body, catalog(case.vgpu_entitled)) == case.expected()
+    assert review(body, catalog(case.vgpu_entitled), endpoint=case.endpoint) == case.expected()
 
 
 def test_the_set_is_not_vacuous() -> None:

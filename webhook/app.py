@@ -53,6 +53,7 @@ WEBHOOKS: dict[str, tuple[str, GroupKind]] = {
     paths.MUTATE_VMIS: ("virtualmachineinstances", VMI),
     paths.MUTATE_PODS: ("pods", POD),
     paths.VALIDATE_VMS: ("virtualmachines", VM),
+    paths.VALIDATE_PODS: ("vgpu-pods", POD),
 }
 LOGGED_STRING_CHARS = 128  # request-derived strings in decision lines (a uid is 36)
 
@@ -81,9 +82,9 @@ def _clip(value: object, limit: int = LOGGED_STRING_CHARS) -> str:
     return text if len(text) <= limit else text[:limit] + f"...({len(text) - limit} more)"
 
 
-def _admission_endpoint(
-    ctx: AppContext, webhook: str, expect: GroupKind
-) -> Callable[[Request], Awaitable[Response]]:
+def _admission_endpoint(ctx: AppContext, path: str) -> Callable[[Request], Awaitable[Response]]:
+    """The route of one admission path; `shared.review.ENDPOINTS[path]` names its admitter."""
+    webhook = WEBHOOKS[path][0]
     metrics = ctx.metrics
     duration = metrics.duration.labels(webhook)
 
@@ -124,7 +125,7 @@ def _admission_endpoint(
         except orjson.JSONDecodeError:
             return _client_error(400, "body is not JSON: expected an AdmissionReview")
         try:
-            answer = decide(parsed, ctx.state.catalog, expect=expect)
+            answer = decide(parsed, ctx.state.catalog, endpoint=path)
         except MalformedReview as exc:
             return _client_error(400, str(exc))
         payload = encode_response(answer.response())
@@ -178,10 +179,7 @@ def create_app(ctx: AppContext) -> ASGIApp:
     metrics, 404 and 405 keep the ordinary FastAPI handling.
     """
     app = _fastapi_app(ctx)
-    admission = {
-        path: _admission_endpoint(ctx, webhook, expect)
-        for path, (webhook, expect) in WEBHOOKS.items()
-    }
+    admission = {path: _admission_endpoint(ctx, path) for path in WEBHOOKS}
 
     async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
         endpoint = admission.get(scope["path"]) if scope["type"] == "http" else None
@@ -215,8 +213,8 @@ def _fastapi_app(ctx: AppContext) -> FastAPI:
         redirect_slashes=False,  # a redirect's Location would come from the client's Host header
     )
     app.add_exception_handler(HTTPException, _http_error)
-    for path, (webhook, expect) in WEBHOOKS.items():  # POSTs never get here (see create_app)
-        app.add_route(path, _admission_endpoint(ctx, webhook, expect), methods=["POST"])
+    for path in WEBHOOKS:  # POSTs never get here (see create_app)
+        app.add_route(path, _admission_endpoint(ctx, path), methods=["POST"])
 
     @app.get(paths.HEALTHZ)
     def healthz() -> Response:

@@ -20,7 +20,13 @@ from gpuclass.shared.meta import Key, object_key
 from gpuclass.shared.runtime.filesource import FileSource
 from gpuclass.shared.runtime.listwatch import ListWatchClient, RawObject, Reflector
 from gpuclass.shared.runtime.syncview import SyncView
-from gpuclass.shared.snapshot import ClassRecord, Snapshot, compact_class, permitted_resources
+from gpuclass.shared.snapshot import (
+    ClassRecord,
+    Snapshot,
+    compact_class,
+    mediated_resources,
+    permitted_resources,
+)
 
 RESOURCES = ("gpuclasses", "namespaces", "kubevirts")
 
@@ -157,10 +163,13 @@ class ClusterCache:
         kubevirts = list(self._objects.get("kubevirts", {}).values())
         if kubevirts:
             permitted: frozenset[str] = frozenset()
+            mediated: frozenset[str] = frozenset()
             for obj in kubevirts:
                 if isinstance(obj, dict):
                     permitted |= permitted_resources(obj)
+                    mediated |= mediated_resources(obj)
             snapshot.permitted = permitted
+            snapshot.mediated = mediated
         self.catalog = build_catalog(snapshot, self._policy, figures="stored")
         self.updated_at = time.time()
         if not self.synced:
