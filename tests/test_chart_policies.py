@@ -198,12 +198,12 @@ KEEP = "example.com/keep"
 def test_gpuclass_finalizer_policy_decisions(
     operation: str, new: RawObject | None, old: RawObject | None, verdict: bool
 ) -> None:
-    policy = _policy(render_objects(), "-gpuclass-finalizer")
+    policy = _policy(render_objects(), "-in-use-finalizer")
     assert _admitted(policy, _class_write(operation, new, old)) is verdict
 
 
 def test_gpuclass_finalizer_policy_leaves_the_hoster_alone() -> None:
-    policy = _policy(render_objects(), "-gpuclass-finalizer")
+    policy = _policy(render_objects(), "-in-use-finalizer")
     hoster = _class_write("UPDATE", _gpuclass(labels={"tier": "x"}), _gpuclass(), "hoster")
     assert _admitted(policy, hoster) is None
 

@@ -10,7 +10,7 @@ concerned, with the rights the chart (or a typical tenant set-up) gives it, neve
   ownerReference or a finalizer; with the garbage collector running, the ownerReference is
   what would delete the fail-closed configuration (templates/webhook-cabundle-policy.yaml);
 - the reconciler's account may add and remove the in-use finalizer of a GPUClass and write
-  its status, nothing else (templates/gpuclass-finalizer-policy.yaml).
+  its status, nothing else (templates/in-use-finalizer-policy.yaml).
 
 The licence-copy policy has its own module, tests/test_e2e_chart.py.
 """
@@ -436,7 +436,7 @@ def test_the_reconciler_changes_nothing_else_of_a_gpuclass(
     before = chart.admin.call("GET", path)
     refused = _error(lambda: _merge(chart.reconciler, path, change))
     assert refused.status_code == 403
-    assert "gpuclass-finalizer" in refused.body["message"]
+    assert "in-use-finalizer" in refused.body["message"]
     after = chart.admin.call("GET", path)
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
 
