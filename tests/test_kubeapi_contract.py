@@ -248,7 +248,7 @@ def as_reconciler(control_plane: ControlPlane) -> Iterator[tuple[ControlPlane, A
                 what="the chart's RBAC in effect",
             )
             eventually(
-                lambda: "gpuclass-license-*" in _dry_run_create(api, probe),
+                lambda: "gpuclass-licence-copies" in _dry_run_create(api, probe),
                 timeout=30,
                 what="the chart's Secret policy in effect",
             )
