@@ -3,8 +3,9 @@
 Every object the chart renders with default values passes a server-side dry run;
 the CRD, RBAC and the licence-copy ValidatingAdmissionPolicy are applied for
 real, and requests made *as the reconciler's service account* show that the
-policy lets through only our labelled `gpuclass-license-*` copies (docs/contract.md
-section 6: RBAC cannot express that, the policy can).
+policy lets through only our labelled `gpuclass-license-*` copies, in `tenant-*` namespaces,
+without ownerReferences, finalizers or `immutable`, whether created, replaced or server-side
+applied (docs/contract.md section 6: RBAC cannot express that, the policy can).
 """
 
 from __future__ import annotations
