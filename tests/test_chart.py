@@ -106,7 +106,7 @@ VARIANTS = [
 ]
 
 # Kinds whose schemas kubernetes-validate does not ship (CRD-typed); anything else must validate.
-CRD_TYPED_GROUPS = {"cert-manager.io", "monitoring.coreos.com"}
+CRD_TYPED_GROUPS = {"cert-manager.io", "monitoring.coreos.com", "cilium.io"}
 KUBERNETES_VERSIONS = ["1.30.0", "1.36.0"]
 MUTATING_VERBS = {"create", "update", "patch", "delete", "deletecollection", "*"}
 
@@ -172,8 +172,10 @@ def test_default_render_has_the_expected_objects() -> None:
     assert counts["PriorityClass"] == 1
     assert counts["MutatingWebhookConfiguration"] == 1
     assert counts["ValidatingWebhookConfiguration"] == 1
-    assert counts["ValidatingAdmissionPolicy"] == 3  # licence copies, caBundle only, licence mounts
-    assert counts["ValidatingAdmissionPolicyBinding"] == 3
+    # licence copies, caBundle only, licence mounts, GPUClass finalizer only, entitlement label
+    assert counts["ValidatingAdmissionPolicy"] == 5
+    assert counts["ValidatingAdmissionPolicyBinding"] == 5
+    assert counts["CiliumNetworkPolicy"] == 1  # the API server to the webhook
     assert counts["CustomResourceDefinition"] == 1
     assert counts["Job"] == 1
     assert counts["Secret"] == 1  # the empty Secret the webhook keeps its certificates in
@@ -221,6 +223,13 @@ def test_helm_lint_reports_no_error_or_warning() -> None:
         pytest.param(
             {"networkPolicy": {"egress": {"apiServerCIDRs": ["kubernetes"]}}}, id="cidr-invalid"
         ),
+        pytest.param({"networkPolicy": {"apiServer": {"mode": "open"}}}, id="api-server-mode"),
+        pytest.param(
+            {"networkPolicy": {"apiServer": {"mode": "peers"}}}, id="api-server-peers-missing"
+        ),
+        pytest.param({"networkPolicy": {"metricsFrom": [{}]}}, id="empty-metrics-peer"),
+        pytest.param({"entitlementLabel": {"users": [""]}}, id="entitlement-user-empty"),
+        pytest.param({"entitlementLabel": {"groups": "system:masters"}}, id="entitlement-groups"),
         pytest.param({"monitoring": {"serviceMonitor": {"enable": True}}}, id="typo-in-key"),
         pytest.param({"replicas": 2}, id="unknown-top-level-key"),
     ],
@@ -1463,22 +1472,80 @@ def test_license_copy_policy_ignores_other_users() -> None:
 # network policy, monitoring, teardown
 
 
+def _policy_for(objects: list[dict[str, Any]], component: str) -> dict[str, Any]:
+    labels = deployment(objects, component)["spec"]["template"]["metadata"]["labels"]
+    [policy] = [
+        p
+        for p in of_kind(objects, "NetworkPolicy")
+        if selector_matches(p["spec"]["podSelector"]["matchLabels"], labels)
+    ]
+    return policy
+
+
+MONITORING = [
+    {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "cozy-monitoring"}}}
+]
+
+
 def test_network_policies_open_only_the_serving_ports() -> None:
+    """Defaults: the webhook's port admits the API server (Cilium's kube-apiserver entity)
+    and the monitoring namespace, the reconciler's metrics port the monitoring namespace."""
     objects = render_objects()
     for component, port in (("webhook", "https"), ("reconciler", "metrics")):
         workload = deployment(objects, component)
-        labels = workload["spec"]["template"]["metadata"]["labels"]
-        [policy] = [
-            p
-            for p in of_kind(objects, "NetworkPolicy")
-            if selector_matches(p["spec"]["podSelector"]["matchLabels"], labels)
-        ]
+        policy = _policy_for(objects, component)
         assert policy["spec"]["policyTypes"] == ["Ingress"]
         [rule] = policy["spec"]["ingress"]
         assert rule["ports"] == [{"port": port, "protocol": "TCP"}]
-        assert "from" not in rule  # the API server's source addresses cannot be named
+        assert rule["from"] == MONITORING
         [container] = pod_spec(workload)["containers"]
         assert port in {p["name"] for p in container["ports"]}
+    [cilium] = of_kind(objects, "CiliumNetworkPolicy")
+    webhook = deployment(objects, "webhook")
+    assert selector_matches(
+        cilium["spec"]["endpointSelector"]["matchLabels"],
+        webhook["spec"]["template"]["metadata"]["labels"],
+    )
+    [container] = pod_spec(webhook)["containers"]
+    [https] = [p for p in container["ports"] if p["name"] == "https"]
+    assert cilium["spec"]["ingress"] == [
+        {
+            "fromEntities": ["kube-apiserver"],
+            "toPorts": [{"ports": [{"port": str(https["containerPort"]), "protocol": "TCP"}]}],
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("api_server", "metrics_from", "expected"),
+    [
+        pytest.param(
+            {"mode": "peers", "peers": [{"ipBlock": {"cidr": "192.168.100.0/24"}}]},
+            MONITORING,
+            [{"ipBlock": {"cidr": "192.168.100.0/24"}}, *MONITORING],
+            id="peers-and-scrapers",
+        ),
+        pytest.param({"mode": "cilium", "peers": []}, [], None, id="cilium-no-scrapers"),
+        pytest.param({"mode": "any", "peers": []}, MONITORING, "any", id="open-on-purpose"),
+    ],
+)
+def test_the_webhook_port_admits_the_api_server_as_the_cni_sees_it(
+    api_server: dict[str, Any], metrics_from: list[dict[str, Any]], expected: Any
+) -> None:
+    """An empty `metricsFrom` never opens the webhook's port; only mode `any` does."""
+    objects = render_objects(
+        {"networkPolicy": {"apiServer": api_server, "metricsFrom": metrics_from}}
+    )
+    ingress = _policy_for(objects, "webhook")["spec"]["ingress"]
+    if expected is None:
+        assert ingress == []  # deny all but what the CiliumNetworkPolicy admits
+    elif expected == "any":
+        assert ingress == [{"ports": [{"port": "https", "protocol": "TCP"}]}]
+    else:
+        assert ingress == [{"ports": [{"port": "https", "protocol": "TCP"}], "from": expected}]
+    assert bool(of_kind(objects, "CiliumNetworkPolicy")) == (api_server["mode"] == "cilium")
+    reconciler = _policy_for(objects, "reconciler")["spec"]["ingress"]
+    assert reconciler[0].get("from") == (metrics_from or None)
 
 
 def test_network_policy_egress_allows_dns_and_the_api_server_only() -> None:

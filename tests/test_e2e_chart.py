@@ -3,10 +3,11 @@
 Every object the chart renders with default values passes a server-side dry run;
 the CRD, RBAC and the licence-copy ValidatingAdmissionPolicy are applied for
 real, and requests made *as the reconciler's service account* show that the
-policy lets through only our labelled `gpuclass-license-*` copies (docs/contract.md
-section 6: RBAC cannot express that, the policy can). The licence-mount policy
-(`templates/license-mount-policy.yaml`, rule 4.8 for Pods) is applied for real too:
-only KubeVirt's controller may create a Pod that names a copy.
+policy lets through only our labelled `gpuclass-license-*` copies, in `tenant-*` namespaces,
+without ownerReferences, finalizers or `immutable`, whether created, replaced or server-side
+applied (docs/contract.md section 6: RBAC cannot express that, the policy can). The licence-mount
+policy (`templates/license-mount-policy.yaml`, rule 4.8 for Pods) is applied for real too: only
+KubeVirt's controller may create a Pod that names a copy.
 """
 
 from __future__ import annotations
@@ -80,6 +81,38 @@ def secret(name: str, namespace: str, *, labels: dict[str, str] | None = None) -
     return license_secret(name, namespace, data, labels)
 
 
+# Cilium's CiliumNetworkPolicy kind, served without its schema: the dry run shows the object is
+# accepted by name and kind; tests/test_chart.py checks its fields.
+CILIUM_NETWORK_POLICY_CRD: RawObject = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "ciliumnetworkpolicies.cilium.io"},
+    "spec": {
+        "group": "cilium.io",
+        "scope": "Namespaced",
+        "names": {
+            "kind": "CiliumNetworkPolicy",
+            "plural": "ciliumnetworkpolicies",
+            "singular": "ciliumnetworkpolicy",
+            "listKind": "CiliumNetworkPolicyList",
+        },
+        "versions": [
+            {
+                "name": "v2",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
 def _refused(api: Api, obj: RawObject) -> bool:
     try:
         api.create(obj, dryRun="All")
@@ -93,6 +126,7 @@ def test_every_rendered_object_passes_a_server_side_dry_run(
 ) -> None:
     admin = control_plane.admin
     admin.apply([o for o in chart if o["kind"] == "CustomResourceDefinition"])
+    control_plane.install_crds([[CILIUM_NETWORK_POLICY_CRD]])
     failures = []
     for obj in chart:
         try:
@@ -388,3 +422,122 @@ def test_an_ephemeral_container_cannot_join_a_pod_holding_a_copy(
     finally:
         admin.delete(launcher)
         admin.delete(plain)
+
+
+# -- where copies may be written, and what they may not carry (docs/operations.md, Threat model) --
+
+
+def _apply_as_reconciler(api: Api, obj: RawObject) -> RawObject:
+    """Server-side apply, as the reconciler writes copies (field manager gpuclass-reconciler)."""
+    return api.call(
+        "PATCH",
+        api.object_path(obj),
+        body=obj,
+        params={"fieldManager": "gpuclass-reconciler", "force": "true"},
+        content_type="application/apply-patch+yaml",
+    )
+
+
+@pytest.mark.parametrize(
+    ("namespace", "allowed"),
+    [
+        pytest.param("kube-system", False, id="kube-system"),
+        pytest.param(NAMESPACE, False, id="cozy-system"),
+        pytest.param("default", False, id="default"),
+        pytest.param("tenant-root", True, id="tenant-root"),
+        pytest.param(None, True, id="tenant-x"),
+    ],
+)
+@pytest.mark.parametrize("write", ["create", "apply"])
+def test_reconciler_writes_copies_in_tenant_namespaces_only(
+    control_plane: ControlPlane,
+    reconciler: Api,
+    namespace: str | None,
+    allowed: bool,
+    write: str,
+) -> None:
+    admin = control_plane.admin
+    namespace = namespace or unique_name("tenant-x")
+    admin.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}])
+    obj = secret(unique_name("gpuclass-license-where"), namespace, labels=MANAGED)
+    name = obj["metadata"]["name"]
+
+    def attempt() -> RawObject:
+        return (
+            reconciler.create(obj) if write == "create" else _apply_as_reconciler(reconciler, obj)
+        )
+
+    if allowed:
+        stored = attempt()
+        obj["data"]["gridd.conf"] = "RmVhdHVyZVR5cGU9NAo="
+        assert (
+            _apply_as_reconciler(reconciler, obj)["data"]["gridd.conf"] == obj["data"]["gridd.conf"]
+        )
+        assert reconciler.delete(stored) is True
+        return
+    with pytest.raises(ApiError) as info:
+        attempt()
+    assert info.value.status_code == 403
+    assert "tenant namespaces" in info.value.body["message"]
+    assert admin.get("v1", "Secret", name, namespace=namespace) is None
+    planted = admin.create(
+        obj
+    )  # a labelled copy outside the tenants: not the reconciler's to delete
+    with pytest.raises(ApiError) as info:
+        reconciler.delete(planted)
+    assert info.value.status_code == 403
+    admin.delete(planted)
+
+
+def _metadata(key: str, value: object) -> Callable[[RawObject], RawObject]:
+    def change(obj: RawObject) -> RawObject:
+        changed = copy.deepcopy(obj)
+        changed["metadata"][key] = value
+        return changed
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        pytest.param(
+            _metadata(
+                "ownerReferences",
+                [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "name": "gone",
+                        "uid": "00000000-0000-0000-0000-000000000001",
+                    }
+                ],
+            ),
+            id="owner-reference",
+        ),
+        pytest.param(_metadata("finalizers", ["example.com/hold"]), id="finalizer"),
+        pytest.param(_with("immutable", True), id="immutable"),
+    ],
+)
+def test_reconciler_cannot_make_a_copy_outlive_or_resist_it(
+    control_plane: ControlPlane, reconciler: Api, shape: Callable[[RawObject], RawObject]
+) -> None:
+    """No ownerReferences (the garbage collector acts on them), no finalizers (the tenant's
+    namespace could never finish deleting), no immutable (the copy could never follow its
+    source): refused on create, on update and through server-side apply."""
+    namespace = unique_name("tenant-vap")
+    control_plane.admin.apply(
+        [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}]
+    )
+    good = secret(unique_name("gpuclass-license-shape"), namespace, labels=MANAGED)
+    for write in (reconciler.create, lambda o: _apply_as_reconciler(reconciler, o)):
+        with pytest.raises(ApiError) as info:
+            write(shape(good))
+        assert info.value.status_code == 403
+        assert "ownerReferences, finalizers or immutable" in info.value.body["message"]
+    stored = reconciler.create(good)
+    changed = shape(stored)
+    with pytest.raises(ApiError) as info:
+        reconciler.call("PUT", reconciler.object_path(changed), body=changed)
+    assert info.value.status_code == 403
+    assert reconciler.delete(stored) is True

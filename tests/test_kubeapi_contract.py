@@ -217,7 +217,7 @@ async def _first_event(api: KubeAPI, since: str) -> object:
 
 def test_the_fake_answers_as_kubernetes_does() -> None:
     suffix = unique_name("m").split("-")[-1]
-    ns = f"contract-{suffix}"
+    ns = f"tenant-contract-{suffix}"  # licence copies live in tenant namespaces only
     kube = MemoryKube([namespace(ns), namespace(LICENSE_NAMESPACE)])
 
     async def connect() -> KubeAPI:
@@ -248,7 +248,7 @@ def as_reconciler(control_plane: ControlPlane) -> Iterator[tuple[ControlPlane, A
                 what="the chart's RBAC in effect",
             )
             eventually(
-                lambda: "gpuclass-license-*" in _dry_run_create(api, probe),
+                lambda: "gpuclass-licence-copies" in _dry_run_create(api, probe),
                 timeout=30,
                 what="the chart's Secret policy in effect",
             )
@@ -269,7 +269,7 @@ def test_the_real_api_server_answers_the_same(as_reconciler: tuple[ControlPlane,
 
     control_plane, user = as_reconciler
     suffix = unique_name("r").split("-")[-1]
-    ns = f"contract-{suffix}"
+    ns = f"tenant-contract-{suffix}"  # licence copies live in tenant namespaces only
     made: list[RawObject] = [namespace(ns)]
     control_plane.admin.apply(made)
     settings = ReconcilerSettings(kubeconfig=str(user.kubeconfig), vgpu_entitled=True)

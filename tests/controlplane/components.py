@@ -7,10 +7,12 @@ scheduler does start these three next to it (fixtures in plugin.py):
 - **kube-scheduler** as `system:kube-scheduler`, with only the bootstrap RBAC the
   API server creates for that user, leader election off, its default profile;
 - **kube-controller-manager** as `system:kube-controller-manager` running only the
-  node lifecycle controller (Ready=Unknown and the `unreachable`/`not-ready`/
-  `unschedulable` taints) with short grace periods; it acts with its own identity,
-  which gets the bootstrap `system:controller:node-controller` role bound to it
-  (no service-account tokens exist: the ServiceAccount admission plugin is off);
+  controllers a test names: by default the node lifecycle controller (Ready=Unknown
+  and the `unreachable`/`not-ready`/`unschedulable` taints) with short grace periods,
+  or the garbage collector; it acts with its own identity, which gets the bootstrap
+  role of each controller it runs bound to it (`system:controller:node-controller`,
+  `system:controller:generic-garbage-collector`; no service-account tokens exist:
+  the ServiceAccount admission plugin is off);
 - **kwok** playing the kubelet for the Nodes labelled `kwok.x-k8s.io/node: fake`
   (other tests' hand-written Nodes are left alone): it makes them Ready, renews
   their Leases, and runs their Pods with kwok's default Stages
@@ -211,17 +213,21 @@ def controller_manager(
     plane: ControlPlane,
     *,
     controllers: Sequence[str] = ("node-lifecycle-controller",),
+    roles: Sequence[str] = ("system:controller:node-controller",),
     timings: NodeLifecycleTimings = FAST_LIFECYCLE,
     flags: Sequence[str] = (),
 ) -> Component:
     """kube-controller-manager with only `controllers` (default: the node lifecycle
-    controller; no taint-eviction controller, so NoExecute taints evict nothing)."""
-    _bind(
-        plane.admin,
-        "gpuclass-test:kube-controller-manager:node-controller",
-        "system:controller:node-controller",
-        CONTROLLER_MANAGER_USER,
-    )
+    controller; no taint-eviction controller, so NoExecute taints evict nothing), acting
+    with the bootstrap `roles` of those controllers (e.g.
+    `system:controller:generic-garbage-collector` for `garbage-collector-controller`)."""
+    for role in roles:
+        _bind(
+            plane.admin,
+            f"gpuclass-test:kube-controller-manager:{role.rsplit(':', 1)[-1]}",
+            role,
+            CONTROLLER_MANAGER_USER,
+        )
     user = plane.user(CONTROLLER_MANAGER_USER, stem="kube-controller-manager")
     port = free_port()
     argv = [

@@ -5,9 +5,9 @@ project's GPUClass CRD (charts/gpuclass/templates/crd-gpuclass.yaml, plain YAML)
 and the KubeVirt CRDs of tests/controlplane/crds/, waits until they are
 Established and served, and stops everything when the session ends.
 
-`kube_scheduler`, `node_lifecycle_controller` and `kwok_kubelet` (module scope) start
-those components against it (tests/controlplane/components.py) for the modules
-that ask; a missing binary skips, or fails like the plane itself.
+`kube_scheduler`, `node_lifecycle_controller`, `garbage_collector` and `kwok_kubelet`
+(module scope) start those components against it (tests/controlplane/components.py)
+for the modules that ask; a missing binary skips, or fails like the plane itself.
 
 The binaries are located (or built, first time only) once collection is over and
 only if a selected test uses the fixture, so a long first build is not charged to
@@ -180,4 +180,17 @@ def kwok_kubelet(control_plane: ControlPlane) -> Iterator[Component]:
     """kwok playing the kubelet of every Node labelled `kwok.x-k8s.io/node: fake`."""
     _components(control_plane)
     with components.kwok(control_plane) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def garbage_collector(control_plane: ControlPlane) -> Iterator[Component]:
+    """kube-controller-manager running only the garbage collector (it deletes objects whose
+    owners are gone), with that controller's bootstrap role, for one test module."""
+    _components(control_plane)
+    with components.controller_manager(
+        control_plane,
+        controllers=("garbage-collector-controller",),
+        roles=("system:controller:generic-garbage-collector",),
+    ) as process:
         yield process
