@@ -84,6 +84,7 @@ bench: $(STAMP) ## print the benchmark figures (needs wrk for the webhook one; t
 	$(BIN)/python benchmarks/bench_attack.py
 	$(BIN)/python benchmarks/bench_admission_overhead.py
 	$(BIN)/python benchmarks/bench_e2e_reconciler.py
+	$(BIN)/python benchmarks/bench_reconciler_memory.py
 	$(BIN)/python benchmarks/bench_scale_e2e.py
 
 clean: ## remove the virtualenv, caches and every build output (not the control-plane cache)

@@ -47,8 +47,7 @@ from gpuclass.reconciler.manager import Manager
 from gpuclass.reconciler.memory import apply_merge_patch
 from gpuclass.reconciler.ports import ListPage, RawObject, WatchEvent
 from gpuclass.reconciler.settings import ReconcilerSettings
-from gpuclass.reconciler.sources import SPECS, Source
-from gpuclass.shared import names
+from gpuclass.reconciler.sources import SPECS, Scope, Source, selected
 
 NODES = int(os.environ.get("BENCH_NODES", 5000))
 PODS = int(os.environ.get("BENCH_PODS", 150_000))
@@ -65,19 +64,13 @@ def rss_mb() -> tuple[float, float]:
     return current / 1e6, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
 
 
+SCOPE = Scope(license_secret_names=frozenset({"vgpu-licence"}))
+"""As the chart runs it: the licence source read by name (gencluster's one source Secret)."""
+
+
 def served(source: Source, obj: RawObject) -> bool:
-    """The server-side selectors of reconciler/kube.py."""
-    meta = obj["metadata"]
-    if source == "pods":
-        return bool(obj["spec"].get("nodeName")) and obj["status"].get("phase") not in (
-            "Succeeded",
-            "Failed",
-        )
-    if source == "licence-secrets":
-        return bool(meta.get("namespace") == "cozy-system")
-    if source == "managed-secrets":
-        return (meta.get("labels") or {}).get(names.MANAGED_BY_LABEL) == names.MANAGED_BY_VALUE
-    return True
+    """The server-side scope and selectors of each source (what reconciler/kube.py asks for)."""
+    return selected(SPECS[source], obj, SCOPE)
 
 
 class GeneratedKube:
@@ -133,12 +126,26 @@ class GeneratedKube:
         self._count("secret")
         return {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
 
-    async def replace_secret(self, namespace: str, name: str, body: RawObject) -> RawObject | None:
+    async def apply_secret(self, namespace: str, body: RawObject) -> RawObject | None:
         self._count("secret")
         return body
 
-    async def delete_secret(self, namespace: str, name: str, resource_version: str) -> None:
+    async def delete_secret(self, namespace: str, name: str) -> None:
         self._count("secret")
+
+    def _record(self, body: RawObject) -> RawObject:
+        self.version += 1
+        return {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
+
+    async def create_config_map(self, namespace: str, body: RawObject) -> RawObject | None:
+        self._count("copy-record")
+        return self._record(body)
+
+    async def replace_config_map(
+        self, namespace: str, name: str, body: RawObject
+    ) -> RawObject | None:
+        self._count("copy-record")
+        return self._record(body)
 
     async def create_event(self, namespace: str, body: RawObject) -> None:
         self._count("event")
@@ -246,7 +253,11 @@ async def main() -> None:
     base_now, _ = rss_mb()
     kube = GeneratedKube()
     settings = ReconcilerSettings(
-        leader_elect=False, vgpu_entitled=True, coalesce_seconds=0.0, log_level="error"
+        leader_elect=False,
+        vgpu_entitled=True,
+        coalesce_seconds=0.0,
+        log_level="error",
+        license_secret_names=sorted(SCOPE.license_secret_names or ()),
     )
     reconciler = Manager(
         settings,

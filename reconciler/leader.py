@@ -77,20 +77,32 @@ class LeaderElector:
     async def run(self) -> None:
         """Acquire, then renew, forever; leadership changes are reported through `on_change`."""
         while True:
-            try:
-                renewed = await self.try_acquire_or_renew()
-            except ApiError as exc:
-                log.warning("lease update failed", extra={"fields": {"error": str(exc)}})
-                renewed = False
-            if renewed:
-                self._renewed = self.clock()
-            self._set_leading(renewed or self.is_leader())
-            wait = (
-                self.retry_period
-                if self._leading
-                else self.retry_period * (1 + self.rng.uniform(0, 0.2))
+            await asyncio.sleep(await self.step())
+
+    async def step(self) -> float:
+        """One acquire-or-renew; returns how long to wait before the next.
+
+        A leader whose renewal came later than `renew_deadline` refused writes meanwhile
+        (`is_leader` was false) without losing the Lease; when the renewal succeeds,
+        `on_change(True)` is reported again so that those writes are made now.
+        """
+        was_leading, was_writable = self._leading, self.is_leader()
+        try:
+            renewed = await self.try_acquire_or_renew()
+        except ApiError as exc:
+            log.warning("lease update failed", extra={"fields": {"error": str(exc)}})
+            renewed = False
+        if renewed:
+            self._renewed = self.clock()
+        self._set_leading(renewed or self.is_leader())
+        if was_leading and not was_writable and self.is_leader():
+            log.info(
+                "lease renewed late; writes resume", extra={"fields": {"identity": self.identity}}
             )
-            await asyncio.sleep(wait)
+            self.on_change(True)
+        if self._leading:
+            return self.retry_period
+        return self.retry_period * (1 + self.rng.uniform(0, 0.2))
 
     async def acquire(self, *, timeout: float) -> bool:
         """Try until the Lease is ours or `timeout` passes (`--once`: one pass, then release)."""

@@ -68,11 +68,12 @@ KUBEVIRT_CONTROLLER_GROUPS = (
     "system:serviceaccounts",
     f"system:serviceaccounts:{KUBEVIRT_NAMESPACE}",
 )
-LICENSE_SOURCES: tuple[str, ...] = tuple(f"e2e-licence-source-{i:02d}" for i in range(48))
+LICENSE_SOURCES: tuple[str, ...] = tuple(f"e2e-licence-source-{i}" for i in range(8))
 """The licence source Secrets the tests may use. The chart is rendered with these as
 `settings.licenseSecretNames` (a Role with these resourceNames) and the reconciler runs with
-`--license-secret-names` naming them: any other Secret is beyond its reach. Test modules
-take disjoint slices (:func:`license_sources`) and delete theirs when done."""
+`--license-secret-names` naming them: any other Secret is beyond its reach. A handful, as a
+hoster lists: each name is one list and one watch of the reconciler. Test modules take
+disjoint slices (:func:`license_sources`) and delete theirs when done."""
 RBAC_KINDS = (
     "ServiceAccount",
     "ClusterRole",
@@ -126,13 +127,17 @@ class ReconcilerProcess:
         timings: Timings = FAST,
         args: Sequence[str] = (),
         start_timeout: float = 30.0,
+        command: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> None:
+        """`command` replaces the console script (e.g. another checkout's reconciler run by
+        this interpreter) and `env` adds variables; flags and settings are the same."""
         self.pod_name = pod_name
         self.lines: list[str] = []
         self.port = 0
         self._listening = threading.Event()
-        command = [
-            str(RECONCILER),
+        argv = [
+            *(command or [str(RECONCILER)]),
             f"--kubeconfig={kubeconfig}",
             "--bind-address=127.0.0.1",
             "--port=0",
@@ -141,16 +146,16 @@ class ReconcilerProcess:
             *timings.args(),
             *args,
         ]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLASS_")}
-        env["PYTHONUNBUFFERED"] = "1"
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLASS_")}
+        environment.update({"PYTHONUNBUFFERED": "1", **(env or {})})
         self.proc = subprocess.Popen(
-            command,
+            argv,
             cwd=ROOT,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-            env=env,
+            env=environment,
             start_new_session=True,
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
@@ -628,9 +633,17 @@ def wait_for_chart_rbac(user_api: Api) -> None:
     )
 
 
-def access(api: Api, verb: str, resource: str, *, namespace: str = "", name: str = "") -> bool:
+def access(
+    api: Api, verb: str, resource: str, *, group: str = "", namespace: str = "", name: str = ""
+) -> bool:
     """What the authorizer answers `api`'s user for one request (SelfSubjectAccessReview)."""
-    attributes = {"verb": verb, "resource": resource, "namespace": namespace, "name": name}
+    attributes = {
+        "verb": verb,
+        "group": group,
+        "resource": resource,
+        "namespace": namespace,
+        "name": name,
+    }
     body = {
         "apiVersion": "authorization.k8s.io/v1",
         "kind": "SelfSubjectAccessReview",

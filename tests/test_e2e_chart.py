@@ -205,6 +205,25 @@ def test_reconciler_may_create_only_labelled_copies(
         assert control_plane.admin.get("v1", "Secret", name, namespace=namespace) is None
 
 
+def _server_side_apply(api: Api, obj: RawObject) -> RawObject:
+    """A write as the reconciler makes it: server-side apply, forced, as its field manager
+    (its RBAC on Secrets is create, patch and delete: no update)."""
+    return api.call(
+        "PATCH",
+        api.object_path(obj),
+        body=obj,
+        params={"fieldManager": "gpuclass-reconciler", "force": "true"},
+        content_type="application/apply-patch+yaml",
+    )
+
+
+def _refused_by_policy(info: pytest.ExceptionInfo[ApiError]) -> bool:
+    """A 403 from the licence-copy policy, not from RBAC."""
+    return info.value.status_code == 403 and "gpuclass-licence-copies" in info.value.body.get(
+        "message", ""
+    )
+
+
 def test_reconciler_cannot_take_over_or_delete_a_foreign_secret(
     control_plane: ControlPlane, reconciler: Api
 ) -> None:
@@ -212,14 +231,13 @@ def test_reconciler_cannot_take_over_or_delete_a_foreign_secret(
     admin = control_plane.admin
     admin.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}])
     foreign = admin.create(secret("gpuclass-license-foreign", namespace))  # our name, not our label
-    takeover = copy.deepcopy(foreign)
-    takeover["metadata"]["labels"] = dict(MANAGED)
+    takeover = secret("gpuclass-license-foreign", namespace, labels=MANAGED)
     with pytest.raises(ApiError) as info:
-        reconciler.call("PUT", reconciler.object_path(takeover), body=takeover)
-    assert info.value.status_code == 403
+        _server_side_apply(reconciler, takeover)
+    assert _refused_by_policy(info)
     with pytest.raises(ApiError) as info:
         reconciler.delete(foreign)
-    assert info.value.status_code == 403
+    assert _refused_by_policy(info)
     assert admin.get("v1", "Secret", "gpuclass-license-foreign", namespace=namespace) is not None
 
 
@@ -231,13 +249,20 @@ def test_reconciler_updates_and_deletes_its_own_copies(
         [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}]
     )
     ours = reconciler.create(secret("gpuclass-license-mine", namespace, labels=MANAGED))
-    ours["data"]["gridd.conf"] = "RmVhdHVyZVR5cGU9NAo="
-    updated = reconciler.call("PUT", reconciler.object_path(ours), body=ours)
+    changed = secret("gpuclass-license-mine", namespace, labels=MANAGED)
+    changed["data"]["gridd.conf"] = "RmVhdHVyZVR5cGU9NAo="
+    updated = _server_side_apply(reconciler, changed)
     assert updated["data"]["gridd.conf"] == "RmVhdHVyZVR5cGU9NAo="
-    dropping = copy.deepcopy(updated)
-    dropping["metadata"]["labels"] = {}
     with pytest.raises(ApiError) as info:  # a copy may not shed its label
-        reconciler.call("PUT", reconciler.object_path(dropping), body=dropping)
+        reconciler.call(
+            "PATCH",
+            reconciler.object_path(ours),
+            body={"metadata": {"labels": None}},
+            content_type=MERGE,
+        )
+    assert _refused_by_policy(info)
+    with pytest.raises(ApiError) as info:  # nor be updated but by apply (RBAC: no update)
+        reconciler.call("PUT", reconciler.object_path(updated), body=updated)
     assert info.value.status_code == 403
     assert reconciler.delete(updated) is True
 
@@ -302,12 +327,12 @@ def test_reconciler_cannot_write_a_secret_of_another_shape(
     assert info.value.status_code == 403
     assert "gpuclass-licence-copies" in info.value.body.get("message", "")
     stored = reconciler.create(good)
-    changed = shape(stored)
+    changed = shape(good)
     if changed.get("type") != stored.get("type"):
         return  # type is immutable anyway: the API server refuses that update on its own
     with pytest.raises(ApiError) as info:
-        reconciler.call("PUT", reconciler.object_path(changed), body=changed)
-    assert info.value.status_code == 403
+        _server_side_apply(reconciler, changed)
+    assert _refused_by_policy(info)
     assert reconciler.delete(stored) is True
 
 

@@ -4,8 +4,9 @@
 talks to kube-apiserver through :class:`tests.controlplane.faultproxy.FaultProxy`,
 which holds chosen lists, cuts watches, and records every request it forwards.
 Each test starts from a cluster a previous replica left behind — classes holding
-the in-use finalizer for VMIs that use them, a licence copy a VM mounts — plus one
-class nobody uses and one copy nobody mounts (the deletions a complete view does
+the in-use finalizer for VMIs that use them, a licence copy a started VM mounts (its
+virt-launcher Pod bound to a node), both copies in the copy record — plus one class
+nobody uses and one recorded copy nobody mounts (the deletions a complete view does
 make). The faults:
 
 - the first VMI list (then, separately, the first Namespace list) held for 5 s;
@@ -36,6 +37,8 @@ from tests.e2e_reconciler_helpers import (
     FAST,
     FINALIZER,
     GPUCLASSES,
+    KUBEVIRT_CONTROLLER,
+    KUBEVIRT_CONTROLLER_GROUPS,
     KUBEVIRT_NAMESPACE,
     LICENSE_NAMESPACE,
     MANAGED,
@@ -43,17 +46,25 @@ from tests.e2e_reconciler_helpers import (
     SERVICE_ACCOUNT,
     SERVICE_ACCOUNT_GROUPS,
     TOKEN_KEY,
+    Launchers,
     PermittedDevices,
     ReconcilerProcess,
     apply_chart_rbac,
+    copy_digest,
+    create_node,
     delete_all,
     delete_created,
+    edit_copy_record,
+    forget_copies,
     get_class,
     gpuclass,
+    license_sources,
     licensed_class,
     namespace,
+    reconciler_args,
     secret,
     vmi,
+    wait_for_chart_rbac,
 )
 
 HOLD = 5.0
@@ -75,6 +86,11 @@ class Faulty:
     kubeconfig: Path
     tenant: str
     spare: str
+    launchers: Launchers
+    node: str
+    """Where the launcher Pods are bound."""
+    source: str
+    """The licence source every licensed class here names (token-1, never changed)."""
     suffix: str = field(default_factory=lambda: secrets.token_hex(3))
     permitted: PermittedDevices = field(default_factory=PermittedDevices)
     created: list[RawObject] = field(default_factory=list, repr=False)  # holds test tokens
@@ -88,9 +104,17 @@ class Faulty:
         self.created.append(stored)
         return stored
 
+    def launch(self, machine: RawObject) -> RawObject:
+        """The VMI's virt-launcher Pod, made as KubeVirt's controller makes it, bound."""
+        stored = self.launchers.start(self.admin, machine, self.node)
+        self.created.append(stored)
+        return stored
+
     def cleanup(self) -> None:
         delete_created(self.admin, self.created)
+        forget_copies(self.admin, self.suffix)
         self.permitted.restore(self.admin)
+        self.launchers.close()
 
 
 @dataclass
@@ -107,16 +131,14 @@ class LeftBehind:
 def left_behind(f: Faulty, tag: str) -> LeftBehind:
     base = f"flt-{tag}-{f.suffix}"
     used, licensed, unused = f"{base}-used", f"{base}-lic", f"{base}-unused"
-    source = f"{base}-src"
     resources = {
         n: f"flt-{f.suffix}.example.com/{tag}-{n.rsplit('-', 1)[1]}"
         for n in (used, licensed, unused)
     }
     f.permitted.permit(f.admin, resources.values())
-    f.create(secret(source, LICENSE_NAMESPACE, {TOKEN_KEY: "token-1"}))
     for name in (used, unused):
         f.create(gpuclass(name, resources[name]))
-    f.create(licensed_class(licensed, resources[licensed], source))
+    f.create(licensed_class(licensed, resources[licensed], f.source))
     for name in (used, licensed, unused):  # as the previous replica wrote them
         f.admin.call(
             "PATCH",
@@ -131,7 +153,7 @@ def left_behind(f: Faulty, tag: str) -> LeftBehind:
         licensed: f"{base}-vm-lic",
     }
     f.create(vmi(vmis[used], f.tenant, classes=[used], devices=[resources[used]]))
-    f.create(
+    machine = f.create(
         vmi(
             vmis[licensed],
             f.tenant,
@@ -140,8 +162,14 @@ def left_behind(f: Faulty, tag: str) -> LeftBehind:
             license_copy=copy_name,
         )
     )
+    f.launch(machine)  # started: its copy stays
     for ns in (f.tenant, f.spare):
         f.create(secret(copy_name, ns, copy_data, labels=MANAGED))
+    digest = copy_digest(copy_data)  # recorded as the previous replica wrote them
+    edit_copy_record(
+        f.admin,
+        lambda entries: {**entries, **{f"{ns}/{copy_name}": digest for ns in (f.tenant, f.spare)}},
+    )
     return LeftBehind(
         held=[used, licensed],
         unused=unused,
@@ -197,13 +225,11 @@ def faulty(
     admin.apply([namespace(n) for n in (LICENSE_NAMESPACE, KUBEVIRT_NAMESPACE)])
     admin.apply(mine)
     added_rbac = apply_chart_rbac(admin)
+    launchers = Launchers(control_plane.user(KUBEVIRT_CONTROLLER, list(KUBEVIRT_CONTROLLER_GROUPS)))
+    added_rbac += launchers.grant(admin)
     user = control_plane.user(SERVICE_ACCOUNT, list(SERVICE_ACCOUNT_GROUPS))
     with user.api() as as_reconciler:
-        eventually(
-            lambda: as_reconciler.request("GET", GPUCLASSES).status_code == 200,
-            timeout=30,
-            what="the chart's RBAC in effect",
-        )
+        wait_for_chart_rbac(as_reconciler)
     proxy = FaultProxy(
         upstream=control_plane.server,
         ca_file=control_plane.ca_file,
@@ -212,8 +238,12 @@ def faulty(
         serving=control_plane.serving_cert("fault-proxy"),
     ).start()
     kubeconfig = proxy.kubeconfig(user.kubeconfig, tmp_path_factory.mktemp("faults") / "kubeconfig")
-    f = Faulty(control_plane, proxy, kubeconfig, tenant, spare, suffix=suffix)
+    node = f"flt-node-{suffix}"
+    source = next(license_sources(5, 1))  # test_e2e_reconciler.py takes the first five
+    f = Faulty(control_plane, proxy, kubeconfig, tenant, spare, launchers, node, source, suffix)
     try:
+        f.created.append(create_node(admin, node, {}))
+        f.create(secret(source, LICENSE_NAMESPACE, {TOKEN_KEY: "token-1"}))
         yield f
     finally:
         proxy.stop()
@@ -226,7 +256,7 @@ def faulty(
 @contextlib.contextmanager
 def replica(f: Faulty, name: str) -> Iterator[ReconcilerProcess]:
     process = ReconcilerProcess(
-        f.kubeconfig, pod_name=f"{name}-{f.suffix}", timings=FAST, args=["--vgpu-entitled"]
+        f.kubeconfig, pod_name=f"{name}-{f.suffix}", timings=FAST, args=reconciler_args()
     )
     try:
         yield process
@@ -356,10 +386,9 @@ def test_a_leader_killed_between_a_status_write_and_a_copy_write_is_caught_up(
     world = left_behind(faulty, "kill")
     base = f"flt-kill-{faulty.suffix}"
     late, resource = f"{base}-late", f"flt-{faulty.suffix}.example.com/kill-late"
-    source = f"{base}-src"  # left_behind made it
     copy = (faulty.spare, f"gpuclass-license-{late}")
     first = ReconcilerProcess(
-        faulty.kubeconfig, pod_name=f"{base}-a", timings=FAST, args=["--vgpu-entitled"]
+        faulty.kubeconfig, pod_name=f"{base}-a", timings=FAST, args=reconciler_args()
     )
     second: ReconcilerProcess | None = None
     try:
@@ -373,10 +402,12 @@ def test_a_leader_killed_between_a_status_write_and_a_copy_write_is_caught_up(
             )
         )
         faulty.permitted.permit(faulty.admin, [resource])
-        faulty.create(
-            vmi(f"{base}-vm", copy[0], classes=[late], devices=[resource], license_copy=copy[1])
+        faulty.launch(
+            faulty.create(
+                vmi(f"{base}-vm", copy[0], classes=[late], devices=[resource], license_copy=copy[1])
+            )
         )
-        faulty.create(licensed_class(late, resource, source))
+        faulty.create(licensed_class(late, resource, faulty.source))
         eventually(lambda: held.used == 1 or None, timeout=SETTLE, what="the copy create in flight")
         status_first = (get_class(faulty.admin, late) or {}).get("status") or {}
         assert "free" in status_first, "the status is written before the copy"
@@ -384,7 +415,7 @@ def test_a_leader_killed_between_a_status_write_and_a_copy_write_is_caught_up(
         killed_at = time.monotonic()
         assert not copy_exists(faulty.admin, copy)
         second = ReconcilerProcess(
-            faulty.kubeconfig, pod_name=f"{base}-b", timings=FAST, args=["--vgpu-entitled"]
+            faulty.kubeconfig, pod_name=f"{base}-b", timings=FAST, args=reconciler_args()
         )
         eventually(
             lambda: copy_exists(faulty.admin, copy), timeout=SETTLE, what="the copy caught up"

@@ -2,11 +2,13 @@
 
 `reconciler/memory.py` is the offline twin and the unit tests' API server; this test
 keeps it honest. The same script — creates, stale-resourceVersion updates (409),
-deletion of a class held by a finalizer, every refusal of the chart's licence-copy
-ValidatingAdmissionPolicy, 404, and a watch from a compacted resourceVersion (410) —
-runs through :class:`reconciler.ports.KubeAPI` twice: against `MemoryKube`, and
-against a real kube-apiserver as the reconciler's service account with the chart's
-RBAC and policy applied. Each step's expected outcome is Kubernetes' (API
+deletion of a class held by a finalizer, licence copies written as the reconciler
+writes them (create, server-side apply, delete), every refusal of the chart's
+licence-copy ValidatingAdmissionPolicy, the copy record ConfigMap (create, replace
+pinned to its resourceVersion), 404, and a watch from a compacted resourceVersion
+(410) — runs through :class:`reconciler.ports.KubeAPI` twice: against `MemoryKube`,
+and against a real kube-apiserver as the reconciler's service account with the
+chart's RBAC and policy applied. Each step's expected outcome is Kubernetes' (API
 conventions, docs/contract.md section 6 for the copies), written here; both runs
 must produce it, step by step.
 """
@@ -25,10 +27,12 @@ from gpuclass.reconciler.ports import ApiError, KubeAPI, RawObject
 from tests.builders import STORED_STATUS as STATUS
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
 from tests.e2e_reconciler_helpers import (
+    COPY_RECORD,
     FINALIZER,
     KUBEVIRT_NAMESPACE,
     LICENSE_NAMESPACE,
     MANAGED,
+    RELEASE_NAMESPACE,
     SERVICE_ACCOUNT,
     SERVICE_ACCOUNT_GROUPS,
     TOKEN_KEY,
@@ -37,6 +41,7 @@ from tests.e2e_reconciler_helpers import (
     delete_created,
     gpuclass,
     namespace,
+    wait_for_chart_rbac,
 )
 
 COPY_KEYS = {TOKEN_KEY: "dG9rZW4=", "gridd.conf": "RmVhdHVyZVR5cGU9MQo="}
@@ -50,9 +55,10 @@ EXPECTED = [
     ("status patch of a class that does not exist", "404"),
     ("create a licence copy", "ok"),
     ("create it again", "409"),
-    ("replace it at a stale resourceVersion", "409"),
-    ("replace it at the current resourceVersion", "ok"),
-    ("an unchanged replace keeps the resourceVersion", "kept"),
+    ("apply it with another content", "ok"),
+    ("an unchanged apply keeps the resourceVersion", "kept"),
+    ("apply a copy that does not exist yet", "ok"),
+    ("delete that copy", "ok"),
     ("refused: a name outside gpuclass-license-*", "403"),
     ("refused: without the managed-by label", "403"),
     ("refused: a type other than Opaque", "403"),
@@ -60,12 +66,18 @@ EXPECTED = [
     ("refused: one key only", "403"),
     ("refused: stringData", "403"),
     ("refused: a foreign annotation", "403"),
-    ("refused: replacing a Secret that is not labelled ours", "403"),
+    ("refused: applying the label over a Secret that is not labelled ours", "403"),
     ("refused: deleting a Secret that is not labelled ours", "403"),
-    ("delete the copy at a stale resourceVersion", "409"),
-    ("delete the copy at the current resourceVersion", "ok"),
+    ("delete the copy", "ok"),
     ("delete it again", "404"),
     ("create a copy in a namespace that does not exist", "404"),
+    ("apply a copy in a namespace that does not exist", "404"),
+    ("replace the copy record before it exists", "404"),
+    ("create the copy record", "ok"),
+    ("create it again", "409"),
+    ("replace it at a stale resourceVersion", "409"),
+    ("replace it at the current resourceVersion", "ok"),
+    ("an unchanged replace keeps the resourceVersion", "kept"),
     ("the class deleted by a user while held", "deleting"),
     ("refused: a new finalizer on a deleting class", "422"),
     ("release the last finalizer", "deleting"),  # 200: the object as it was when released
@@ -82,6 +94,8 @@ class Backend:
     create: Callable[[RawObject], RawObject]
     delete: Callable[[RawObject], None]
     compact: Callable[[], None]
+    forget_record: Callable[[], None]
+    """Remove the copy record, if any: the script creates it (no reconciler runs meanwhile)."""
 
 
 def secret(
@@ -123,6 +137,19 @@ def version(obj: RawObject | None) -> str:
     return str(obj["metadata"]["resourceVersion"])
 
 
+def record(entries: str, resource_version: str = "") -> RawObject:
+    """The copy record ConfigMap as the reconciler writes it (shared.licenses.record_body)."""
+    meta: RawObject = {"name": COPY_RECORD, "namespace": RELEASE_NAMESPACE, "labels": MANAGED}
+    if resource_version:
+        meta["resourceVersion"] = resource_version
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta,
+        "data": {"copies.json": entries},
+    }
+
+
 async def script(backend: Backend, ns: str, suffix: str) -> list[tuple[str, str]]:
     """Run every step; returns (step, outcome) in order."""
     name, copy = f"contract-{suffix}", f"gpuclass-license-contract-{suffix}"
@@ -147,21 +174,15 @@ async def script(backend: Backend, ns: str, suffix: str) -> list[tuple[str, str]
         await step(api.get_class(f"{name}-absent"))
         await step(api.patch_class_status(f"{name}-absent", {"status": STATUS}))
 
-        created = await api.create_secret(ns, secret(ns, copy))
-        seen.append((next(steps)[0], "ok"))
         await step(api.create_secret(ns, secret(ns, copy)))
-        stale = secret(ns, copy, resource_version=str(int(version(created)) - 1))
-        await step(api.replace_secret(ns, copy, stale))
+        await step(api.create_secret(ns, secret(ns, copy)))
         changed = {**COPY_KEYS, "gridd.conf": "RmVhdHVyZVR5cGU9Mgo="}
-        changed = {**COPY_KEYS, "gridd.conf": "RmVhdHVyZVR5cGU9Mgo="}
-        replaced = await api.replace_secret(
-            ns, copy, secret(ns, copy, data=changed, resource_version=version(created))
-        )
+        applied = await api.apply_secret(ns, secret(ns, copy, data=changed))
         seen.append((next(steps)[0], "ok"))
-        again = await api.replace_secret(
-            ns, copy, secret(ns, copy, data=changed, resource_version=version(replaced))
-        )
-        seen.append((next(steps)[0], "kept" if version(again) == version(replaced) else "moved"))
+        again = await api.apply_secret(ns, secret(ns, copy, data=changed))
+        seen.append((next(steps)[0], "kept" if version(again) == version(applied) else "moved"))
+        await step(api.apply_secret(ns, secret(ns, f"{copy}-applied")))
+        await step(api.delete_secret(ns, f"{copy}-applied"))
         for refused in (
             secret(ns, f"other-{suffix}"),
             secret(ns, f"{copy}-x", labels={}),
@@ -172,15 +193,31 @@ async def script(backend: Backend, ns: str, suffix: str) -> list[tuple[str, str]
             secret(ns, f"{copy}-x", annotations={"kubernetes.io/service-account.name": "default"}),
         ):
             await step(api.create_secret(ns, refused))
-        theirs, their_version = foreign["metadata"]["name"], version(foreign)
-        await step(
-            api.replace_secret(ns, theirs, secret(ns, theirs, resource_version=their_version))
-        )
-        await step(api.delete_secret(ns, theirs, their_version))
-        await step(api.delete_secret(ns, copy, version(created)))
-        await step(api.delete_secret(ns, copy, version(replaced)))
-        await step(api.delete_secret(ns, copy, version(replaced)))
+        theirs = foreign["metadata"]["name"]
+        await step(api.apply_secret(ns, secret(ns, theirs)))
+        await step(api.delete_secret(ns, theirs))
+        await step(api.delete_secret(ns, copy))
+        await step(api.delete_secret(ns, copy))
         await step(api.create_secret(f"{ns}-absent", secret(f"{ns}-absent", copy)))
+        await step(api.apply_secret(f"{ns}-absent", secret(f"{ns}-absent", copy)))
+
+        backend.forget_record()
+        entries = f'{{"{ns}/{copy}": ""}}'
+        await step(api.replace_config_map(RELEASE_NAMESPACE, COPY_RECORD, record(entries)))
+        first_record = await api.create_config_map(RELEASE_NAMESPACE, record(entries))
+        seen.append((next(steps)[0], "ok"))
+        await step(api.create_config_map(RELEASE_NAMESPACE, record(entries)))
+        stale_record = record("{}", str(int(version(first_record)) - 1))
+        await step(api.replace_config_map(RELEASE_NAMESPACE, COPY_RECORD, stale_record))
+        emptied = await api.replace_config_map(
+            RELEASE_NAMESPACE, COPY_RECORD, record("{}", version(first_record))
+        )
+        seen.append((next(steps)[0], "ok"))
+        unchanged = await api.replace_config_map(
+            RELEASE_NAMESPACE, COPY_RECORD, record("{}", version(emptied))
+        )
+        seen.append((next(steps)[0], "kept" if version(unchanged) == version(emptied) else "moved"))
+        backend.forget_record()
 
         backend.delete(held)
         deleting = await api.get_class(name)
@@ -223,7 +260,16 @@ def test_the_fake_answers_as_kubernetes_does() -> None:
     async def connect() -> KubeAPI:
         return kube
 
-    backend = Backend(connect, kube.apply, lambda o: kube.remove(o["kind"], *_ref(o)), kube.compact)
+    def forget_record() -> None:
+        kube.remove("ConfigMap", RELEASE_NAMESPACE, COPY_RECORD)
+
+    backend = Backend(
+        connect,
+        kube.apply,
+        lambda o: kube.remove(o["kind"], *_ref(o)),
+        kube.compact,
+        forget_record,
+    )
     assert asyncio.run(script(backend, ns, suffix)) == EXPECTED
 
 
@@ -242,11 +288,7 @@ def as_reconciler(control_plane: ControlPlane) -> Iterator[tuple[ControlPlane, A
     probe = secret(LICENSE_NAMESPACE, f"not-a-copy-{unique_name('p').split('-')[-1]}")
     try:
         with user.api() as api:
-            eventually(
-                lambda: api.request("GET", "/api/v1/secrets").status_code == 200,
-                timeout=30,
-                what="the chart's RBAC in effect",
-            )
+            wait_for_chart_rbac(api)
             eventually(
                 lambda: "gpuclass-licence-copies" in _dry_run_create(api, probe),
                 timeout=30,
@@ -286,7 +328,12 @@ def test_the_real_api_server_answers_the_same(as_reconciler: tuple[ControlPlane,
             while_down=lambda: print(f"compacted to {control_plane.compact_etcd()}")
         )
 
-    backend = Backend(lambda: KubeAdapter.connect(settings), create, delete, compact)
+    def forget_record() -> None:
+        control_plane.admin.request(
+            "DELETE", f"/api/v1/namespaces/{RELEASE_NAMESPACE}/configmaps/{COPY_RECORD}"
+        )
+
+    backend = Backend(lambda: KubeAdapter.connect(settings), create, delete, compact, forget_record)
     try:
         assert asyncio.run(script(backend, ns, suffix)) == EXPECTED
     finally:

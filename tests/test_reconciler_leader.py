@@ -137,3 +137,31 @@ def test_conflicting_update_is_not_leadership() -> None:
         assert not me.is_leader()
 
     asyncio.run(scenario())
+
+
+def test_a_late_renewal_reports_leadership_again_so_refused_writes_are_made() -> None:
+    """Writes refused while a renewal was late (is_leader false, Lease still ours) are not lost."""
+
+    async def scenario() -> None:
+        kube, clock = MemoryKube(), Clock()
+        changes: list[bool] = []
+        me = LeaderElector(
+            kube,
+            namespace="ns",
+            name="lease",
+            identity="me",
+            clock=clock,
+            wall=lambda: f"wall-{clock.now}",
+            on_change=changes.append,
+        )
+        await me.step()
+        assert changes == [True] and me.is_leader()
+        clock.now += me.renew_deadline + 1  # the renewal is late: writes are refused meanwhile
+        assert not me.is_leader()
+        await me.step()  # renewed: the Lease was never lost
+        assert me.is_leader() and changes == [True, True]
+        clock.now += 1
+        await me.step()  # an ordinary renewal reports nothing
+        assert changes == [True, True]
+
+    asyncio.run(scenario())
