@@ -126,9 +126,11 @@ class GeneratedKube:
         self._count("secret")
         return {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
 
-    async def apply_secret(self, namespace: str, body: RawObject) -> RawObject | None:
+    async def patch_secret(
+        self, namespace: str, name: str, patch: list[RawObject]
+    ) -> RawObject | None:
         self._count("secret")
-        return body
+        return None
 
     async def delete_secret(self, namespace: str, name: str) -> None:
         self._count("secret")

@@ -7,14 +7,15 @@ needs no right to read tenant Secrets. One pass:
 
 1. *write ahead*: a copy about to be created enters the record as pending, before
    the Secret is written (a crash after the write leaves it recorded, never lost);
-2. the Secret writes: a create is a plain create; when a Secret of that name exists
-   (409 AlreadyExists) it is adopted by an apply if it carries our label (a copy
-   written before the record existed), else the policy refuses the apply and it is
-   reported as foreign and left alone; an update (or the periodic verify) is a
-   server-side apply of the whole copy; a delete is a delete. The chart's
-   ValidatingAdmissionPolicy lets these through only for labelled
-   `gpuclass-license-*` Secrets in tenant namespaces, and only when the stored one
-   already carries the label;
+2. the Secret writes: a create is a plain create; an update (and the periodic
+   verify) is a JSON patch whose first operation tests our label, so a Secret of
+   that name that is not ours is never changed, whoever sends it. A create that
+   meets an existing Secret (409) adopts it by that patch when it carries our label
+   (a copy written before the record existed); an update that finds the copy gone
+   (404, a tenant deleted it) creates it again. A Secret the test refuses (422) is
+   reported as foreign and left alone. A delete is a delete. The chart's
+   ValidatingAdmissionPolicy also lets these through only for labelled
+   `gpuclass-license-*` Secrets in tenant namespaces;
 3. the record is written again with what happened: digests of what was written,
    deleted copies and refused pending ones dropped.
 
@@ -38,7 +39,9 @@ from gpuclass.shared.licenses import (
     MAX_RECORD_BYTES,
     PENDING,
     CopyAction,
+    DesiredCopy,
     SecretKey,
+    copy_patch,
     record_body,
     render_record,
     secret_body,
@@ -153,7 +156,7 @@ class CopyWriter:
             if pending and exc.status in (403, 404, 409):
                 entries.pop(action.key, None)  # nothing of ours was created
             count = self.failed(key, self._retry, exc)
-            if action.action == "create" and exc.status == 409 and exc.reason == "AlreadyExists":
+            if exc.status == 409 and exc.reason == "AlreadyExists":
                 await self._report_foreign(action)
             elif count == 1 and exc.status == 403:
                 await self.events.emit(
@@ -184,19 +187,32 @@ class CopyWriter:
             await self.api.delete_secret(action.namespace, action.name)
             return
         assert action.copy is not None  # create, update and verify always carry the copy
-        body = secret_body(action.copy)
-        if action.action != "create":
-            await self.api.apply_secret(action.namespace, body)
+        if action.action == "create":
+            try:
+                await self.api.create_secret(action.namespace, secret_body(action.copy))
+                return
+            except ApiError as exists:
+                if exists.status != 409 or exists.reason != "AlreadyExists":
+                    raise
+            await self._patch(action.copy)  # ours from before the record, or foreign
             return
         try:
-            await self.api.create_secret(action.namespace, body)
-        except ApiError as exists:
-            if exists.status != 409 or exists.reason != "AlreadyExists":
+            await self._patch(action.copy)
+        except ApiError as gone:
+            if gone.status != 404:
                 raise
-            try:  # ours from before the record (the policy refuses a Secret without our label)
-                await self.api.apply_secret(action.namespace, body)
-            except ApiError as refused:
-                raise exists if refused.status == 403 else refused from None
+            await self.api.create_secret(action.namespace, secret_body(action.copy))
+
+    async def _patch(self, copy: DesiredCopy) -> None:
+        """The label-tested patch; a Secret it refuses (422) is reported as not ours (409)."""
+        try:
+            await self.api.patch_secret(copy.namespace, copy.name, copy_patch(copy))
+        except ApiError as refused:
+            if refused.status != 422:
+                raise
+            raise ApiError(
+                409, "AlreadyExists", f"not written by gpuclass: {refused.message}"
+            ) from None
 
     def _may_delete(self) -> bool:
         """A copy goes only on a view of VMIs, Pods and Namespaces recent enough to release it."""

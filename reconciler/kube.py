@@ -30,7 +30,7 @@ from gpuclass.shared.runtime.listwatch import ListPage, WatchEvent
 from gpuclass.shared.runtime.ratelimit import TokenBucket
 
 MERGE_PATCH = "application/merge-patch+json"
-APPLY_PATCH = "application/apply-patch+yaml"
+JSON_PATCH = "application/json-patch+json"
 FIELD_MANAGER = "gpuclass-reconciler"
 """Named on every write (managedFields show who owns what)."""
 
@@ -174,14 +174,14 @@ class KubeAdapter(RawClient):
     async def create_secret(self, namespace: str, body: RawObject) -> RawObject | None:
         return await self._json("POST", f"/api/v1/namespaces/{_q(namespace)}/secrets", body=body)
 
-    async def apply_secret(self, namespace: str, body: RawObject) -> RawObject | None:
-        name = str((body.get("metadata") or {}).get("name"))
+    async def patch_secret(
+        self, namespace: str, name: str, patch: list[RawObject]
+    ) -> RawObject | None:
         return await self._json(
             "PATCH",
             f"/api/v1/namespaces/{_q(namespace)}/secrets/{_q(name)}",
-            query={"force": "true"},
-            body=body,
-            content_type=APPLY_PATCH,
+            body=patch,
+            content_type=JSON_PATCH,
         )
 
     async def delete_secret(self, namespace: str, name: str) -> None:

@@ -346,21 +346,39 @@ class MemoryKube:
         new["metadata"]["namespace"] = namespace
         return self._put("Secret", (namespace, name), new)
 
-    async def apply_secret(self, namespace: str, body: RawObject) -> RawObject | None:
-        """Server-side apply of the whole object by one manager: the object becomes `body`'s
-        fields over what others set (the fake keeps only what we send: we own every field)."""
-        self._check("apply_secret")
-        name = str(_meta(body).get("name"))
-        self._namespace_exists(namespace)
-        current = self.store["Secret"].get((namespace, name))
-        new = {**copy.deepcopy(body), "kind": "Secret"}
-        new["metadata"]["namespace"] = namespace
-        if current is not None:
-            kept = {k: v for k, v in _meta(current).items() if k in ("uid", "creationTimestamp")}
-            new["metadata"] = {**kept, **new["metadata"]}
+    async def patch_secret(
+        self, namespace: str, name: str, patch: list[RawObject]
+    ) -> RawObject | None:
+        """A JSON patch of the operations `shared.licenses.copy_patch` sends: `test` (422 when
+        it fails), `add` of a member (an existing one replaced), and 422 for a data change of
+        an immutable Secret, as the API server answers."""
+        self._check("patch_secret")
+        current = self._get("Secret", (namespace, name))
+        new = copy.deepcopy(current)
+        for op in patch:
+            *parents, last = [
+                part.replace("~1", "/").replace("~0", "~") for part in op["path"].split("/")[1:]
+            ]
+            target: Any = new
+            for part in parents:
+                target = target.get(part) if isinstance(target, dict) else None
+            if op["op"] == "test":
+                if not isinstance(target, dict) or target.get(last) != op["value"]:
+                    raise ApiError(422, "Invalid", f"testing value {op['path']} failed")
+            elif isinstance(target, dict):
+                target[last] = copy.deepcopy(op["value"])
+            else:
+                raise ApiError(422, "Invalid", f"add operation does not apply: {op['path']}")
+        if current.get("immutable") and new.get("data") != current.get("data"):
+            raise ApiError(
+                422, "Invalid", "data: Forbidden: field is immutable when `immutable` is set"
+            )
         self._admit_secret(namespace, name, new, current)
         self.writes.append(
-            ("apply-secret", {"namespace": namespace, "name": name, "body": copy.deepcopy(body)})
+            (
+                "patch-secret",
+                {"namespace": namespace, "name": name, "body": {"data": new.get("data")}},
+            )
         )
         return self._put("Secret", (namespace, name), new)
 

@@ -44,8 +44,11 @@ class KubeAPI(Protocol):
         """Create a licence copy; 409 AlreadyExists when a Secret of that name exists."""
         ...
 
-    async def apply_secret(self, namespace: str, body: RawObject) -> RawObject | None:
-        """Server-side apply of a whole licence copy (create or update), forced, as our manager."""
+    async def patch_secret(
+        self, namespace: str, name: str, patch: list[RawObject]
+    ) -> RawObject | None:
+        """JSON patch of a licence copy (`shared.licenses.copy_patch`): 404 when it is gone,
+        422 when its `test` fails (not labelled ours) or the Secret is immutable."""
         ...
 
     async def delete_secret(self, namespace: str, name: str) -> None:

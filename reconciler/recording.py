@@ -21,6 +21,8 @@ from gpuclass.reconciler.sources import Source
 from gpuclass.shared import names
 
 log = logging.getLogger("gpuclass.reconciler.dryrun")
+MANAGED = {names.MANAGED_BY_LABEL: names.MANAGED_BY_VALUE}
+"""What a patch of a copy requires of the Secret it updates (its `test`)."""
 
 
 def redact_value(key: str, value: object) -> str:
@@ -89,9 +91,13 @@ class RecordingKube:
         self._record("licence-copy", action="create", **redact_secret(body))
         return result
 
-    async def apply_secret(self, namespace: str, body: RawObject) -> RawObject | None:
-        result = await self.inner.apply_secret(namespace, body) if self.forward else None
-        self._record("licence-copy", action="apply", **redact_secret(body))
+    async def patch_secret(
+        self, namespace: str, name: str, patch: list[RawObject]
+    ) -> RawObject | None:
+        result = await self.inner.patch_secret(namespace, name, patch) if self.forward else None
+        data: Any = next((op["value"] for op in patch if op.get("path") == "/data"), {})
+        body = {"metadata": {"namespace": namespace, "name": name, "labels": dict(MANAGED)}}
+        self._record("licence-copy", action="update", **redact_secret({**body, "data": data}))
         return result
 
     async def delete_secret(self, namespace: str, name: str) -> None:

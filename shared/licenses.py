@@ -277,8 +277,28 @@ def record_body(
     }
 
 
+def copy_patch(copy: DesiredCopy) -> list[dict[str, Any]]:
+    """The JSON patch (RFC 6902) that brings an existing copy to `copy`, only if it is ours.
+
+    Its first operation tests our label, so the API server applies nothing to a Secret of
+    that name that does not carry it, whatever identity sends the patch (the chart's policy
+    refuses that too, for the chart's identity only). The rest sets the whole `data` and
+    clears what another writer may have added that the copy may not carry (annotations,
+    ownerReferences, finalizers), so a copy a tenant edited is repaired, not stuck.
+    A token is revealed here, into the request body, as in :func:`secret_body`.
+    """
+    label = names.MANAGED_BY_LABEL.replace("~", "~0").replace("/", "~1")
+    return [
+        {"op": "test", "path": f"/metadata/labels/{label}", "value": names.MANAGED_BY_VALUE},
+        {"op": "add", "path": "/data", "value": secret_body(copy)["data"]},
+        {"op": "add", "path": "/metadata/annotations", "value": {}},
+        {"op": "add", "path": "/metadata/ownerReferences", "value": []},
+        {"op": "add", "path": "/metadata/finalizers", "value": []},
+    ]
+
+
 def secret_body(copy: DesiredCopy) -> dict[str, Any]:
-    """The Secret to apply (server-side apply). The only place a token is revealed: into the request."""
+    """The Secret to create. The only place a token is revealed, with :func:`copy_patch`: into the request."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",

@@ -1098,7 +1098,7 @@ def test_reconciler_cluster_role_is_exactly_what_it_needs() -> None:
         | _grants("cozystack.io", ["gpuclasses/status"], ["update", "patch"])
         | _grants("", ["nodes", "pods", "namespaces"], READ)
         | _grants("kubevirt.io", ["virtualmachineinstances"], READ)
-        # licence copies: create, server-side apply, delete; no Secret is readable cluster-wide
+        # licence copies: create, a label-tested JSON patch, delete; no Secret is readable cluster-wide
         | _grants("", ["secrets"], ["create", "patch", "delete"])
         | _grants("", ["events"], ["create", "patch"])
         | _grants("events.k8s.io", ["events"], ["create", "patch"])

@@ -623,10 +623,10 @@ def test_license_copy_is_made_updated_and_removed(world: World) -> None:
     assert not copy["metadata"].get("ownerReferences") and not copy.get("immutable")
     assert f"{world.tenant}/{copy_name(name)}" in copy_record(world.admin)
 
-    set_token(world.admin, source, "token-2")  # written by server-side apply
+    set_token(world.admin, source, "token-2")  # written by the label-tested JSON patch
     updated = wait_copy(world, world.tenant, name, "token-2")
     managers = [(m["manager"], m["operation"]) for m in updated["metadata"]["managedFields"]]
-    assert ("gpuclass-reconciler", "Apply") in managers, managers
+    assert ("gpuclass-reconciler", "Update") in managers, managers
 
     world.admin.delete(machine)
     wait_no_copy(world, world.tenant, name, "the copy deleted with its last VMI")
@@ -976,7 +976,7 @@ def test_replicas_run_with_the_charts_rights_only(
         assert may("create", "secrets")  # RBAC cannot narrow this; the chart's policy does:
         assert refused(api, secret(unique_name("not-a-copy"), world.tenant, {"k": "v"}))
         # No Secret read anywhere (the licence sources are granted by name: section 8), and
-        # copies are written by create, server-side apply and delete only.
+        # copies are written by create, a label-tested JSON patch and delete only.
         assert not any(may(verb, "secrets") for verb in ("get", "list", "watch", "update"))
         assert may("patch", "secrets") and may("delete", "secrets")
     # Lists may meet a 403 for a moment after the API server restarts (its RBAC cache is

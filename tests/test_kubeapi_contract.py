@@ -3,7 +3,7 @@
 `reconciler/memory.py` is the offline twin and the unit tests' API server; this test
 keeps it honest. The same script — creates, stale-resourceVersion updates (409),
 deletion of a class held by a finalizer, licence copies written as the reconciler
-writes them (create, server-side apply, delete), every refusal of the chart's
+writes them (create, a label-tested JSON patch, delete), every refusal of the chart's
 licence-copy ValidatingAdmissionPolicy, the copy record ConfigMap (create, replace
 pinned to its resourceVersion), 404, and a watch from a compacted resourceVersion
 (410) — runs through :class:`reconciler.ports.KubeAPI` twice: against `MemoryKube`,
@@ -24,6 +24,8 @@ import pytest
 
 from gpuclass.reconciler.memory import MemoryKube
 from gpuclass.reconciler.ports import ApiError, KubeAPI, RawObject
+from gpuclass.shared.licenses import DesiredCopy, copy_patch
+from gpuclass.shared.snapshot import Redacted
 from tests.builders import STORED_STATUS as STATUS
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
 from tests.e2e_reconciler_helpers import (
@@ -55,10 +57,9 @@ EXPECTED = [
     ("status patch of a class that does not exist", "404"),
     ("create a licence copy", "ok"),
     ("create it again", "409"),
-    ("apply it with another content", "ok"),
-    ("an unchanged apply keeps the resourceVersion", "kept"),
-    ("apply a copy that does not exist yet", "ok"),
-    ("delete that copy", "ok"),
+    ("patch it with another content (its label tested)", "ok"),
+    ("an unchanged patch keeps the resourceVersion", "kept"),
+    ("patch a copy that does not exist", "404"),
     ("refused: a name outside gpuclass-license-*", "403"),
     ("refused: without the managed-by label", "403"),
     ("refused: a type other than Opaque", "403"),
@@ -66,12 +67,12 @@ EXPECTED = [
     ("refused: one key only", "403"),
     ("refused: stringData", "403"),
     ("refused: a foreign annotation", "403"),
-    ("refused: applying the label over a Secret that is not labelled ours", "403"),
+    ("refused by the patch's label test: a Secret that is not labelled ours", "422"),
     ("refused: deleting a Secret that is not labelled ours", "403"),
     ("delete the copy", "ok"),
     ("delete it again", "404"),
     ("create a copy in a namespace that does not exist", "404"),
-    ("apply a copy in a namespace that does not exist", "404"),
+    ("patch a copy in a namespace that does not exist", "404"),
     ("replace the copy record before it exists", "404"),
     ("create the copy record", "ok"),
     ("create it again", "409"),
@@ -121,6 +122,12 @@ def secret(
     if string_data is not None:
         body["stringData"] = string_data
     return body
+
+
+def patch_of(ns: str, name: str, data: dict[str, str] | None = None) -> list[RawObject]:
+    """The label-tested patch the reconciler sends to update a copy (shared.licenses.copy_patch)."""
+    content = {k: Redacted(v) for k, v in (COPY_KEYS if data is None else data).items()}
+    return copy_patch(DesiredCopy(ns, name, name.removeprefix("gpuclass-license-"), content))
 
 
 async def outcome(call: Awaitable[Any]) -> str:
@@ -177,12 +184,11 @@ async def script(backend: Backend, ns: str, suffix: str) -> list[tuple[str, str]
         await step(api.create_secret(ns, secret(ns, copy)))
         await step(api.create_secret(ns, secret(ns, copy)))
         changed = {**COPY_KEYS, "gridd.conf": "RmVhdHVyZVR5cGU9Mgo="}
-        applied = await api.apply_secret(ns, secret(ns, copy, data=changed))
+        applied = await api.patch_secret(ns, copy, patch_of(ns, copy, changed))
         seen.append((next(steps)[0], "ok"))
-        again = await api.apply_secret(ns, secret(ns, copy, data=changed))
+        again = await api.patch_secret(ns, copy, patch_of(ns, copy, changed))
         seen.append((next(steps)[0], "kept" if version(again) == version(applied) else "moved"))
-        await step(api.apply_secret(ns, secret(ns, f"{copy}-applied")))
-        await step(api.delete_secret(ns, f"{copy}-applied"))
+        await step(api.patch_secret(ns, f"{copy}-absent", patch_of(ns, f"{copy}-absent")))
         for refused in (
             secret(ns, f"other-{suffix}"),
             secret(ns, f"{copy}-x", labels={}),
@@ -194,12 +200,12 @@ async def script(backend: Backend, ns: str, suffix: str) -> list[tuple[str, str]
         ):
             await step(api.create_secret(ns, refused))
         theirs = foreign["metadata"]["name"]
-        await step(api.apply_secret(ns, secret(ns, theirs)))
+        await step(api.patch_secret(ns, theirs, patch_of(ns, theirs)))
         await step(api.delete_secret(ns, theirs))
         await step(api.delete_secret(ns, copy))
         await step(api.delete_secret(ns, copy))
         await step(api.create_secret(f"{ns}-absent", secret(f"{ns}-absent", copy)))
-        await step(api.apply_secret(f"{ns}-absent", secret(f"{ns}-absent", copy)))
+        await step(api.patch_secret(f"{ns}-absent", copy, patch_of(f"{ns}-absent", copy)))
 
         backend.forget_record()
         entries = f'{{"{ns}/{copy}": ""}}'

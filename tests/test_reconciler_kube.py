@@ -3,7 +3,7 @@
 What is checked is what the loop relies on: paginated lists with the server-side
 selectors, watch lines split across chunks, bookmarks, an in-stream 410 raised as
 `ApiError.gone`, error bodies mapped to status and reason, merge patches with
-their content type, server-side apply of a licence copy, licence sources read one
+their content type, the label-tested JSON patch of a licence copy, licence sources read one
 name at a time (lists and merged watches), and a missing Lease read as None. The
 real API server drives the same adapter in the control-plane tests.
 """
@@ -100,7 +100,7 @@ def build_app(seen: Seen) -> web.Application:
             {"metadata": {"resourceVersion": versions.get(name, "3")}, "items": items}
         )
 
-    async def apply_secret(request: web.Request) -> web.Response:
+    async def patch_secret(request: web.Request) -> web.Response:
         seen.append(
             {
                 "path": request.path,
@@ -109,7 +109,7 @@ def build_app(seen: Seen) -> web.Application:
                 "body": await request.json(),
             }
         )
-        return web.json_response(await request.json())
+        return web.json_response({"kind": "Secret", "metadata": {"name": "s"}})
 
     async def patch_status(request: web.Request) -> web.Response:
         body = await request.json()
@@ -143,7 +143,7 @@ def build_app(seen: Seen) -> web.Application:
     app = web.Application()
     app.router.add_get("/api/v1/pods", pods)
     app.router.add_get("/api/v1/namespaces/cozy-system/secrets", secrets)
-    app.router.add_patch("/api/v1/namespaces/t/secrets/s", apply_secret)
+    app.router.add_patch("/api/v1/namespaces/t/secrets/s", patch_secret)
     app.router.add_patch("/apis/cozystack.io/v1alpha1/gpuclasses/c/status", patch_status)
     app.router.add_get("/apis/cozystack.io/v1alpha1/gpuclasses/gone", missing)
     app.router.add_get("/apis/coordination.k8s.io/v1/namespaces/ns/leases/l", missing)
@@ -290,13 +290,16 @@ def test_errors_and_missing_objects() -> None:
     run(test)
 
 
-def test_copy_writes_apply_and_delete() -> None:
+def test_copy_writes_patch_and_delete() -> None:
     async def test(kube: KubeAdapter, seen: Seen) -> None:
-        body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "t"}}
-        assert await kube.apply_secret("t", body) == body
-        assert seen[0]["content_type"] == "application/apply-patch+yaml"
-        assert seen[0]["query"] == {"fieldManager": "gpuclass-reconciler", "force": "true"}
-        assert seen[0]["body"] == body
+        patch = [{"op": "test", "path": "/metadata/labels/x", "value": "y"}]
+        assert await kube.patch_secret("t", "s", patch) == {
+            "kind": "Secret",
+            "metadata": {"name": "s"},
+        }
+        assert seen[0]["content_type"] == "application/json-patch+json"
+        assert seen[0]["query"] == {"fieldManager": "gpuclass-reconciler"}
+        assert seen[0]["body"] == patch
         await kube.delete_secret("t", "s")
         assert seen[1]["path"] == "/api/v1/namespaces/t/secrets/s"
 

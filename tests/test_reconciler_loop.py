@@ -451,8 +451,8 @@ def test_license_copy_created_updated_deleted() -> None:
             assert record(kube) == {}
             assert [k for k, _ in kube.writes if "secret" in k] == [
                 "create-secret",
-                "apply-secret",
-                "apply-secret",
+                "patch-secret",
+                "patch-secret",
                 "delete-secret",
             ]
 
@@ -504,6 +504,33 @@ def test_a_labelled_copy_from_before_the_record_is_adopted_not_reported() -> Non
     run(scenario)
 
 
+def test_a_copy_its_tenant_edited_is_repaired_on_the_next_update() -> None:
+    """A key, an annotation or a finalizer a tenant adds to its copy would make every later
+    write of the copy refused by the policy; the update sets them back instead."""
+
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube) as r:
+            started(kube)
+            await r.settle()
+            edited = kube.store["Secret"][("tenant-a", COPY)]
+            edited = {**edited, "data": {**edited["data"], "extra": "eA=="}}
+            edited["metadata"] = {
+                **edited["metadata"],
+                "annotations": {"tenant.example/note": "mine"},
+                "finalizers": ["tenant.example/keep"],
+            }
+            kube.apply(edited)
+            kube.apply(secret("src", data={names.TOKEN_KEY: "bmV3"}))
+            await r.settle()
+            stored = kube.store["Secret"][("tenant-a", COPY)]
+            assert set(stored["data"]) == {names.TOKEN_KEY, names.GRIDD_KEY}
+            assert stored["data"][names.TOKEN_KEY] == "bmV3"
+            assert not stored["metadata"]["annotations"] and not stored["metadata"]["finalizers"]
+
+    run(scenario)
+
+
 def test_a_copy_removed_by_hand_comes_back_on_resync() -> None:
     async def scenario() -> None:
         kube = MemoryKube(world())
@@ -550,7 +577,7 @@ def test_foreign_secret_left_alone_with_an_event() -> None:
             assert stored["data"] == {"mine": "eA=="} and "labels" not in stored["metadata"]
             assert [e["reason"] for e in kube.events].count("ForeignLicenseSecret") == 1
             assert kube.calls.get("create_secret", 0) == 1
-            assert kube.calls.get("apply_secret", 0) == 1  # refused: not labelled ours
+            assert kube.calls.get("patch_secret", 0) == 1  # its label test fails: not ours
             assert not kube.calls.get("delete_secret")
             assert record(kube) == {}  # the refused pending entry is not kept
 

@@ -38,7 +38,7 @@ HELD = [names.IN_USE_FINALIZER]
 COPY = names.license_copy_name("lic")
 MANAGED = {names.MANAGED_BY_LABEL: names.MANAGED_BY_VALUE}
 NOW = "2026-06-01T00:00:00Z"
-WRITES = {"patch_class_status", "patch_class_finalizers", "create_secret", "apply_secret"}
+WRITES = {"patch_class_status", "patch_class_finalizers", "create_secret", "patch_secret"}
 WRITES |= {"delete_secret", "create_event", "create_config_map", "replace_config_map"}
 
 
