@@ -105,6 +105,13 @@ class CopyWriter:
         for action in actions:
             if action.action == "create":
                 entries[action.key] = PENDING
+        if len(render_record(entries)) > MAX_RECORD_BYTES:  # full: updates and deletes still go
+            log.error(
+                "licence-copy record full: no new copy is written",
+                extra={"fields": {"entries": len(entries), "limit_bytes": MAX_RECORD_BYTES}},
+            )
+            actions = [a for a in actions if a.action != "create"]
+            entries = dict(self.state.copy_record.entries)
         if not await self._write_record(entries):
             return
         for action in actions:
@@ -116,13 +123,6 @@ class CopyWriter:
         record = self.state.copy_record
         if entries == dict(record.entries):
             return True
-        text = render_record(entries)
-        if len(text) > MAX_RECORD_BYTES:
-            log.error(
-                "licence-copy record full: no new copy is written",
-                extra={"fields": {"entries": len(entries), "bytes": len(text)}},
-            )
-            return False
         body = record_body(
             entries, namespace=self.record_namespace, resource_version=record.resource_version
         )

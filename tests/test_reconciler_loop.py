@@ -531,6 +531,26 @@ def test_a_copy_its_tenant_edited_is_repaired_on_the_next_update() -> None:
     run(scenario)
 
 
+def test_a_full_record_stops_new_copies_but_not_deletions(monkeypatch: Any) -> None:
+    monkeypatch.setattr("gpuclass.reconciler.copies.MAX_RECORD_BYTES", 80)  # one entry fits
+
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube) as r:
+            started(kube)  # recorded: about 60 bytes
+            await r.settle()
+            assert ("tenant-a", COPY) in kube.store["Secret"]
+            started(kube, "tenant-root")  # a second entry no longer fits
+            await r.settle()
+            assert ("tenant-root", COPY) not in kube.store["Secret"]
+            kube.remove("Pod", "tenant-a", "virt-launcher-vm-x1")  # the first VM stops
+            await r.settle()
+            assert ("tenant-a", COPY) not in kube.store["Secret"]  # deleted although full
+            assert set(record(kube)) == {("tenant-root", COPY)}  # and the room it left is used
+
+    run(scenario)
+
+
 def test_a_copy_removed_by_hand_comes_back_on_resync() -> None:
     async def scenario() -> None:
         kube = MemoryKube(world())
