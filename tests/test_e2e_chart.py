@@ -113,11 +113,12 @@ CILIUM_NETWORK_POLICY_CRD: RawObject = {
 }
 
 
-def _refused(api: Api, obj: RawObject) -> bool:
+def _refused(api: Api, obj: RawObject, policy: str = "gpuclass-licence-copies") -> bool:
+    """A server-side dry-run create of `obj` is refused by the policy named `policy`."""
     try:
         api.create(obj, dryRun="All")
     except ApiError as exc:
-        return exc.status_code == 403 and "gpuclass-licence-copies" in exc.body.get("message", "")
+        return exc.status_code == 403 and policy in exc.body.get("message", "")
     return False
 
 
@@ -206,8 +207,9 @@ def test_reconciler_may_create_only_labelled_copies(
 
 
 def _server_side_apply(api: Api, obj: RawObject) -> RawObject:
-    """A write as the reconciler makes it: server-side apply, forced, as its field manager
-    (its RBAC on Secrets is create, patch and delete: no update)."""
+    """A patch the reconciler's RBAC allows (create, patch and delete on Secrets: no update):
+    server-side apply, forced, as its field manager. It creates or updates in one request,
+    so the policy sees both operations through it."""
     return api.call(
         "PATCH",
         api.object_path(obj),
@@ -368,14 +370,6 @@ def _pod(namespace: str, secret_name: str, route: str) -> RawObject:
     }
 
 
-def _mount_refused(api: Api, obj: RawObject) -> bool:
-    try:
-        api.create(obj, dryRun="All")
-    except ApiError as exc:
-        return exc.status_code == 403 and "licence-mounts" in exc.body.get("message", "")
-    return False
-
-
 @pytest.fixture(scope="module")
 def licence_mounts(control_plane: ControlPlane, chart: list[RawObject]) -> Iterator[str]:
     """The chart's licence-mount policy applied for real; yields a tenant namespace."""
@@ -388,7 +382,11 @@ def licence_mounts(control_plane: ControlPlane, chart: list[RawObject]) -> Itera
     admin.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}])
     if policy:
         probe = _pod(namespace, COPY, "secret-volume")
-        eventually(lambda: _mount_refused(admin, probe), timeout=30, what="licence-mount policy")
+        eventually(
+            lambda: _refused(admin, probe, "licence-mounts"),
+            timeout=30,
+            what="licence-mount policy",
+        )
     yield namespace
     for obj in new:
         admin.delete(obj)
@@ -452,17 +450,6 @@ def test_an_ephemeral_container_cannot_join_a_pod_holding_a_copy(
 # -- where copies may be written, and what they may not carry (docs/operations.md, Threat model) --
 
 
-def _apply_as_reconciler(api: Api, obj: RawObject) -> RawObject:
-    """Server-side apply, as the reconciler writes copies (field manager gpuclass-reconciler)."""
-    return api.call(
-        "PATCH",
-        api.object_path(obj),
-        body=obj,
-        params={"fieldManager": "gpuclass-reconciler", "force": "true"},
-        content_type="application/apply-patch+yaml",
-    )
-
-
 @pytest.mark.parametrize(
     ("namespace", "allowed"),
     [
@@ -488,15 +475,13 @@ def test_reconciler_writes_copies_in_tenant_namespaces_only(
     name = obj["metadata"]["name"]
 
     def attempt() -> RawObject:
-        return (
-            reconciler.create(obj) if write == "create" else _apply_as_reconciler(reconciler, obj)
-        )
+        return reconciler.create(obj) if write == "create" else _server_side_apply(reconciler, obj)
 
     if allowed:
         stored = attempt()
         obj["data"]["gridd.conf"] = "RmVhdHVyZVR5cGU9NAo="
         assert (
-            _apply_as_reconciler(reconciler, obj)["data"]["gridd.conf"] == obj["data"]["gridd.conf"]
+            _server_side_apply(reconciler, obj)["data"]["gridd.conf"] == obj["data"]["gridd.conf"]
         )
         assert reconciler.delete(stored) is True
         return
@@ -555,7 +540,7 @@ def test_reconciler_cannot_make_a_copy_outlive_or_resist_it(
         [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}]
     )
     good = secret(unique_name("gpuclass-license-shape"), namespace, labels=MANAGED)
-    for write in (reconciler.create, lambda o: _apply_as_reconciler(reconciler, o)):
+    for write in (reconciler.create, lambda o: _server_side_apply(reconciler, o)):
         with pytest.raises(ApiError) as info:
             write(shape(good))
         assert info.value.status_code == 403
