@@ -40,7 +40,8 @@ class WebhookProcess:
         )
         assert self.proc.stderr is not None
         threading.Thread(target=self._read, args=(self.proc.stderr,), daemon=True).start()
-        if not self._ready.wait(60):  # a busy 2-core CI machine can take long to import
+        # a busy 2-core CI machine can take long to import; a process that exits ends the wait
+        if not self._ready.wait(60) or not self.port:
             self.stop()
             raise RuntimeError("webhook did not start:\n" + "\n".join(self.lines[-30:]))
 
@@ -54,6 +55,7 @@ class WebhookProcess:
             if entry.get("msg") == "serving" and entry.get("ports"):
                 self.port = int(entry["ports"][0])
                 self._ready.set()
+        self._ready.set()  # the process closed its stderr: it has exited (or is exiting)
 
     @property
     def url(self) -> str:
