@@ -1702,6 +1702,15 @@ def test_notes_name_the_uninstall_order() -> None:
     assert "DISABLED" in notes
 
 
+def test_notes_say_which_licence_sources_the_reconciler_may_read() -> None:
+    notes = render()["gpuclass/templates/NOTES.txt"]
+    assert "may read no Secret (settings.licenseSecretNames is empty)" in notes
+    notes = render({"settings": {"licenseSecretNames": ["vgpu-a", "vgpu-b"]}})[
+        "gpuclass/templates/NOTES.txt"
+    ]
+    assert "may read the Secrets vgpu-a, vgpu-b in\ncozy-system" in notes
+
+
 def test_values_yaml_is_plain_yaml() -> None:
     # values.yaml must parse without Helm (docs tooling reads it)
     assert isinstance(yaml.safe_load((CHART / "values.yaml").read_text()), dict)
