@@ -190,6 +190,23 @@ def test_list_pages_with_selectors() -> None:
     run(test)
 
 
+def test_a_page_too_large_is_asked_for_again_with_fewer_objects() -> None:
+    """Objects a tenant made as large as the API server allows cannot make one page costly:
+    a body over the bound is dropped unread and the page asked for with half the limit."""
+
+    async def test(kube: KubeAdapter, seen: Seen) -> None:
+        kube.max_page_bytes = 150  # the first page (two pods) is larger, the last (one) is not
+        pages = [page async for page in kube.list_pages("pods")]
+        assert [[i["metadata"]["name"] for i in p.items] for p in pages] == [["a", "b"], ["c"]]
+        assert [(s["query"]["limit"], s["query"].get("continue")) for s in seen] == [
+            ("2", None),  # too large: dropped
+            ("1", None),  # one object is read whatever it weighs
+            ("2", "t1"),  # the next page asks for the full limit again
+        ]
+
+    run(test)
+
+
 def test_licence_sources_are_read_one_name_at_a_time() -> None:
     """No request for the licence namespace's Secrets goes without a metadata.name selector."""
 

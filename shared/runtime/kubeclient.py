@@ -38,6 +38,8 @@ from gpuclass.shared.runtime.ratelimit import TokenBucket
 from gpuclass.shared.runtime.version import package_version
 
 WRITE_METHODS = frozenset({"PATCH", "POST", "PUT"})
+MAX_PAGE_BYTES = 32 * 1024 * 1024
+"""A list page larger than this is asked for again with fewer objects (RawClient.list_collection)."""
 Collections = Mapping[str, tuple[str, Mapping[str, str]]]
 """Resource name -> (collection path, selectors such as fieldSelector/labelSelector)."""
 
@@ -111,8 +113,10 @@ class RawClient:
         watch_timeout: int = 290,
         request_timeout: float = 60.0,
         limiter: TokenBucket | None = None,
+        max_page_bytes: int = MAX_PAGE_BYTES,
     ) -> None:
         self.api, self.paths, self.field_manager = api, collections, field_manager
+        self.max_page_bytes = max_page_bytes
         self.page_size, self.watch_timeout, self.request_timeout = (
             page_size,
             watch_timeout,
@@ -167,6 +171,26 @@ class RawClient:
             response.release()
         return data if isinstance(data, dict) else {}
 
+    async def _page(self, path: str, query: dict[str, str]) -> RawObject | None:
+        """One list page, or None when its body is larger than :data:`MAX_PAGE_BYTES` (and
+        the limit allows fewer objects: a single object is read whatever it weighs)."""
+        response = await self._open("GET", path, query=query)
+        try:
+            body = bytearray()
+            async for chunk in response.content.iter_any():
+                body += chunk
+                if len(body) > self.max_page_bytes and query.get("limit") != "1":
+                    return None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise ApiError(0, type(exc).__name__, str(exc)) from exc
+        finally:
+            response.release()
+        try:
+            data = orjson.loads(body) if body else {}
+        except orjson.JSONDecodeError as exc:
+            raise ApiError(0, "BadListBody", f"not JSON: {exc}") from exc
+        return data if isinstance(data, dict) else {}
+
     async def get(self, path: str) -> RawObject:
         """One object by its path; a 404 or 403 is an ApiError like any other failure."""
         return await self._json("GET", path)
@@ -184,13 +208,25 @@ class RawClient:
     async def list_collection(
         self, path: str, selectors: Mapping[str, str]
     ) -> AsyncIterator[ListPage]:
-        """Pages of one collection with its selectors, consistent at one version."""
+        """Pages of one collection with its selectors, consistent at one version.
+
+        A page's body is read up to :data:`MAX_PAGE_BYTES`: a larger one (objects a tenant
+        made as large as the API server allows) is dropped unread and asked for again with
+        half the `limit` from the same `continue` token, down to one object a page, so what
+        one page costs stays bounded whatever the objects weigh. The next page asks for the
+        full `limit` again.
+        """
         token = ""
+        limit = self.page_size
         while True:
-            query = {**selectors, "limit": str(self.page_size)}
+            query = {**selectors, "limit": str(limit)}
             if token:
                 query["continue"] = token
-            body = await self._json("GET", path, query=query)
+            body = await self._page(path, query)
+            if body is None:  # too large: the same page, fewer objects
+                limit = max(1, limit // 2)
+                continue
+            limit = self.page_size
             meta = body.get("metadata") or {}
             token = str(meta.get("continue") or "")
             items = body.get("items") or []
