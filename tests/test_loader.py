@@ -6,7 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpuclass.shared.availability import conflict_winners
 from gpuclass.shared.runtime.loader import (
@@ -14,7 +17,9 @@ from gpuclass.shared.runtime.loader import (
     files_under,
     iter_named_objects,
     iter_objects,
+    json_too_deep,
     load_snapshot,
+    nesting_depth,
 )
 from gpuclass.shared.snapshot import Redacted
 
@@ -270,3 +275,24 @@ def test_duplicate_json_keys_only_when_strict(tmp_path: Path) -> None:
     with pytest.raises(LoadError) as info:
         list(iter_objects(path, strict_keys=True))
     assert info.value.code == "DuplicateKey"
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.text(alphabet='[]{}"\\ab:,', max_size=6),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(st.text(alphabet='[]{}"\\k', max_size=4), children, max_size=3)
+    ),
+    max_leaves=40,
+)
+
+
+@given(value=json_values, limit=st.integers(min_value=1, max_value=8))
+def test_the_byte_scan_agrees_with_the_tree_walk(value: object, limit: int) -> None:
+    """json_too_deep reads the depth from the bytes (strings with brackets and escaped quotes
+    included) exactly as the walk of the parsed value counts it."""
+    data = orjson.dumps(value)
+    assert json_too_deep(data, limit) == (nesting_depth(value, limit) > limit)

@@ -20,6 +20,7 @@ last value silently; Kubernetes' strict decoder refuses it too): docs/decisions.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,8 @@ def _json_document(path: Path, data: bytes, *, strict_keys: bool) -> object:
         document = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise _error(path, f"not valid JSON: {exc}", "InvalidJSON") from exc
+    if json_too_deep(data):
+        raise _too_deep(path)
     if strict_keys:  # orjson keeps the last of duplicate keys; the stdlib can tell
         try:
             json.loads(data, object_pairs_hook=_unique_pairs)
@@ -160,8 +163,11 @@ def documents_from_bytes(data: bytes, source: str) -> list[object]:
         documents = [orjson.loads(data)]
     except orjson.JSONDecodeError:
         documents = list(_yaml_documents(path, data))
-    for document in documents:
-        _check_depth(path, document)
+        for document in documents:
+            _check_depth(path, document)
+        return documents
+    if json_too_deep(data):
+        raise _too_deep(path)
     return documents
 
 
@@ -187,6 +193,35 @@ def _yaml_documents(path: Path, data: bytes) -> Iterator[object]:
         ) from exc
 
 
+_QUOTED = re.compile(rb'"[^"]*"')
+_ONE_BRACKET = bytes.maketrans(b"{}", b"[]")
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')
+
+
+def json_too_deep(data: bytes, limit: int = MAX_DEPTH) -> bool:
+    """Whether valid JSON `data` nests deeper than `limit`, read from the bytes, not the tree.
+
+    Escaped backslashes and quotes are dropped first, so every quote left delimits a
+    string; then every byte but quotes and brackets, braces becoming brackets (the input
+    is valid JSON: pairs match whatever their kind). Adjacent quotes go next: an empty
+    string, or two strings with nothing between them merged into one, which moves no
+    bracket in or out of a string. What is left quoted (the rare string holding a bracket)
+    is cut out, and innermost pairs are removed one level a pass (`replace` does not see
+    the pairs its own removals make). Every step is a C-speed
+    pass, the later ones over the few structural bytes only, so the guard costs a fraction
+    of parsing (docs/decisions.md, "Nesting guard"). Only for input orjson parsed.
+    """
+    structure = (
+        data.replace(b"\\\\", b"").replace(b'\\"', b"").translate(_ONE_BRACKET, _NOT_STRUCTURE)
+    )
+    brackets = _QUOTED.sub(b"", structure.replace(b'""', b""))
+    for _ in range(limit):
+        if not brackets:
+            return False
+        brackets = brackets.replace(b"[]", b"")
+    return bool(brackets)
+
+
 def nesting_depth(value: object, limit: int = MAX_DEPTH) -> int:
     """How deep `value` nests (stops counting past `limit`); iterative, so any depth is safe."""
     deepest, stack = 0, [(value, 1)]
@@ -201,9 +236,14 @@ def nesting_depth(value: object, limit: int = MAX_DEPTH) -> int:
     return deepest
 
 
+def _too_deep(path: Path) -> LoadError:
+    return _error(path, f"an object nests deeper than {MAX_DEPTH} levels", "TooDeep")
+
+
 def _check_depth(path: Path, document: object) -> None:
+    """The depth of a parsed YAML document (JSON is checked on its bytes, :func:`json_too_deep`)."""
     if nesting_depth(document) > MAX_DEPTH:
-        raise _error(path, f"an object nests deeper than {MAX_DEPTH} levels", "TooDeep")
+        raise _too_deep(path)
 
 
 def iter_objects(path: Path, *, strict_keys: bool = False) -> Iterator[Mapping[str, Any]]:
@@ -213,7 +253,8 @@ def iter_objects(path: Path, *, strict_keys: bool = False) -> Iterator[Mapping[s
     objects too (slower: `--objects` snapshots can be 50 MB, catalog manifests are small).
     """
     for document in _documents(path, strict_keys=strict_keys):
-        _check_depth(path, document)
+        if path.suffix != ".json":  # JSON was checked on its bytes
+            _check_depth(path, document)
         if document is None:
             continue
         if not isinstance(document, dict):
