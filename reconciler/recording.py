@@ -19,10 +19,9 @@ from typing import Any
 from gpuclass.reconciler.ports import KubeAPI, ListPage, RawObject, WatchEvent
 from gpuclass.reconciler.sources import Source
 from gpuclass.shared import names
+from gpuclass.shared.licenses import MANAGED_LABELS
 
 log = logging.getLogger("gpuclass.reconciler.dryrun")
-MANAGED = {names.MANAGED_BY_LABEL: names.MANAGED_BY_VALUE}
-"""What a patch of a copy requires of the Secret it updates (its `test`)."""
 
 
 def redact_value(key: str, value: object) -> str:
@@ -96,7 +95,7 @@ class RecordingKube:
     ) -> RawObject | None:
         result = await self.inner.patch_secret(namespace, name, patch) if self.forward else None
         data: Any = next((op["value"] for op in patch if op.get("path") == "/data"), {})
-        body = {"metadata": {"namespace": namespace, "name": name, "labels": dict(MANAGED)}}
+        body = {"metadata": {"namespace": namespace, "name": name, "labels": dict(MANAGED_LABELS)}}
         self._record("licence-copy", action="update", **redact_secret({**body, "data": data}))
         return result
 

@@ -366,6 +366,16 @@ def test_vm_webhook_validates_creates_and_template_changes_and_never_blocks() ->
     assert [c["name"] for c in hook["matchConditions"]] == ["create-or-template-changed"]
 
 
+POD_CREATE_RULE = {
+    "apiGroups": [""],
+    "apiVersions": ["v1"],
+    "resources": ["pods"],
+    "operations": ["CREATE"],
+    "scope": "Namespaced",
+}
+"""The one rule of both Pod webhooks: Pod CREATE, namespaced."""
+
+
 def test_launcher_pod_webhook_only_sees_kubevirt_launchers_and_never_blocks() -> None:
     user = "system:serviceaccount:kubevirt:kubevirt-controller"
     hook = webhook_for(
@@ -373,15 +383,7 @@ def test_launcher_pod_webhook_only_sees_kubevirt_launchers_and_never_blocks() ->
     )
     assert hook["_kind"] == "MutatingWebhookConfiguration"
     assert hook["failurePolicy"] == "Ignore"
-    assert hook["rules"] == [
-        {
-            "apiGroups": [""],
-            "apiVersions": ["v1"],
-            "resources": ["pods"],
-            "operations": ["CREATE"],
-            "scope": "Namespaced",
-        }
-    ]
+    assert hook["rules"] == [POD_CREATE_RULE]
     assert hook["objectSelector"] == {"matchLabels": {"kubevirt.io": "virt-launcher"}}
     assert hook["matchConditions"] == [
         {
@@ -402,15 +404,7 @@ def test_vgpu_pod_webhook_sees_only_pods_asking_for_extended_resources_and_fails
     assert hook["name"] == "vgpu-pods.gpuclass.cozystack.io"
     assert hook["failurePolicy"] == "Fail"
     assert hook["sideEffects"] == "None"
-    assert hook["rules"] == [
-        {
-            "apiGroups": [""],
-            "apiVersions": ["v1"],
-            "resources": ["pods"],
-            "operations": ["CREATE"],
-            "scope": "Namespaced",
-        }
-    ]
+    assert hook["rules"] == [POD_CREATE_RULE]
     assert "objectSelector" not in hook  # a tenant chooses its own labels
     assert hook["namespaceSelector"] == {
         "matchExpressions": [
