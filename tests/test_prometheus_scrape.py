@@ -125,8 +125,12 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     url = f"http://127.0.0.1:{prometheus_port}"
     try:
         wait_http(url + "/-/ready")
-        # Enough scrapes for rate() over the dashboard's interval; more traffic between them.
-        for _ in range(6):
+        # rate() needs two scrapes that saw the counters move. On a loaded machine a
+        # fixed number of seconds is not enough, so traffic goes on, a second apart,
+        # until every panel answers or a minute has passed (the tests then say which
+        # panel stayed empty).
+        deadline = time.monotonic() + 60
+        for round_ in range(1000):
             time.sleep(1)
             for case in list(golden_cases())[:5]:
                 httpx.post(
@@ -135,6 +139,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                     verify=ca,
                     headers={"content-type": "application/json"},
                 )
+            if round_ >= 5 and (time.monotonic() > deadline or every_panel_answers(url)):
+                break
         yield url
     finally:
         server.terminate()
@@ -148,6 +154,12 @@ def query(url: str, expr: str) -> list[Any]:
     response = httpx.get(url + "/api/v1/query", params={"query": expr}, timeout=10).json()
     assert response["status"] == "success", (expr, response)
     return list(response["data"]["result"])
+
+
+def every_panel_answers(url: str) -> bool:
+    return all(
+        any(query(url, grafana_to_promql(expr)) for expr in exprs) for _, exprs in panels()
+    )
 
 
 def panels() -> list[tuple[str, list[str]]]:
