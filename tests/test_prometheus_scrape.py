@@ -157,9 +157,7 @@ def query(url: str, expr: str) -> list[Any]:
 
 
 def every_panel_answers(url: str) -> bool:
-    return all(
-        any(query(url, grafana_to_promql(expr)) for expr in exprs) for _, exprs in panels()
-    )
+    return all(any(query(url, grafana_to_promql(expr)) for expr in exprs) for _, exprs in panels())
 
 
 def panels() -> list[tuple[str, list[str]]]:
