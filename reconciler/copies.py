@@ -1,7 +1,7 @@
-"""Licence-copy writes: carry out `shared.licenses.plan_copies` against the record, never reading a Secret.
+"""Licence-copy writes: carry out `reconciler.state.licenses.plan_copies` against the record, never reading a Secret.
 
 The plan is pure (which copies should exist, with what content). This module
-writes it, and keeps the record (:func:`shared.licenses.parse_record`, a ConfigMap
+writes it, and keeps the record (:func:`reconciler.state.licenses.parse_record`, a ConfigMap
 in the reconciler's namespace) that says which copies exist, so the reconciler
 needs no right to read tenant Secrets. One pass:
 
@@ -29,13 +29,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Hashable
 
-from gpuclass.reconciler.cache import ClusterCache
+from gpuclass.reconciler.api.port import ApiError, KubeAPI
 from gpuclass.reconciler.events import EventRecorder
 from gpuclass.reconciler.metrics import ReconcilerMetrics
-from gpuclass.reconciler.ports import ApiError, KubeAPI
-from gpuclass.reconciler.sources import Source
-from gpuclass.shared import names
-from gpuclass.shared.licenses import (
+from gpuclass.reconciler.state.cache import ClusterCache
+from gpuclass.reconciler.state.licenses import (
     MAX_RECORD_BYTES,
     PENDING,
     CopyAction,
@@ -46,6 +44,8 @@ from gpuclass.shared.licenses import (
     render_record,
     secret_body,
 )
+from gpuclass.reconciler.state.sources import Source
+from gpuclass.shared.core.base import names
 
 log = logging.getLogger("gpuclass.reconciler.copies")
 

@@ -14,9 +14,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
-from gpuclass.shared import names
-from gpuclass.shared.availability import Figures
-from gpuclass.shared.runtime.processmetrics import register_standard_metrics
+from gpuclass.shared.core.base import names
+from gpuclass.shared.core.status.availability import Figures
+from gpuclass.shared.kube.processmetrics import register_standard_metrics
 
 # No `<counter>_created` gauges, as in the webhook: nothing reads them, they double the series count.
 disable_created_metrics()  # type: ignore[no-untyped-call]

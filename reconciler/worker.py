@@ -1,19 +1,19 @@
 """The worker: coalesce dirty marks, recompute, and write only what changed.
 
-Events only mark work dirty (:class:`reconciler.cache.Dirty`); the worker
+Events only mark work dirty (:class:`reconciler.state.cache.Dirty`); the worker
 wakes, waits a short coalescing window (so a burst of pod events costs one
 recompute per class), takes the whole dirty set and, per item:
 
-- status: computed by `shared.availability.compute_status` over the live counters,
+- status: computed by `shared.core.status.availability.compute_status` over the live counters,
   compared whole with the stored status, written as a merge patch pinned to the
   stored resourceVersion; a 409 re-reads the class and tries again;
-- finalizer: `shared.inuse.finalizer_change`, patched the same way;
+- finalizer: `reconciler.state.inuse.finalizer_change`, patched the same way;
 - licence copies: see :mod:`reconciler.copies`.
 
 Nothing is written before every source has completed its first list (the marks
 wait). A deletion — a finalizer removal, a licence-copy delete — also needs the
 sources it depends on synced now and at least as recent as the object it
-releases (:meth:`shared.runtime.syncview.SyncView.behind`); otherwise it waits, and a
+releases (:meth:`shared.core.base.syncview.SyncView.behind`); otherwise it waits, and a
 source whose watch has not brought it that far is re-listed (at most every
 `relist_interval` seconds).
 
@@ -31,17 +31,17 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from gpuclass.reconciler.api.port import ApiError, KubeAPI
 from gpuclass.reconciler.backoff import KeyedBackoff
-from gpuclass.reconciler.cache import ClassEntry, ClusterCache, StatusContext
 from gpuclass.reconciler.copies import CopyWriter
 from gpuclass.reconciler.events import EventRecorder
 from gpuclass.reconciler.leader import Leadership
 from gpuclass.reconciler.metrics import ReconcilerMetrics
-from gpuclass.reconciler.ports import ApiError, KubeAPI
-from gpuclass.reconciler.sources import Source
-from gpuclass.shared.inuse import finalizer_change
-from gpuclass.shared.runtime.syncview import SyncView
-from gpuclass.shared.statusdiff import status_patch, transitions
+from gpuclass.reconciler.state.cache import ClassEntry, ClusterCache, StatusContext
+from gpuclass.reconciler.state.inuse import finalizer_change
+from gpuclass.reconciler.state.sources import Source
+from gpuclass.reconciler.state.statusdiff import status_patch, transitions
+from gpuclass.shared.core.base.syncview import SyncView
 
 log = logging.getLogger("gpuclass.reconciler.worker")
 

@@ -20,16 +20,16 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpuclass.reconciler.api.fake import MemoryKube
+from gpuclass.reconciler.api.port import ApiError, ListPage, WatchEvent
 from gpuclass.reconciler.leader import AlwaysLeader
 from gpuclass.reconciler.manager import Manager
-from gpuclass.reconciler.memory import MemoryKube
-from gpuclass.reconciler.ports import ApiError, ListPage, WatchEvent
 from gpuclass.reconciler.settings import ReconcilerSettings
-from gpuclass.reconciler.sources import SOURCES, Source
-from gpuclass.shared import names
-from gpuclass.shared.licenses import copy_digest, record_body
-from gpuclass.shared.runtime.syncview import SyncView, version_reached
-from gpuclass.shared.snapshot import Redacted
+from gpuclass.reconciler.state.licenses import copy_digest, record_body
+from gpuclass.reconciler.state.sources import SOURCES, Source
+from gpuclass.shared.core.base import names
+from gpuclass.shared.core.base.syncview import SyncView, version_reached
+from gpuclass.shared.core.model.snapshot import Redacted
 from tests.builders import gpuclass, kubevirt, launcher, namespace, node, pod, secret, vmi
 
 R = "example.com/gpu"

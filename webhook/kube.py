@@ -2,7 +2,7 @@
 
 The webhook caches GPUClasses, Namespaces (labels only matter) and the KubeVirt
 CR; it never watches Pods and never calls the API server inside a request. The
-HTTP lists and watches are the shared :class:`shared.runtime.kubeclient.RawClient`
+HTTP lists and watches are the shared :class:`shared.kube.kubeclient.RawClient`
 — the same code the reconciler runs — so a fix to paging, 410 handling or watch
 reading reaches both binaries.
 """
@@ -13,9 +13,9 @@ from urllib.parse import quote
 
 from kubernetes_asyncio import client
 
-from gpuclass.shared import names
-from gpuclass.shared.runtime.kubeclient import RawClient
-from gpuclass.shared.runtime.listwatch import RawObject
+from gpuclass.shared.core.base import names
+from gpuclass.shared.kube.kubeclient import RawClient
+from gpuclass.shared.kube.listwatch import RawObject
 
 FIELD_MANAGER = "gpuclass-webhook"
 

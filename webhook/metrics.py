@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
-from gpuclass.shared.runtime.processmetrics import register_standard_metrics
+from gpuclass.shared.kube.processmetrics import register_standard_metrics
 
 disable_created_metrics()  # type: ignore[no-untyped-call]
 

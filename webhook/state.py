@@ -14,19 +14,19 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpuclass.shared import names
-from gpuclass.shared.catalog import Catalog, Policy, build_catalog
-from gpuclass.shared.meta import Key, object_key
-from gpuclass.shared.runtime.filesource import FileSource
-from gpuclass.shared.runtime.listwatch import ListWatchClient, RawObject, Reflector
-from gpuclass.shared.runtime.syncview import SyncView
-from gpuclass.shared.snapshot import (
+from gpuclass.shared.core.base import names
+from gpuclass.shared.core.base.meta import Key, object_key
+from gpuclass.shared.core.base.syncview import SyncView
+from gpuclass.shared.core.model.snapshot import (
     ClassRecord,
     Snapshot,
     compact_class,
     mediated_resources,
     permitted_resources,
 )
+from gpuclass.shared.core.status.catalog import Catalog, Policy, build_catalog
+from gpuclass.shared.kube.filesource import FileSource
+from gpuclass.shared.kube.listwatch import ListWatchClient, RawObject, Reflector
 
 RESOURCES = ("gpuclasses", "namespaces", "kubevirts")
 
@@ -87,7 +87,7 @@ class FileState:
 class ClusterCache:
     """The catalog from list+watch caches of GPUClasses, Namespaces and the KubeVirt CR.
 
-    The cache is a :class:`shared.runtime.listwatch.Store` kept by the shared
+    The cache is a :class:`shared.kube.listwatch.Store` kept by the shared
     reflector (the reconciler's loop): paged lists swapped in whole, 410 re-lists,
     backoff with jitter, a sync state per resource. The catalog is rebuilt once every
     resource has been listed, then on each change. Capacity figures are the
