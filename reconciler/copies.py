@@ -150,15 +150,15 @@ class CopyWriter:
             await self._send(action)
         except ApiError as exc:
             self.metrics.object_writes.labels("licence-copy", action.action, "error").inc()
-            if action.action == "delete" and exc.status == 404:
+            if action.action == "delete" and exc.not_found:
                 entries.pop(action.key, None)  # already gone: nothing left to track
                 return
-            if pending and exc.status in (403, 404, 409):
+            if (pending and exc.forbidden) or exc.not_found or exc.conflict:
                 entries.pop(action.key, None)  # nothing of ours was created
             count = self.failed(key, self._retry, exc)
-            if exc.status == 409 and exc.reason == "AlreadyExists":
+            if exc.already_exists:
                 await self._report_foreign(action)
-            elif count == 1 and exc.status == 403:
+            elif count == 1 and exc.forbidden:
                 await self.events.emit(
                     action.class_name,
                     reason="LicenseCopyRefused",

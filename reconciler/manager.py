@@ -130,6 +130,7 @@ class Manager:
             sync=self.sync,
             on_change=worker.wake,
             on_restart=lambda source, reason: self.metrics.watch_restarts.labels(source).inc(),
+            on_store_error=lambda source: self.metrics.store_errors.labels(source).inc(),
         )
         return self.informers
 

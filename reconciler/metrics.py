@@ -117,6 +117,12 @@ class ReconcilerMetrics:
             ["resource"],
             registry=r,
         )
+        self.store_errors = Counter(
+            "gpuclass_store_errors",
+            "Objects the cache raised on (a bug in the reconciler, logged with a traceback)",
+            ["resource"],
+            registry=r,
+        )
         self.status_writes = Counter(
             "gpuclass_status_writes", "Successful writes of a class status", registry=r
         )

@@ -24,6 +24,7 @@ from gpuclass.reconciler.api.fake import MemoryKube
 from gpuclass.reconciler.leader import AlwaysLeader
 from gpuclass.reconciler.manager import Manager
 from gpuclass.reconciler.settings import ReconcilerSettings
+from gpuclass.shared.kube.backoff import exponential
 from gpuclass.shared.kube.filesource import Stamp, stamp_of
 from gpuclass.shared.kube.loader import LoadError, iter_stored_objects
 
@@ -110,7 +111,7 @@ def file_reconciler(
         nonlocal last
         failures = 0
         while True:
-            await asyncio.sleep(min(settings.objects_poll_seconds * 2**failures, 30.0))
+            await asyncio.sleep(exponential(failures, base=settings.objects_poll_seconds, cap=30.0))
             try:
                 stamp = stamp_of(settings.objects)
                 if stamp == last:

@@ -42,6 +42,7 @@ from gpuclass.reconciler.state.inuse import finalizer_change
 from gpuclass.reconciler.state.sources import Source
 from gpuclass.reconciler.state.statusdiff import status_patch, transitions
 from gpuclass.shared.core.base.syncview import SyncView
+from gpuclass.shared.kube.backoff import exponential
 
 log = logging.getLogger("gpuclass.reconciler.worker")
 
@@ -62,11 +63,11 @@ class Worker:
         vgpu_entitled: bool,
         record_namespace: str,
         now: Callable[[], str],
+        sync: SyncView[Source],
+        request_relist: Callable[[Source], None],
         coalesce_seconds: float = 0.2,
         backoff: KeyedBackoff | None = None,
         on_pass: Callable[[], None] = lambda: None,
-        sync: SyncView[Source] | None = None,
-        request_relist: Callable[[Source], None] = lambda source: None,
         relist_interval: float = 10.0,
         dry_run: bool = False,
     ) -> None:
@@ -115,7 +116,7 @@ class Worker:
             except Exception:  # a bug must not end the loop: log it, wait, look at everything again
                 failures += 1
                 log.exception("reconcile pass failed", extra={"fields": {"failures": failures}})
-                await asyncio.sleep(min(60.0, 0.5 * 2**failures))
+                await asyncio.sleep(exponential(failures, base=0.5, cap=60.0))
                 self.state.mark_all()
                 self.wake()
 
@@ -128,7 +129,7 @@ class Worker:
             self.wake()
 
     def view_complete(self) -> bool:
-        return self.sync is None or self.sync.all_listed()
+        return self.sync.all_listed()
 
     async def reconcile_once(self) -> None:
         """One pass over everything dirty now (none before every source's first list)."""
@@ -168,13 +169,13 @@ class Worker:
         self, sources: tuple[Source, ...], version: str, retry: Callable[[], None]
     ) -> bool:
         """The view of `sources` is synced and has reached `version`; else wait for it."""
-        behind = () if self.sync is None else self.sync.behind(sources, version)
+        behind = self.sync.behind(sources, version)
         if not behind:
             return True
         self._waiting.append(retry)
         now = time.monotonic()
         for source in behind:
-            if not self.sync or not self.sync.synced(source):
+            if not self.sync.synced(source):
                 continue  # a list is running: its end wakes us
             asked = self._relist_asked.get(source)
             if asked is None or now - asked >= self.relist_interval:
@@ -238,7 +239,7 @@ class Worker:
             await self._write_status(name, entry, status, context, now)
         except ApiError as exc:
             self._result("error")
-            if exc.status != 404:
+            if not exc.not_found:
                 self._failed(key, lambda: self.state.dirty.statuses.add(name), exc)
             return
         self.backoff.success(key)
@@ -255,7 +256,7 @@ class Worker:
             try:
                 written = await self.api.patch_class_status(name, body)
             except ApiError as exc:
-                if exc.status != 409 or attempt == CONFLICT_RETRIES - 1:
+                if not exc.conflict or attempt == CONFLICT_RETRIES - 1:
                     raise
                 self.state.absorb("gpuclasses", await self.api.get_class(name))
                 fresh = self.state.classes.get(name)
@@ -301,9 +302,9 @@ class Worker:
             )
         except ApiError as exc:
             self.metrics.object_writes.labels("finalizer", change.action, "error").inc()
-            if exc.status == 409:  # stale: read it again and decide again
+            if exc.conflict:  # stale: read it again and decide again
                 self.state.absorb("gpuclasses", await self.api.get_class(name))
-            if exc.status != 404:
+            if not exc.not_found:
                 self._failed(key, lambda: self.state.dirty.finalizers.add(name), exc)
             return
         self.backoff.success(key)

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from gpuclass.shared.kube.listwatch import ApiError, RawObject
+from gpuclass.shared.kube.errors import ApiError
+from gpuclass.shared.kube.listwatch import RawObject
 from gpuclass.webhook.certs import issue as certissue
 from gpuclass.webhook.certs.rotation import Policy
 from gpuclass.webhook.certs.rotator import CertTarget, SelfManagedCertificates

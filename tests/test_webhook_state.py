@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from gpuclass.shared.core.status.catalog import Policy
-from gpuclass.shared.kube.listwatch import ApiError, ListPage, RawObject, WatchEvent
+from gpuclass.shared.kube.errors import ApiError
+from gpuclass.shared.kube.listwatch import ListPage, RawObject, WatchEvent
 from gpuclass.webhook.state import ClusterCache
 
 Expired = ApiError(410, "Expired", "too old resource version")

@@ -44,6 +44,7 @@ async def _cluster_state(settings: WebhookSettings, metrics: WebhookMetrics) -> 
         webhook_client(api, kubevirt_namespace=settings.kubevirt_namespace),
         settings.policy(),
         on_restart=lambda resource, reason: metrics.watch_restarts.labels(resource, reason).inc(),
+        on_store_error=lambda resource: metrics.store_errors.labels(resource).inc(),
     )
 
 

@@ -87,6 +87,12 @@ class WebhookMetrics:
             ["resource", "reason"],
             registry=r,
         )
+        self.store_errors = Counter(
+            "gpuclass_webhook_store_errors",
+            "Objects the catalog cache raised on (a bug in the webhook, logged with a traceback).",
+            ["resource"],
+            registry=r,
+        )
         for reason in CUT_REASONS:
             self.connections_cut.labels(reason)
         self.cert_synced: Gauge | None = None

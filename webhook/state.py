@@ -100,6 +100,7 @@ class ClusterCache:
         policy: Policy,
         on_restart: Callable[[str, str], None] = lambda resource, reason: None,
         *,
+        on_store_error: Callable[[str], None] = lambda resource: None,
         resources: Sequence[str] = RESOURCES,
     ) -> None:
         self._resources = tuple(resources)
@@ -109,7 +110,12 @@ class ClusterCache:
         }
         self._sync: SyncView[str] = SyncView(self._resources, clock=time.monotonic)
         self._reflector: Reflector[str] = Reflector(
-            source, self, sync=self._sync, on_change=self._rebuild, on_restart=on_restart
+            source,
+            self,
+            sync=self._sync,
+            on_change=self._rebuild,
+            on_restart=on_restart,
+            on_store_error=on_store_error,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self.catalog = Catalog(policy=policy)

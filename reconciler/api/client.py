@@ -209,7 +209,7 @@ class KubeAdapter(RawClient):
         try:
             return await self._json("GET", self._lease(namespace, name))
         except ApiError as exc:
-            if exc.status == 404:
+            if exc.not_found:
                 return None
             raise
 

@@ -14,7 +14,8 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from gpuclass.reconciler.state.sources import Source
-from gpuclass.shared.kube.listwatch import ApiError, ListPage, RawObject, WatchEvent
+from gpuclass.shared.kube.errors import ApiError
+from gpuclass.shared.kube.listwatch import ListPage, RawObject, WatchEvent
 
 __all__ = ["ApiError", "KubeAPI", "ListPage", "RawObject", "WatchEvent"]
 

@@ -149,8 +149,8 @@ async def read_cluster(
     condition, the reconciler's view, stands in for it.
     """
     from gpuclass.shared.kube.clusterconfig import ClusterConfigError
+    from gpuclass.shared.kube.errors import ApiError
     from gpuclass.shared.kube.kubeclient import RawClient, api_client
-    from gpuclass.shared.kube.listwatch import ApiError
 
     collections = {
         "Node": ("/api/v1/nodes", {}),
@@ -172,7 +172,7 @@ async def read_cluster(
                     for item in page.items:
                         builder.add({**item, "kind": kind})
             except ApiError as exc:
-                if kind == "KubeVirt" and exc.status == 404:
+                if kind == "KubeVirt" and exc.not_found:
                     continue  # no KubeVirt CRD: the classes say NoKubeVirt
                 raise LoadError(f"listing {kind}: {exc}") from exc
         for secret_name in licence_secret_names(builder.snapshot, classes):
@@ -180,9 +180,9 @@ async def read_cluster(
             try:
                 builder.add({**await raw.get(path), "kind": "Secret"})
             except ApiError as exc:
-                if exc.status == 404:
+                if exc.not_found:
                     continue  # absent: LicenseSecretMissing, as the reconciler would say
-                if exc.status in (401, 403):
+                if exc.unauthorized or exc.forbidden:
                     unreadable.add(secret_name)
                     continue
                 raise LoadError(f"reading Secret {license_namespace}/{secret_name}: {exc}") from exc

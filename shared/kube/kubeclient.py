@@ -33,7 +33,8 @@ from gpuclass.shared.kube.clusterconfig import (
     choose_cluster_config,
     first_current_context,
 )
-from gpuclass.shared.kube.listwatch import ApiError, ListPage, RawObject, WatchEvent
+from gpuclass.shared.kube.errors import ApiError
+from gpuclass.shared.kube.listwatch import ListPage, RawObject, WatchEvent
 from gpuclass.shared.kube.ratelimit import TokenBucket
 from gpuclass.shared.kube.version import package_version
 

@@ -29,27 +29,14 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from gpuclass.shared.core.base.meta import Key, object_key, resource_version
 from gpuclass.shared.core.base.syncview import SyncView
+from gpuclass.shared.kube.backoff import jittered
+from gpuclass.shared.kube.errors import ApiError
 
 log = logging.getLogger("gpuclass.listwatch")
 
 RawObject = dict[str, Any]
 R = TypeVar("R", bound=str)
 R_contra = TypeVar("R_contra", bound=str, contravariant=True)
-
-
-class ApiError(Exception):
-    """An API call that failed: `status` is the HTTP code, 0 when the server was not reached."""
-
-    def __init__(self, status: int, reason: str = "", message: str = "") -> None:
-        super().__init__(f"{status} {reason}: {message}" if message else f"{status} {reason}")
-        self.status = status
-        self.reason = reason
-        self.message = message
-
-    @property
-    def gone(self) -> bool:
-        """410: the watch's resourceVersion (or a list's continue token) expired; re-list."""
-        return self.status == 410
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,14 +77,6 @@ class Store(Protocol[R_contra]):
         ...
 
 
-def backoff_delay(
-    attempt: int, rng: random.Random, *, base: float = 0.5, cap: float = 60.0
-) -> float:
-    """Exponential backoff with jitter: half fixed, half random, so retries spread out."""
-    ceiling = min(cap, base * 2 ** min(attempt, 16))
-    return float(ceiling / 2 + rng.uniform(0, ceiling / 2))
-
-
 class RelistRequested(Exception):
     """A fresh list of this resource was asked for (e.g. a deletion waits for a newer view)."""
 
@@ -113,6 +92,7 @@ class Reflector(Generic[R]):
         sync: SyncView[R],
         on_change: Callable[[], None],
         on_restart: Callable[[R, str], None],
+        on_store_error: Callable[[R], None],
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
@@ -120,6 +100,8 @@ class Reflector(Generic[R]):
     ) -> None:
         self.api, self.state = api, state
         self.sync, self.on_change, self.on_restart = sync, on_change, on_restart
+        self.on_store_error = on_store_error
+        """Called when the store raised on an object: a bug in our code, counted by the binary."""
         self.sleep, self.clock = sleep, clock
         self.rng = rng or random.Random()
         self.healthy_watch_seconds = healthy_watch_seconds
@@ -168,23 +150,28 @@ class Reflector(Generic[R]):
         return version, count
 
     def _apply(self, source: R, obj: RawObject, *, deleted: bool) -> None:
-        """Fold one object into the state; one the state cannot read is skipped, logged once."""
+        """Fold one object into the state.
+
+        The stores read raw objects through tolerant accessors and never raise on what a
+        client may send; an exception here is a bug in the store, not bad input. It is
+        logged as one (with its traceback, once per object version, no payload), counted
+        through `on_store_error`, and the object skipped, so one bug does not stop a source.
+        """
         try:
             if deleted:
                 self.state.delete(source, obj)
             else:
                 self.state.upsert(source, obj)
-        except Exception as exc:  # one odd object must not stop a whole source
+        except Exception:  # a store bug must not stop the whole source; see the docstring
+            self.on_store_error(source)
             marker = (source, object_key(obj), resource_version(obj))
             if marker not in self._skipped:
                 if len(self._skipped) > 10_000:  # bounded memory, at worst a repeated line
                     self._skipped.clear()
                 self._skipped.add(marker)
-                log.warning(
-                    "object skipped: cannot be read",
-                    extra={
-                        "fields": {"resource": source, "object": str(marker[1]), "error": repr(exc)}
-                    },
+                log.exception(
+                    "store bug: object skipped (please report)",
+                    extra={"fields": {"resource": source, "object": str(marker[1])}},
                 )
 
     async def run(self, source: R) -> None:
@@ -228,7 +215,7 @@ class Reflector(Generic[R]):
         requested = isinstance(exc, RelistRequested)
         expired = requested or (isinstance(exc, ApiError) and exc.gone)
         self.on_restart(source, "requested" if requested else "expired" if expired else "error")
-        delay = 0.0 if expired and attempt == 0 else backoff_delay(attempt, self.rng)
+        delay = 0.0 if expired and attempt == 0 else jittered(attempt, self.rng)
         log.info(
             "re-listing" if expired else "list/watch failed; re-listing",
             extra={"fields": {"resource": source, "error": str(exc), "retry_in": round(delay, 2)}},

@@ -25,7 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gpuclass.shared.kube.listwatch import ApiError, RawObject
+from gpuclass.shared.kube.errors import ApiError
+from gpuclass.shared.kube.listwatch import RawObject
 from gpuclass.webhook.certs import issue as certissue
 from gpuclass.webhook.certs.rotation import (
     BundleEntry,
@@ -164,7 +165,7 @@ class SelfManagedCertificates:
                 else:
                     await self._write_secret(step, secret, data, annotations, now)
             except ApiError as exc:
-                if exc.status != 409:
+                if not exc.conflict:
                     raise
                 log.info("another replica wrote first; reading again", extra={"fields": {}})
         raise ApiError(0, "NotSettled", f"certificates did not settle in {MAX_STEPS} steps")
@@ -175,7 +176,7 @@ class SelfManagedCertificates:
             try:
                 found[kind, name] = await self.api.get_configuration(kind, name)
             except ApiError as exc:
-                if exc.status != 404:
+                if not exc.not_found:
                     raise
                 if (kind, name) not in self._missing:
                     log.warning(
@@ -194,7 +195,7 @@ class SelfManagedCertificates:
         try:
             return await self.api.get_secret(target.namespace, target.secret)
         except ApiError as exc:
-            if exc.status != 404:
+            if not exc.not_found:
                 raise
             raise ApiError(
                 404,
