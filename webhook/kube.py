@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from kubernetes_asyncio import client
 
-from gpuclass.shared.core.base import names
+from gpuclass.shared.core.base.collections import GPUCLASSES, KUBEVIRTS, NAMESPACES, SECRETS
 from gpuclass.shared.kube.kubeclient import RawClient
 from gpuclass.shared.kube.listwatch import RawObject
 
@@ -21,13 +21,12 @@ FIELD_MANAGER = "gpuclass-webhook"
 
 
 def webhook_client(api: client.ApiClient, *, kubevirt_namespace: str) -> RawClient:
-    kv = quote(kubevirt_namespace, safe="")
     return RawClient(
         api,
         {
-            "gpuclasses": (f"/apis/{names.GROUP}/{names.VERSION}/{names.PLURAL}", {}),
-            "namespaces": ("/api/v1/namespaces", {}),
-            "kubevirts": (f"/apis/kubevirt.io/v1/namespaces/{kv}/kubevirts", {}),
+            "gpuclasses": (GPUCLASSES.at(), GPUCLASSES.params()),
+            "namespaces": (NAMESPACES.at(), NAMESPACES.params()),
+            "kubevirts": (KUBEVIRTS.at(kubevirt_namespace), KUBEVIRTS.params()),
         },
         field_manager=FIELD_MANAGER,
     )
@@ -52,9 +51,8 @@ class CertAdapter(RawClient):
         super().__init__(api, {}, field_manager=FIELD_MANAGER)
 
     @staticmethod
-    def _secret(namespace: str, name: str = "") -> str:
-        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/secrets"
-        return f"{path}/{quote(name, safe='')}" if name else path
+    def _secret(namespace: str, name: str) -> str:
+        return SECRETS.item(name, namespace)
 
     @staticmethod
     def _configuration(kind: str, name: str) -> str:

@@ -30,7 +30,7 @@ from gpuclass.webhook.limits import BodyBudget, BodyLimits
 from gpuclass.webhook.metrics import WebhookMetrics
 from gpuclass.webhook.server import ConnectionLimits, WebhookServer, shrink_tls_buffers
 from gpuclass.webhook.settings import WebhookSettings
-from gpuclass.webhook.state import CatalogState, ClusterCache, FileState
+from gpuclass.webhook.state import CatalogCache, CatalogState, FileState
 
 log = logging.getLogger("gpuclass.webhook")
 
@@ -40,7 +40,7 @@ async def _cluster_state(settings: WebhookSettings, metrics: WebhookMetrics) -> 
     from gpuclass.webhook.kube import FIELD_MANAGER, webhook_client
 
     api = await api_client(settings.kubeconfig, binary=FIELD_MANAGER, context=settings.context)
-    return ClusterCache(
+    return CatalogCache(
         webhook_client(api, kubevirt_namespace=settings.kubevirt_namespace),
         settings.policy(),
         on_restart=lambda resource, reason: metrics.watch_restarts.labels(resource, reason).inc(),

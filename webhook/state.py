@@ -84,7 +84,7 @@ class FileState:
         return self._task_alive
 
 
-class ClusterCache:
+class CatalogCache:
     """The catalog from list+watch caches of GPUClasses, Namespaces and the KubeVirt CR.
 
     The cache is a :class:`shared.kube.listwatch.Store` kept by the shared

@@ -18,13 +18,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from urllib.parse import quote
 
 from kubernetes_asyncio import client
 
 from gpuclass.reconciler.api.port import ApiError, RawObject
 from gpuclass.reconciler.settings import ReconcilerSettings
-from gpuclass.reconciler.state.sources import CLASSES, SPECS, Scope, collections, name_selector
+from gpuclass.reconciler.state.sources import SPECS, Scope, collections, name_selector
+from gpuclass.shared.core.base.collections import (
+    CONFIGMAPS,
+    EVENTS,
+    GPUCLASSES,
+    LEASES,
+    SECRETS,
+)
 from gpuclass.shared.kube.kubeclient import RawClient
 from gpuclass.shared.kube.listwatch import ListPage, WatchEvent
 from gpuclass.shared.kube.ratelimit import TokenBucket
@@ -33,10 +39,6 @@ MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 FIELD_MANAGER = "gpuclass-reconciler"
 """Named on every write (managedFields show who owns what)."""
-
-
-def _q(value: str) -> str:
-    return quote(value, safe="")
 
 
 class KubeAdapter(RawClient):
@@ -156,54 +158,49 @@ class KubeAdapter(RawClient):
     # -- writes -----------------------------------------------------------------------------------------
 
     async def get_class(self, name: str) -> RawObject:
-        return await self._json("GET", f"{CLASSES}/{_q(name)}")
+        return await self._json("GET", GPUCLASSES.item(name))
 
     async def patch_class_status(self, name: str, patch: RawObject) -> RawObject | None:
         return await self._json(
-            "PATCH", f"{CLASSES}/{_q(name)}/status", body=patch, content_type=MERGE_PATCH
+            "PATCH", f"{GPUCLASSES.item(name)}/status", body=patch, content_type=MERGE_PATCH
         )
 
     async def patch_class_finalizers(
         self, name: str, finalizers: list[str], resource_version: str
     ) -> RawObject | None:
         body = {"metadata": {"finalizers": finalizers, "resourceVersion": resource_version}}
-        return await self._json(
-            "PATCH", f"{CLASSES}/{_q(name)}", body=body, content_type=MERGE_PATCH
-        )
+        return await self._json("PATCH", GPUCLASSES.item(name), body=body, content_type=MERGE_PATCH)
 
     async def create_secret(self, namespace: str, body: RawObject) -> RawObject | None:
-        return await self._json("POST", f"/api/v1/namespaces/{_q(namespace)}/secrets", body=body)
+        return await self._json("POST", SECRETS.at(namespace), body=body)
 
     async def patch_secret(
         self, namespace: str, name: str, patch: list[RawObject]
     ) -> RawObject | None:
         return await self._json(
             "PATCH",
-            f"/api/v1/namespaces/{_q(namespace)}/secrets/{_q(name)}",
+            SECRETS.item(name, namespace),
             body=patch,
             content_type=JSON_PATCH,
         )
 
     async def delete_secret(self, namespace: str, name: str) -> None:
         # The answer is a Status (Secrets do not return the deleted object): no payload read.
-        await self._json("DELETE", f"/api/v1/namespaces/{_q(namespace)}/secrets/{_q(name)}")
+        await self._json("DELETE", SECRETS.item(name, namespace))
 
     async def create_config_map(self, namespace: str, body: RawObject) -> RawObject | None:
-        return await self._json("POST", f"/api/v1/namespaces/{_q(namespace)}/configmaps", body=body)
+        return await self._json("POST", CONFIGMAPS.at(namespace), body=body)
 
     async def replace_config_map(
         self, namespace: str, name: str, body: RawObject
     ) -> RawObject | None:
-        return await self._json(
-            "PUT", f"/api/v1/namespaces/{_q(namespace)}/configmaps/{_q(name)}", body=body
-        )
+        return await self._json("PUT", CONFIGMAPS.item(name, namespace), body=body)
 
     async def create_event(self, namespace: str, body: RawObject) -> None:
-        await self._json("POST", f"/api/v1/namespaces/{_q(namespace)}/events", body=body)
+        await self._json("POST", EVENTS.at(namespace), body=body)
 
     def _lease(self, namespace: str, name: str = "") -> str:
-        path = f"/apis/coordination.k8s.io/v1/namespaces/{_q(namespace)}/leases"
-        return f"{path}/{_q(name)}" if name else path
+        return LEASES.item(name, namespace) if name else LEASES.at(namespace)
 
     async def get_lease(self, namespace: str, name: str) -> RawObject | None:
         try:

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
-from urllib.parse import quote
 
+from gpuclass.shared.core.base import collections as api
 from gpuclass.shared.core.base import names
 
 Source = Literal[
@@ -34,9 +34,8 @@ Source = Literal[
 ]
 SOURCES: tuple[Source, ...] = get_args(Source)
 
-POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed,spec.nodeName!="
+POD_FIELD_SELECTOR = api.BOUND_PODS_SELECTOR
 RECORD_SELECTOR = f"metadata.name={names.COPY_RECORD_NAME}"
-CLASSES = f"/apis/{names.GROUP}/{names.VERSION}/{names.PLURAL}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,23 +67,34 @@ class SourceSpec:
     """
 
     name: Source
-    kind: str
-    path: str
-    """Collection path; `{namespace}` stands for the scoped namespace."""
+    collection: api.Collection
+    """Kind, path and the collection's own field selector (shared/core/base/collections.py)."""
     store: str
     """The `ClusterCache` attribute holding the source's records."""
     cluster_scoped: bool = False
     """Cluster-scoped kinds are stored by name alone; the others by (namespace, name)."""
     namespace: Literal["", "licence", "kubevirt", "record"] = ""
     field_selector: str = ""
+    """A selector of this source's own (`metadata.name=`); else the collection's."""
     label_selector: str = ""
     by_name: bool = False
     """Read one name at a time (`Scope.license_secret_names`), never the whole collection."""
 
-    def collection(self, scope: Scope) -> str:
-        return self.path.format(namespace=quote(scope.namespace(self.namespace) or "", safe=""))
+    def __post_init__(self) -> None:
+        if not self.field_selector and self.collection.field_selector:
+            object.__setattr__(self, "field_selector", self.collection.field_selector)
+
+    @property
+    def kind(self) -> str:
+        """The kind of the source's objects."""
+        return self.collection.kind
+
+    def path(self, scope: Scope) -> str:
+        """The collection path, in the namespace the scope gives this source (quoted)."""
+        return self.collection.at(scope.namespace(self.namespace) or "")
 
     def params(self) -> dict[str, str]:
+        """Query parameters of its list and watch: the field and label selectors it has."""
         selectors = {"fieldSelector": self.field_selector, "labelSelector": self.label_selector}
         return {key: value for key, value in selectors.items() if value}
 
@@ -92,45 +102,22 @@ class SourceSpec:
 SPECS: Mapping[Source, SourceSpec] = {
     spec.name: spec
     for spec in (
-        SourceSpec("gpuclasses", names.KIND, CLASSES, "classes", cluster_scoped=True),
-        SourceSpec("nodes", "Node", "/api/v1/nodes", "nodes", cluster_scoped=True),
-        SourceSpec("pods", "Pod", "/api/v1/pods", "pods", field_selector=POD_FIELD_SELECTOR),
+        SourceSpec("gpuclasses", api.GPUCLASSES, "classes", cluster_scoped=True),
+        SourceSpec("nodes", api.NODES, "nodes", cluster_scoped=True),
+        SourceSpec("pods", api.BOUND_PODS, "pods"),
+        SourceSpec("kubevirts", api.KUBEVIRTS, "kubevirts", namespace="kubevirt"),
         SourceSpec(
-            "kubevirts",
-            "KubeVirt",
-            "/apis/kubevirt.io/v1/namespaces/{namespace}/kubevirts",
-            "kubevirts",
-            namespace="kubevirt",
-        ),
-        SourceSpec(
-            "licence-secrets",
-            "Secret",
-            "/api/v1/namespaces/{namespace}/secrets",
-            "license_secrets",
-            namespace="licence",
-            by_name=True,
+            "licence-secrets", api.SECRETS, "license_secrets", namespace="licence", by_name=True
         ),
         SourceSpec(
             "copy-record",
-            "ConfigMap",
-            "/api/v1/namespaces/{namespace}/configmaps",
+            api.CONFIGMAPS,
             "copy_records",
             namespace="record",
             field_selector=RECORD_SELECTOR,
         ),
-        SourceSpec(
-            "namespaces",
-            "Namespace",
-            "/api/v1/namespaces",
-            "namespaces",
-            cluster_scoped=True,
-        ),
-        SourceSpec(
-            "vmis",
-            "VirtualMachineInstance",
-            "/apis/kubevirt.io/v1/virtualmachineinstances",
-            "vmis",
-        ),
+        SourceSpec("namespaces", api.NAMESPACES, "namespaces", cluster_scoped=True),
+        SourceSpec("vmis", api.VMIS, "vmis"),
     )
 }
 assert tuple(SPECS) == SOURCES, "one spec per source, in the Source order"
@@ -142,7 +129,7 @@ def collections(scope: Scope) -> dict[str, tuple[str, dict[str, str]]]:
     A `by_name` source's names are :meth:`Scope.license_secret_names`; the client reads
     each with a `metadata.name` field selector (:func:`name_selector`).
     """
-    return {spec.name: (spec.collection(scope), spec.params()) for spec in SPECS.values()}
+    return {spec.name: (spec.path(scope), spec.params()) for spec in SPECS.values()}
 
 
 def name_selector(name: str) -> dict[str, str]:

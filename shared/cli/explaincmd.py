@@ -32,11 +32,17 @@ from gpuclass.shared.cli.explain import (
     selection_of,
 )
 from gpuclass.shared.core.base import names
+from gpuclass.shared.core.base.collections import (
+    BOUND_PODS,
+    GPUCLASSES,
+    KUBEVIRTS,
+    NODES,
+    SECRETS,
+)
 from gpuclass.shared.core.model.selection import parse_selection
 from gpuclass.shared.core.model.snapshot import Redacted, SecretRecord, Snapshot, SnapshotBuilder
 from gpuclass.shared.kube.loader import LoadError, iter_objects, load_snapshot
 
-POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed,spec.nodeName!="
 """Only Pods that can hold units (docs/contract.md 6.2): bound, Pending or Running."""
 
 
@@ -153,10 +159,10 @@ async def read_cluster(
     from gpuclass.shared.kube.kubeclient import RawClient, api_client
 
     collections = {
-        "Node": ("/api/v1/nodes", {}),
-        "Pod": ("/api/v1/pods", {"fieldSelector": POD_FIELD_SELECTOR}),
-        names.KIND: (f"/apis/{names.GROUP}/{names.VERSION}/{names.PLURAL}", {}),
-        "KubeVirt": (f"/apis/kubevirt.io/v1/namespaces/{kubevirt_namespace}/kubevirts", {}),
+        "Node": (NODES.at(), NODES.params()),
+        "Pod": (BOUND_PODS.at(), BOUND_PODS.params()),
+        names.KIND: (GPUCLASSES.at(), GPUCLASSES.params()),
+        "KubeVirt": (KUBEVIRTS.at(kubevirt_namespace), KUBEVIRTS.params()),
     }
     try:  # --kubeconfig, else KUBECONFIG, else ~/.kube/config, as kubectl finds them
         api = await api_client(kubeconfig, binary="gpuclass", context=context)
@@ -176,7 +182,7 @@ async def read_cluster(
                     continue  # no KubeVirt CRD: the classes say NoKubeVirt
                 raise LoadError(f"listing {kind}: {exc}") from exc
         for secret_name in licence_secret_names(builder.snapshot, classes):
-            path = f"/api/v1/namespaces/{license_namespace}/secrets/{secret_name}"
+            path = SECRETS.item(secret_name, license_namespace)
             try:
                 builder.add({**await raw.get(path), "kind": "Secret"})
             except ApiError as exc:
