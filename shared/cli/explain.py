@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from gpuclass.shared.core.admission.admit_vm import template_view, tenant_cause
 from gpuclass.shared.core.admission.resolution import class_causes, judge_create, limit_causes
+from gpuclass.shared.core.admission.vmtemplate import template_view, tenant_cause
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.causes import Cause
 from gpuclass.shared.core.base.k8s import Taint, tolerates_all

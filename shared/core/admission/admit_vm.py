@@ -26,39 +26,16 @@ from typing import Any
 from gpuclass.shared.core.admission.decisions import Allowed, Decision, Denied
 from gpuclass.shared.core.admission.envelope import AdmissionRequest
 from gpuclass.shared.core.admission.resolution import CLASS_STATE_CODES, judge_create
-from gpuclass.shared.core.base import names
-from gpuclass.shared.core.base.causes import Cause, invalid
-from gpuclass.shared.core.model.selection import ANNOTATION_PATH
+from gpuclass.shared.core.admission.vmtemplate import (
+    template_of,
+    template_view,
+    tenant_cause,
+    tenant_field,
+)
+from gpuclass.shared.core.base.causes import invalid
 from gpuclass.shared.core.status.catalog import Catalog
 
-TENANT_LIST = "gpus"
 RECHECKED = "the classes are checked again when the VM starts: the VM is stored"
-
-
-def template_of(vm: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """`spec.template` of a VirtualMachine, or None when it has none (or not an object)."""
-    spec = vm.get("spec")
-    template = spec.get("template") if isinstance(spec, dict) else None
-    return template if isinstance(template, dict) else None
-
-
-def template_view(vm: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The VMI a VirtualMachine's template becomes, as admission judges it: the template's
-    metadata and spec, plus a worker-pool label on the VM itself (Cluster API's cluster label
-    is on the VirtualMachine only, never on its VMI). None when the VM has no template."""
-    template = template_of(vm)
-    if template is None:
-        return None
-    metadata = template.get("metadata")
-    metadata = dict(metadata) if isinstance(metadata, dict) else {}
-    vm_meta = vm.get("metadata")
-    vm_labels = vm_meta.get("labels") if isinstance(vm_meta, dict) else None
-    if isinstance(vm_labels, dict):
-        worker = {k: v for k, v in vm_labels.items() if k in names.WORKER_POOL_LABELS}
-        labels = metadata.get("labels")
-        if worker:
-            metadata["labels"] = {**worker, **(labels if isinstance(labels, dict) else {})}
-    return {"metadata": metadata, "spec": template.get("spec") or {}}
 
 
 def admit(request: AdmissionRequest, catalog: Catalog) -> Decision:
@@ -94,16 +71,3 @@ def judge_template(view: Mapping[str, Any], namespace: str, catalog: Catalog) ->
     if refusals:
         return Denied(refusals, warnings)
     return Allowed((), warnings)
-
-
-def tenant_field(field: str) -> str:
-    """`gpus[0].className` for an entry of the selection; `spec.template.<path>` for the rest."""
-    if field == ANNOTATION_PATH:
-        return TENANT_LIST
-    if field.startswith(ANNOTATION_PATH + "["):
-        return TENANT_LIST + field[len(ANNOTATION_PATH) :]
-    return f"spec.template.{field}" if field else "spec.template"
-
-
-def tenant_cause(cause: Cause) -> Cause:
-    return Cause(tenant_field(cause.field), cause.message, cause.kind, cause.code)
