@@ -30,7 +30,7 @@ from gpuclass.shared.core.admission.vmtemplate import (
     template_of,
     template_view,
     tenant_cause,
-    tenant_field,
+    tenant_path,
 )
 from gpuclass.shared.core.base.causes import invalid
 from gpuclass.shared.core.status.catalog import Catalog
@@ -61,9 +61,7 @@ def judge_template(view: Mapping[str, Any], namespace: str, catalog: Catalog) ->
     # One line per cause, in full (a warning is cut at 120 characters), then one that says why
     # it is only a warning.
     later = [
-        f"{tenant_field(c.field)}: {c.message}"
-        for c in judged.causes
-        if c.code in CLASS_STATE_CODES
+        f"{tenant_path(c.path)}: {c.message}" for c in judged.causes if c.code in CLASS_STATE_CODES
     ]
     if later:
         later.append(RECHECKED)

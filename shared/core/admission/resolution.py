@@ -18,6 +18,7 @@ from gpuclass.shared.core.admission.patches import PatchBuilder
 from gpuclass.shared.core.admission.secretrefs import secret_refs
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.causes import Cause, forbidden, invalid
+from gpuclass.shared.core.base.fieldpath import FieldPath
 from gpuclass.shared.core.model.selection import (
     ANNOTATION_PATH,
     MAX_INT_DIGITS,
@@ -29,6 +30,7 @@ from gpuclass.shared.core.status.catalog import Catalog, Offer
 
 GPUS = ("spec", "domain", "devices", "gpus")
 HOST_DEVICES = ("spec", "domain", "devices", "hostDevices")
+DEVICES = FieldPath.of("spec", "domain", "devices")
 DISKS = ("spec", "domain", "devices", "disks")
 VOLUMES = ("spec", "volumes")
 TOLERATIONS = ("spec", "tolerations")
@@ -111,7 +113,7 @@ def class_causes(
         if entry.class_name in judged:
             continue
         judged.add(entry.class_name)
-        path = f"{entry.path}.className"
+        path = entry.path.child("className")
         offer = catalog.offers.get(entry.class_name)
         if offer is None:
             causes.append(
@@ -233,7 +235,7 @@ def policy_causes(
         offer = offers.get(entry.class_name)
         if offer is None or not offer.record.spec or offer.record.spec.mode != "vgpu":
             continue
-        path = f"{entry.path}.className"
+        path = entry.path.child("className")
         if worker_pool:
             causes.append(
                 forbidden(
@@ -262,7 +264,7 @@ def raw_request_causes(
     problem: str | None = None
     checked_entitlement = False
 
-    def check(path: str, resource: object) -> None:
+    def check(path: FieldPath, resource: object) -> None:
         nonlocal problem, checked_entitlement
         if not isinstance(resource, str):
             return
@@ -284,15 +286,15 @@ def raw_request_causes(
                 )
 
     for i, dev in enumerate(_list(obj, *HOST_DEVICES)):
-        check(f"spec.domain.devices.hostDevices[{i}].deviceName", _dig(dev, "deviceName"))
+        check(DEVICES.child("hostDevices").index(i).child("deviceName"), _dig(dev, "deviceName"))
     if not with_classes:
         for i, gpu in enumerate(_list(obj, *GPUS)):
-            check(f"spec.domain.devices.gpus[{i}].deviceName", _dig(gpu, "deviceName"))
+            check(DEVICES.child("gpus").index(i).child("deviceName"), _dig(gpu, "deviceName"))
     for section in ("requests", "limits"):
         resources = _dig(obj, "spec", "domain", "resources", section)
         if isinstance(resources, dict):
             for key in resources:
-                check(f"spec.domain.resources.{section}[{key}]", key)
+                check(FieldPath.of("spec", "domain", "resources", section).key(key), key)
     return causes
 
 
