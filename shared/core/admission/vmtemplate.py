@@ -56,4 +56,6 @@ def tenant_field(field: str) -> str:
 
 
 def tenant_cause(cause: Cause) -> Cause:
+    """The cause with its field renamed by :func:`tenant_field`, so a refusal points at what the
+    tenant wrote."""
     return Cause(tenant_field(cause.field), cause.message, cause.kind, cause.code)

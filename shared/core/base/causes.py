@@ -26,14 +26,19 @@ class Cause:
     code: str = "Invalid"
 
     def render(self) -> str:
+        """The one-line form `field: message` (just the message when no field): what a denial lists
+        and a stored class's problems read."""
         return f"{self.field}: {self.message}" if self.field else self.message
 
 
 def invalid(path: str, message: str, code: str = "Invalid") -> Cause:
+    """A cause for malformed input (HTTP 422 Invalid in a denial); `code` names the Kubernetes
+    CauseType."""
     return Cause(path, message, "invalid", code)
 
 
 def forbidden(path: str, message: str, code: str = "Forbidden") -> Cause:
+    """A cause for well-formed input that policy refuses (HTTP 403 Forbidden in a denial)."""
     return Cause(path, message, "forbidden", code)
 
 

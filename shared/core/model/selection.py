@@ -29,12 +29,16 @@ _KNOWN_KEYS = frozenset({"className", "name", "count"})
 
 @dataclass(frozen=True, slots=True)
 class ClassEntry:
+    """One `{className, count}` entry of the annotation; `index` is its place in the list, kept so
+    every cause about it points at the right element."""
+
     class_name: str
     count: int
     index: int
 
     @property
     def path(self) -> str:
+        """The field path of this entry, for causes that refuse it (`metadata.annotations[...][i]`)."""
         return f"{ANNOTATION_PATH}[{self.index}]"
 
 

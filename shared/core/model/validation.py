@@ -48,6 +48,8 @@ class Verdict:
 
 
 def field_path(prefix: str, loc: Iterable[int | str]) -> str:
+    """A pydantic error location (`('tolerations', 0, 'key')`) as a Kubernetes field path under
+    `prefix` (`spec.tolerations[0].key`), so model errors point where the API server's would."""
     path = prefix
     for part in loc:
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
