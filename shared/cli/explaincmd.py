@@ -9,10 +9,10 @@
 
 It prints a node table and a one-line answer (`-o json`: the same as JSON) and exits 0
 when the VM can start now, 1 when it cannot, 2 on unusable input. Like `shared/cli/main.py`,
-this module does I/O (files; for a cluster, asyncio and `shared.kube.kubeclient`, imported
-only when a cluster is read), so it sits in the CLI, not in the core (import-linter's
-`pure-core` contract); the judging is `shared.cli.explain`'s, and `main.py` only registers
-the subcommand.
+this module does I/O (files, and for a cluster asyncio and the HTTP client of
+`shared.kube.kubeclient`, which is imported only when a cluster is read), so it sits in the
+CLI, not in the core (import-linter's `pure-core` contract); the judging is
+`shared.cli.explain`'s, and `main.py` only registers the subcommand.
 """
 
 from __future__ import annotations
