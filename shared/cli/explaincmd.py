@@ -8,8 +8,11 @@
   its selection at once.
 
 It prints a node table and a one-line answer (`-o json`: the same as JSON) and exits 0
-when the VM can start now, 1 when it cannot, 2 on unusable input. Like `cli.py`, this
-module is I/O edge, not core (tests/test_layers.py); `cli.py` only registers it.
+when the VM can start now, 1 when it cannot, 2 on unusable input. Like `shared/cli/main.py`,
+this module does I/O (files, and for a cluster asyncio and the HTTP client of
+`shared.kube.kubeclient`, which is imported only when a cluster is read), so it sits in the
+CLI, not in the core (import-linter's `pure-core` contract); the judging is
+`shared.cli.explain`'s, and `main.py` only registers the subcommand.
 """
 
 from __future__ import annotations
@@ -71,6 +74,8 @@ def add_parser(sub: Any, objects_arg: Any) -> None:
 
 
 def run_explain(args: argparse.Namespace) -> int:
+    """The `explain` subcommand: 0 when the VM can start now, 1 when it cannot, 2 on unusable input
+    (bad flags, unreadable files, a cluster that cannot be read), with the reason on stderr."""
     try:
         manifest = _manifest(args.manifest) if args.manifest else None
         if manifest is None and not args.class_name:
@@ -236,6 +241,9 @@ ELIGIBLE_VERDICTS = frozenset({"fits", "tooFewFree", "noFreeUnits"})
 
 
 def render_class(e: Explanation, *, label: str = "answer") -> str:
+    """The node table and answer of one class as text; FREE is shown only for nodes that could take
+    the VM, and `label` names the last line (`answer`, or `this class` inside a manifest's
+    answer)."""
     units = "unit" if e.count == 1 else "units"
     lines = [
         f"class {e.class_name} ({e.resource or 'no resource'}), a VM needing {e.count} {units}"
@@ -261,6 +269,8 @@ def render_class(e: Explanation, *, label: str = "answer") -> str:
 
 
 def render_manifest(m: ManifestExplanation) -> str:
+    """A manifest's answer as text: admission's problems, each class's table, the count of nodes
+    that fit all classes at once, then the answer."""
     lines = [f"{m.kind} {m.name}"]
     lines += [f"  {p}" for p in m.problems]
     text = "\n".join(lines) + "\n"

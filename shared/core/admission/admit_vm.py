@@ -39,6 +39,9 @@ RECHECKED = "the classes are checked again when the VM starts: the VM is stored"
 
 
 def admit(request: AdmissionRequest, catalog: Catalog) -> Decision:
+    """`/validate/virtualmachines`: judge the template on CREATE and on an UPDATE that changes it;
+    an update that leaves it alone (KubeVirt's finalizers, run strategy) and DELETE pass. Never
+    patches."""
     obj = request.object
     if request.operation not in ("CREATE", "UPDATE"):
         return Allowed()

@@ -50,11 +50,16 @@ def _list(obj: object, *path: str) -> list[Any]:
 
 
 def annotation(obj: object) -> str | None:
+    """The selection annotation as written, None when the object has none (or a non-string one):
+    what the parser reads and what UPDATE compares old with new."""
     value = _dig(obj, "metadata", "annotations", names.SELECTION_ANNOTATION)
     return value if isinstance(value, str) else None
 
 
 def license_volume(class_name: str) -> dict[str, Any]:
+    """The licence volume of contract section 1 for `class_name`: the class's copy mounted with the
+    GPULICENSE label (never `optional`), exactly what rule 6 appends and rule 8 recognises as the
+    VMI's own."""
     return {
         "name": names.LICENSE_VOLUME,
         "secret": {
@@ -65,6 +70,8 @@ def license_volume(class_name: str) -> dict[str, Any]:
 
 
 def license_disk() -> dict[str, Any]:
+    """The disk that exposes the licence volume to the guest (serial GPULICENSE, virtio), appended
+    beside :func:`license_volume`."""
     return {"name": names.LICENSE_VOLUME, "serial": names.LICENSE_SERIAL, "disk": {"bus": "virtio"}}
 
 
@@ -76,6 +83,9 @@ class Plan:
     offers: dict[str, Offer]
 
     def gpu_entries(self) -> list[dict[str, Any]]:
+        """The `spec.domain.devices.gpus` entries of rule 4.6: per class in order, `total` entries
+        of its resourceName, named gpu1..gpuN across the VMI; classes that did not resolve are
+        skipped (the request is refused anyway)."""
         entries: list[dict[str, Any]] = []
         for name, total in self.totals.items():
             if name not in self.offers:  # unresolved: the request is refused anyway

@@ -32,6 +32,9 @@ _KNOWN_KEYS = frozenset({"className", "name", "count"})
 
 @dataclass(frozen=True, slots=True)
 class ClassEntry:
+    """One `{className, count}` entry of the annotation; `index` is its place in the list, kept so
+    every cause about it points at the right element."""
+
     class_name: str
     count: int
     index: int
