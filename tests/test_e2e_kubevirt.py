@@ -32,7 +32,13 @@ from tests.chart_helpers import chart_webhook_configurations
 from tests.conftest import NOT_KUBEVIRT, OBJECTS, GoldenCase, golden_cases
 from tests.controlplane.api import Api, ApiError, RawObject, manifests
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
-from tests.controlplane.components import Component
+from tests.controlplane.components import (
+    MERGE,
+    Component,
+    kwok_node,
+    node_ready,
+    set_allocatable,
+)
 from tests.controlplane.kubevirt_parts import install_kubevirt_cr
 from tests.controlplane.plugin import KUBEVIRT_CR, KUBEVIRT_NAMESPACE
 from tests.webhook_process import WebhookProcess
@@ -40,6 +46,16 @@ from tests.webhook_process import WebhookProcess
 pytestmark = pytest.mark.controlplane
 
 LICENCE_PREFIX = "gpuclass-license-"
+# Every VMI, VM and migration this module creates carries this label (KubeVirt copies a VMI's
+# labels to its launcher Pods), so the module removes all of them when it ends: no other
+# module's reconciler ever sees them.
+MINE = ("gpuclass-tests/module", "e2e-kubevirt")
+CLEANED = (
+    "/apis/kubevirt.io/v1/virtualmachineinstancemigrations",
+    "/apis/kubevirt.io/v1/virtualmachines",
+    "/apis/kubevirt.io/v1/virtualmachineinstances",
+    "/api/v1/pods",
+)
 CREATED_BY = "kubevirt.io/created-by"
 MIGRATION_JOB = "kubevirt.io/migrationJobUID"
 # A class only the toleration test uses, in a file of its own that the test rewrites.
@@ -124,6 +140,28 @@ def _permitted_union(objects: list[RawObject]) -> RawObject:
     return {"permittedHostDevices": union}
 
 
+def _mine(obj: RawObject) -> RawObject:
+    labels = obj["metadata"].setdefault("labels", {})
+    labels[MINE[0]] = MINE[1]
+    return obj
+
+
+def _remove_mine(api: Api) -> None:
+    """Delete what this module created; VMIs first lose KubeVirt's finalizer (no
+    virt-controller is left to remove it), Pods go at once (no kubelet may be left)."""
+    selector = {"labelSelector": f"{MINE[0]}={MINE[1]}"}
+    for collection in CLEANED:
+        for item in api.call("GET", collection, params=selector).get("items") or []:
+            meta = item["metadata"]
+            path = collection.replace("/v1/", f"/v1/namespaces/{meta['namespace']}/", 1)
+            path += f"/{meta['name']}"
+            if meta.get("finalizers"):
+                api.request(
+                    "PATCH", path, body={"metadata": {"finalizers": None}}, content_type=MERGE
+                )
+            api.request("DELETE", path, params={"gracePeriodSeconds": "0"})
+
+
 @pytest.fixture(scope="module")
 def kubevirt_configuration() -> dict[str, Any]:
     """No feature gates at all: what KubeVirt needs for a GPU VMI shows as a refusal."""
@@ -162,6 +200,7 @@ def cluster(
         for configuration in configurations:
             api.delete(configuration)
         webhook.stop()
+        _remove_mine(api)
 
 
 def _probe(namespace: str, annotation: list[RawObject] | None) -> RawObject:
@@ -280,7 +319,7 @@ def test_golden_vmi_is_admitted_by_kubevirt_and_rendered_as_the_class_says(
 ) -> None:
     vmi = copy.deepcopy(case.request["request"]["object"])
     vmi["metadata"]["name"] = unique_name(case.name[:40])
-    stored = cluster.api.create(vmi)  # our mutation, KubeVirt's mutation and validation
+    stored = cluster.api.create(_mine(vmi))  # our mutation, KubeVirt's mutation and validation
     assert _kubevirt_mutated(stored)
 
     # KubeVirt's defaulting kept what our patch wrote (or our reinvocation would refuse).
@@ -321,7 +360,7 @@ def test_a_class_toleration_changed_after_the_vmi_reaches_the_next_launcher_pod(
     cluster: Cluster,
 ) -> None:
     api = cluster.api
-    vmi = api.create(_probe("tenant-a", [{"className": MOVING}]))
+    vmi = api.create(_mine(_probe("tenant-a", [{"className": MOVING}])))
     first = _launcher_pod(api, vmi)
     assert BEFORE in first["spec"]["tolerations"]
     assert AFTER not in first["spec"]["tolerations"]
@@ -337,12 +376,14 @@ def test_a_class_toleration_changed_after_the_vmi_reaches_the_next_launcher_pod(
     # The next launcher Pod of the same VMI: a migration target, rendered by KubeVirt from
     # the VMI (which still carries the old toleration), then mutated by us.
     migration = api.create(
-        {
-            "apiVersion": "kubevirt.io/v1",
-            "kind": "VirtualMachineInstanceMigration",
-            "metadata": {"name": unique_name("move"), "namespace": "tenant-a"},
-            "spec": {"vmiName": vmi["metadata"]["name"]},
-        }
+        _mine(
+            {
+                "apiVersion": "kubevirt.io/v1",
+                "kind": "VirtualMachineInstanceMigration",
+                "metadata": {"name": unique_name("move"), "namespace": "tenant-a"},
+                "spec": {"vmiName": vmi["metadata"]["name"]},
+            }
+        )
     )
     uid = migration["metadata"]["uid"]
 
@@ -357,9 +398,11 @@ def test_a_class_toleration_changed_after_the_vmi_reaches_the_next_launcher_pod(
 
     pod = eventually(target, timeout=30, what="the migration target Pod")
     assert AFTER in pod["spec"]["tolerations"]
-    assert api.get(
+    assert BEFORE in pod["spec"]["tolerations"]  # KubeVirt's copy of the VMI's own
+    current = api.get(
         "kubevirt.io/v1", "VirtualMachineInstance", vmi["metadata"]["name"], namespace="tenant-a"
-    )["spec"]["tolerations"] == [BEFORE]
+    )
+    assert current is not None and current["spec"]["tolerations"] == [BEFORE]
     assert pod["metadata"]["annotations"][ANN] == vmi["metadata"]["annotations"][ANN]
     assert _compute(pod)["resources"]["limits"][MOVING_RESOURCE] == "1"
 
@@ -375,7 +418,7 @@ def test_kubevirt_refuses_to_render_a_gpu_missing_from_permitted_host_devices(
     vmi["spec"]["domain"]["devices"]["gpus"] = [
         {"name": "gpu1", "deviceName": "example.com/nobody-permits-this"}
     ]
-    stored = api.create(vmi)
+    stored = api.create(_mine(vmi))
 
     def refusal() -> RawObject | None:
         listed = api.call(
@@ -397,7 +440,7 @@ def test_a_raw_host_device_needs_kubevirts_host_devices_feature_gate(
     a raw `hostDevices` entry. With the HostDevices gate on, KubeVirt admits and renders it."""
     api = cluster.api
     case = next(c for c in ALLOWED if c.name == NEEDS_HOST_DEVICES_GATE)
-    vmi = copy.deepcopy(case.request["request"]["object"])
+    vmi = _mine(copy.deepcopy(case.request["request"]["object"]))
     vmi["metadata"]["name"] = unique_name("raw-hostdevice")
     with pytest.raises(ApiError) as refused:
         api.create(vmi)
@@ -438,9 +481,97 @@ def test_golden_vm_is_admitted_by_kubevirt_with_its_template_selection_kept(
 ) -> None:
     vm = copy.deepcopy(case.request["request"]["object"])
     vm["metadata"]["name"] = unique_name(case.name[:40])
-    stored = cluster.api.create(vm)  # KubeVirt's VM mutation and validation, then ours
+    stored = cluster.api.create(_mine(vm))  # KubeVirt's VM mutation and validation, then ours
     template = stored["spec"]["template"]
     assert template["spec"]["domain"]["firmware"]["uuid"]  # KubeVirt's VM mutator set it
     assert (template.get("metadata") or {}).get("annotations", {}).get(ANN) == (
         vm["spec"]["template"].get("metadata") or {}
     ).get("annotations", {}).get(ANN)
+
+
+# What virt-handler puts on a node KubeVirt may run VMs on (its labeller and device plugins),
+# and the ephemeral storage a kubelet reports: KubeVirt's launcher Pod selects these labels
+# and requests these devices and 50M of ephemeral storage.
+VIRT_HANDLER_LABELS = {
+    "kubevirt.io/schedulable": "true",
+    "machine-type.node.kubevirt.io/q35": "true",
+    "kubernetes.io/arch": "amd64",
+}
+VIRT_HANDLER_DEVICES = {
+    "devices.kubevirt.io/kvm": 110,
+    "devices.kubevirt.io/tun": 110,
+    "devices.kubevirt.io/vhost-net": 110,
+    "ephemeral-storage": "100Gi",
+}
+
+
+def _schedulable(api: Api, name: str) -> bool:
+    current = api.get("v1", "Node", name)
+    taints = {t["key"] for t in (current or {}).get("spec", {}).get("taints") or []}
+    return node_ready(current) and not taints & {"node.kubernetes.io/not-ready"}
+
+
+def _scheduling(api: Api, pod: RawObject) -> RawObject | None:
+    """The Pod once the scheduler has decided: bound, or PodScheduled=False."""
+    current = api.get("v1", "Pod", pod["metadata"]["name"], namespace=pod["metadata"]["namespace"])
+    if current is None:
+        return None
+    if current["spec"].get("nodeName"):
+        return current
+    conditions = (current.get("status") or {}).get("conditions") or []
+    if any(c["type"] == "PodScheduled" and c["status"] == "False" for c in conditions):
+        return current
+    return None
+
+
+def test_kube_scheduler_places_kubevirts_launcher_pod_on_a_tainted_gpu_node_by_the_class(
+    cluster: Cluster,
+    kube_scheduler: Component,
+    kwok_kubelet: Component,
+    node_lifecycle_controller: Component,
+) -> None:
+    """A node that only the class's toleration admits, advertising the class's resource: the
+    launcher Pod KubeVirt renders for a class selection lands there; the same GPU asked for as
+    a raw entry (no class, so no toleration) does not. (The node lifecycle controller lifts the
+    `not-ready` taint the API server puts on every new Node once kwok reports it Ready.)"""
+    api = cluster.api
+    whole = CLASSES["example-whole-gpu"]
+    resource = whole["source"]["devicePlugin"]["resourceName"]
+    taint = {k: v for k, v in whole["tolerations"][0].items() if k in ("key", "effect")}
+    node = unique_name("kubevirt-gpu-node")
+    # Only this test's VMIs select the node and tolerate its second taint: every other
+    # pending launcher Pod (other tests' ones tolerate the class taint too) stays off it.
+    pin = {"gpuclass-tests/node": node}
+    fence = {"key": "gpuclass-tests/node", "value": node, "effect": "NoSchedule"}
+    tenant_side = {"nodeSelector": dict(pin), "tolerations": [{**fence, "operator": "Equal"}]}
+    api.create(kwok_node(node, {}, labels={**VIRT_HANDLER_LABELS, **pin}, taints=[taint, fence]))
+    try:
+        set_allocatable(api, node, {resource: 2, **VIRT_HANDLER_DEVICES})
+        eventually(lambda: _schedulable(api, node), timeout=60, what="node Ready, untainted")
+
+        raw = _probe("tenant-c", None)
+        raw["spec"].update(copy.deepcopy(tenant_side))
+        raw["spec"]["domain"]["devices"]["gpus"] = [{"name": "gpu1", "deviceName": resource}]
+        raw_vmi = api.create(_mine(raw))
+        refused = eventually(
+            lambda: _scheduling(api, _launcher_pod(api, raw_vmi)),
+            timeout=60,
+            what="the scheduler's verdict on the raw request",
+        )
+        assert not refused["spec"].get("nodeName")
+        message = next(
+            c["message"] for c in refused["status"]["conditions"] if c["type"] == "PodScheduled"
+        )
+        assert "1 node(s) had untolerated taint" in message  # the pinned node: only its taint
+
+        selected = _probe("tenant-a", [{"className": "example-whole-gpu", "count": 2}])
+        selected["spec"].update(copy.deepcopy(tenant_side))
+        vmi = api.create(_mine(selected))
+        placed = eventually(
+            lambda: _scheduling(api, _launcher_pod(api, vmi)),
+            timeout=60,
+            what="the scheduler's verdict on the class selection",
+        )
+        assert placed["spec"].get("nodeName") == node, json.dumps(placed["status"])
+    finally:
+        api.request("DELETE", f"/api/v1/nodes/{node}")
