@@ -27,7 +27,7 @@ import jsonpatch
 import pytest
 import yaml
 
-from tests.builders import ANN
+from tests.builders import ANN, selecting_vm
 from tests.chart_helpers import chart_webhook_configurations
 from tests.conftest import NOT_KUBEVIRT, OBJECTS, GoldenCase, golden_cases
 from tests.controlplane.api import Api, ApiError, RawObject, manifests
@@ -475,18 +475,92 @@ ALLOWED_VMS = [
 ]
 
 
+# Whether the VMI KubeVirt starts from each VM passes our VMI webhook: the VM webhook only
+# warns at apply (rule 4.10), the VMI webhook decides at each start (rule 4.3 refuses a class
+# that is missing, deleting or not permitted; a capacity shortage only warns, rule 4.7).
+STARTS = {
+    "vm-4.10-capacity-warns": True,
+    "vm-4.10-class-deleting-warns": False,
+    "vm-4.10-class-not-found-warns": False,
+    "vm-4.10-no-selection-allowed": True,
+    "vm-4.10-resource-not-permitted-warns": False,
+    "vm-4.10-valid-selection-allowed-unpatched": True,
+}
+
+
+def test_every_allowed_golden_vm_has_its_start_verdict() -> None:
+    assert {c.name for c in ALLOWED_VMS} == set(STARTS)
+
+
+def _vm_events(api: Api, vm: RawObject) -> list[RawObject]:
+    namespace, uid = vm["metadata"]["namespace"], vm["metadata"]["uid"]
+    listed = api.call(
+        "GET",
+        f"/api/v1/namespaces/{namespace}/events",
+        params={"fieldSelector": f"involvedObject.uid={uid}"},
+    )
+    return list(listed.get("items") or [])
+
+
 @pytest.mark.parametrize("case", ALLOWED_VMS, ids=[c.name for c in ALLOWED_VMS])
-def test_golden_vm_is_admitted_by_kubevirt_with_its_template_selection_kept(
+def test_golden_vm_is_admitted_by_kubevirt_and_started_through_our_vmi_webhook(
     cluster: Cluster, case: GoldenCase
 ) -> None:
+    api = cluster.api
     vm = copy.deepcopy(case.request["request"]["object"])
     vm["metadata"]["name"] = unique_name(case.name[:40])
-    stored = cluster.api.create(_mine(vm))  # KubeVirt's VM mutation and validation, then ours
+    template_meta = vm["spec"]["template"].setdefault("metadata", {})
+    template_meta.setdefault("labels", {})[MINE[0]] = MINE[1]
+    stored = api.create(_mine(vm))  # KubeVirt's VM mutation and validation, then ours
     template = stored["spec"]["template"]
     assert template["spec"]["domain"]["firmware"]["uuid"]  # KubeVirt's VM mutator set it
-    assert (template.get("metadata") or {}).get("annotations", {}).get(ANN) == (
-        vm["spec"]["template"].get("metadata") or {}
-    ).get("annotations", {}).get(ANN)
+    assert template["metadata"].get("annotations", {}).get(ANN) == template_meta.get(
+        "annotations", {}
+    ).get(ANN)
+
+    # runStrategy Always: KubeVirt's VM controller code builds the VMI and creates it.
+    event = eventually(
+        lambda: next((e for e in _vm_events(api, stored) if "Create" in e["reason"]), None),
+        timeout=30,
+        what="the start of the VM",
+    )
+    if STARTS[case.name]:
+        assert event["reason"] == "SuccessfulCreate", event["message"]
+    else:
+        assert event["reason"] == "FailedCreate"
+        assert "virtualmachineinstances.gpuclass.cozystack.io" in event["message"]
+
+
+def test_a_started_vm_reaches_its_launcher_pod_through_kubevirts_vm_controller_code(
+    cluster: Cluster,
+) -> None:
+    """Contract section 2: KubeVirt copies the template's metadata to the VMI, the VMI's
+    annotations to the Pod. The VMI here is the one virt-controller's VM controller builds
+    (SetupVMIFromVM), created as virt-controller; then every webhook acts on it."""
+    api = cluster.api
+    selection = [{"className": "example-licensed-vgpu"}]
+    vm = selecting_vm("tenant-a", selection)
+    vm["spec"]["runStrategy"] = "Always"
+    vm["spec"]["template"]["metadata"]["labels"] = {MINE[0]: MINE[1]}
+    stored_vm = api.create(_mine(vm))
+    name = vm["metadata"]["name"]
+
+    vmi = eventually(
+        lambda: api.get("kubevirt.io/v1", "VirtualMachineInstance", name, namespace="tenant-a"),
+        timeout=30,
+        what="the VMI KubeVirt starts",
+    )
+    assert vmi["metadata"]["annotations"][ANN] == json.dumps(selection)
+    owner = vmi["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"]) == ("VirtualMachine", stored_vm["metadata"]["uid"])
+    resource = CLASSES["example-licensed-vgpu"]["source"]["devicePlugin"]["resourceName"]
+    assert [g["deviceName"] for g in vmi["spec"]["domain"]["devices"]["gpus"]] == [resource]
+
+    pod = _launcher_pod(api, vmi)
+    assert pod["metadata"]["annotations"][ANN] == json.dumps(selection)
+    assert _compute(pod)["resources"]["limits"][resource] == "1"
+    copy_name = LICENCE_PREFIX + "example-licensed-vgpu"
+    assert [v["secret"]["secretName"] for v in _licence_volumes(pod)] == [copy_name]
 
 
 # What virt-handler puts on a node KubeVirt may run VMs on (its labeller and device plugins),

@@ -26,6 +26,8 @@ import (
 	"kubevirt.io/kubevirt/pkg/util"
 	virtconfig "kubevirt.io/kubevirt/pkg/virt-config"
 	"kubevirt.io/kubevirt/pkg/virt-controller/services"
+	"kubevirt.io/kubevirt/pkg/virt-controller/watch/common"
+	vmcontroller "kubevirt.io/kubevirt/pkg/virt-controller/watch/vm"
 )
 
 // virt-controller's defaults (pkg/virt-controller/watch/application.go).
@@ -38,13 +40,16 @@ const (
 )
 
 // launcherController creates launcher Pods the way virt-controller's VMI and migration
-// controllers do, with their renderer; it leaves out everything else those controllers
-// do (VMI status, phases, DataVolumes, backend storage, hotplug, topology hints).
+// controllers do, with their renderer, and starts a VirtualMachine whose run strategy is
+// Always with the VMI the VM controller builds (SetupVMIFromVM); it leaves out everything
+// else those controllers do (VMI and VM status, phases, restarts, DataVolumes, backend
+// storage, instance types, hotplug, topology hints).
 type launcherController struct {
 	client     kubecli.KubevirtClient
 	config     *virtconfig.ClusterConfig
 	templates  *services.TemplateService
 	vmis       cache.SharedIndexInformer
+	vms        cache.SharedIndexInformer
 	pods       cache.SharedIndexInformer
 	migrations cache.SharedIndexInformer
 	queue      workqueue.TypedRateLimitingInterface[string]
@@ -59,6 +64,7 @@ func newLauncherController(ctx context.Context, client kubecli.KubevirtClient, n
 	c := &launcherController{
 		client:     client,
 		vmis:       factory.VMI(),
+		vms:        factory.VirtualMachine(),
 		pods:       factory.KubeVirtPod(),
 		migrations: factory.VirtualMachineInstanceMigration(),
 		queue: workqueue.NewTypedRateLimitingQueue[string](
@@ -115,6 +121,9 @@ func newLauncherController(ctx context.Context, client kubecli.KubevirtClient, n
 	if _, err := c.migrations.AddEventHandler(handlers("migration/")); err != nil {
 		return nil, err
 	}
+	if _, err := c.vms.AddEventHandler(handlers("vm/")); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -134,6 +143,8 @@ func (c *launcherController) run(ctx context.Context) {
 			err = c.syncVMI(ctx, key)
 		case "migration":
 			err = c.syncMigration(ctx, key)
+		case "vm":
+			err = c.syncVM(ctx, key)
 		}
 		if err != nil {
 			log.Log.Reason(err).Errorf("syncing %s", item)
@@ -217,6 +228,37 @@ func (c *launcherController) syncMigration(ctx context.Context, key string) erro
 	return c.create(ctx, vmi, migration.UID, pod)
 }
 
+// syncVM starts a VM whose run strategy is Always and that has no VMI yet: it creates the
+// VMI virt-controller's VM controller builds from the VM (its template's metadata and spec,
+// the VM as controller owner), as virt-controller's identity.
+func (c *launcherController) syncVM(ctx context.Context, key string) error {
+	obj, exists, err := c.vms.GetStore().GetByKey(key)
+	if err != nil || !exists {
+		return err
+	}
+	vm := obj.(*v1.VirtualMachine)
+	strategy, err := vm.RunStrategy()
+	if err != nil || strategy != v1.RunStrategyAlways || vm.DeletionTimestamp != nil {
+		return err
+	}
+	if _, created := c.done.Load(vm.UID); created {
+		return nil
+	}
+	if _, exists, err := c.vmis.GetStore().GetByKey(key); err != nil || exists {
+		return err
+	}
+	vmi := vmcontroller.SetupVMIFromVM(vm)
+	created, err := c.client.VirtualMachineInstance(vm.Namespace).Create(ctx, vmi, metav1.CreateOptions{})
+	if err != nil {
+		c.vmEvent(ctx, vm, k8sv1.EventTypeWarning, common.FailedCreateVirtualMachineReason, fmt.Sprintf("Error creating virtual machine instance: %v", err))
+		c.done.Store(vm.UID, "")
+		return nil
+	}
+	c.done.Store(vm.UID, created.Name)
+	c.vmEvent(ctx, vm, k8sv1.EventTypeNormal, common.SuccessfulCreateVirtualMachineReason, "Started the virtual machine by creating the new virtual machine instance "+created.Name)
+	return nil
+}
+
 func (c *launcherController) create(ctx context.Context, vmi *v1.VirtualMachineInstance, uid types.UID, pod *k8sv1.Pod) error {
 	created, err := c.client.CoreV1().Pods(vmi.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
@@ -228,20 +270,31 @@ func (c *launcherController) create(ctx context.Context, vmi *v1.VirtualMachineI
 	return nil
 }
 
-// event records what virt-controller's recorder would, with the same reasons and messages.
 func (c *launcherController) event(ctx context.Context, vmi *v1.VirtualMachineInstance, kind, reason, message string) {
+	c.record(ctx, k8sv1.ObjectReference{
+		APIVersion: v1.SchemeGroupVersion.String(), Kind: "VirtualMachineInstance",
+		Namespace: vmi.Namespace, Name: vmi.Name, UID: vmi.UID, ResourceVersion: vmi.ResourceVersion,
+	}, kind, reason, message)
+}
+
+func (c *launcherController) vmEvent(ctx context.Context, vm *v1.VirtualMachine, kind, reason, message string) {
+	c.record(ctx, k8sv1.ObjectReference{
+		APIVersion: v1.SchemeGroupVersion.String(), Kind: "VirtualMachine",
+		Namespace: vm.Namespace, Name: vm.Name, UID: vm.UID, ResourceVersion: vm.ResourceVersion,
+	}, kind, reason, message)
+}
+
+// record writes what virt-controller's recorder would, with the same reasons and messages.
+func (c *launcherController) record(ctx context.Context, object k8sv1.ObjectReference, kind, reason, message string) {
 	now := metav1.NewTime(time.Now())
 	event := &k8sv1.Event{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: vmi.Name + ".", Namespace: vmi.Namespace},
-		InvolvedObject: k8sv1.ObjectReference{
-			APIVersion: v1.SchemeGroupVersion.String(), Kind: "VirtualMachineInstance",
-			Namespace: vmi.Namespace, Name: vmi.Name, UID: vmi.UID, ResourceVersion: vmi.ResourceVersion,
-		},
-		Reason: reason, Message: message, Type: kind, Count: 1,
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: object.Name + ".", Namespace: object.Namespace},
+		InvolvedObject: object,
+		Reason:         reason, Message: message, Type: kind, Count: 1,
 		FirstTimestamp: now, LastTimestamp: now,
 		Source: k8sv1.EventSource{Component: "virtualmachine-controller"},
 	}
-	if _, err := c.client.CoreV1().Events(vmi.Namespace).Create(ctx, event, metav1.CreateOptions{}); err != nil {
-		log.Log.Reason(err).Errorf("recording event %s on %s/%s", reason, vmi.Namespace, vmi.Name)
+	if _, err := c.client.CoreV1().Events(object.Namespace).Create(ctx, event, metav1.CreateOptions{}); err != nil {
+		log.Log.Reason(err).Errorf("recording event %s on %s/%s", reason, object.Namespace, object.Name)
 	}
 }
