@@ -10,7 +10,8 @@
 //   - virt-controller's launcher Pods: each new VMI gets the Pod that virt-controller's
 //     TemplateService renders (pkg/virt-controller/services), created with virt-controller's
 //     identity; each new VirtualMachineInstanceMigration gets its target Pod, rendered by
-//     RenderMigrationManifest.
+//     RenderMigrationManifest; a VirtualMachine whose run strategy is Always gets the VMI
+//     the VM controller builds (SetupVMIFromVM, pkg/virt-controller/watch/vm).
 //
 // Before serving it installs, as the admin, what virt-operator would: virt-api's and
 // virt-controller's RBAC (pkg/virt-operator/resource/generate/rbac) and the
