@@ -279,9 +279,9 @@ def test_webhook_paths_are_the_webhook_route_constants(values: dict[str, Any]) -
     assert webhook_for(objects, "gpuclasses")["clientConfig"]["service"]["path"] == (
         paths.VALIDATE_GPUCLASSES
     )
-    assert webhook_for(objects, "virtualmachineinstances")["clientConfig"]["service"]["path"] == (
-        paths.MUTATE_VMIS
-    )
+    assert webhook_for(objects, "virtualmachineinstances", paths.MUTATE_VMIS)["clientConfig"][
+        "service"
+    ]["path"] == (paths.MUTATE_VMIS)
     assert webhook_for(objects, "pods", paths.MUTATE_PODS)["_kind"] == (
         "MutatingWebhookConfiguration"
     )
@@ -297,6 +297,7 @@ def test_webhook_paths_are_the_webhook_route_constants(values: dict[str, Any]) -
         paths.MUTATE_PODS,
         paths.VALIDATE_VMS,
         paths.VALIDATE_PODS,
+        paths.VALIDATE_VMIS,
     }
 
 
@@ -304,7 +305,7 @@ def test_every_webhook_uses_the_safe_common_settings() -> None:
     objects = render_objects()
     service = one(of_kind(objects, "Service"), "Service", "gpuclass-webhook")
     hooks = webhooks(objects)
-    assert len(hooks) == 5
+    assert len(hooks) == 6
     for name, hook in hooks.items():
         assert hook["sideEffects"] == "None", name
         assert hook["admissionReviewVersions"] == ["v1"], name
@@ -322,7 +323,7 @@ def test_timeout_follows_the_value() -> None:
 
 
 def test_vmi_webhook_sees_every_create_and_update_outside_kube_system_and_fails_closed() -> None:
-    hook = webhook_for(render_objects(), "virtualmachineinstances")
+    hook = webhook_for(render_objects(), "virtualmachineinstances", paths.MUTATE_VMIS)
     assert hook["_kind"] == "MutatingWebhookConfiguration"
     assert hook["failurePolicy"] == "Fail"
     assert hook["rules"] == [
@@ -515,7 +516,7 @@ def test_vmi_match_condition_skips_only_irrelevant_updates(
     admitted: bool,
 ) -> None:
     celpy = pytest.importorskip("celpy")
-    hook = webhook_for(render_objects(), "virtualmachineinstances")
+    hook = webhook_for(render_objects(), "virtualmachineinstances", paths.MUTATE_VMIS)
     expression = hook["matchConditions"][0]["expression"]
     volumes = [{"name": "root", "containerDisk": {"image": "x"}}]
     activation = {
@@ -602,7 +603,7 @@ def test_vmi_match_condition_sees_every_spec_change(
 ) -> None:
     """Every field KubeVirt resolves a Secret from lives under spec; a change there reaches us."""
     celpy = pytest.importorskip("celpy")
-    hook = webhook_for(render_objects(), "virtualmachineinstances")
+    hook = webhook_for(render_objects(), "virtualmachineinstances", paths.MUTATE_VMIS)
     expression = hook["matchConditions"][0]["expression"]
 
     def vmi(spec: RawObject | None) -> RawObject:
@@ -1224,7 +1225,7 @@ def test_webhook_managed_mode_keeps_the_live_ca_bundle_on_upgrade(tmp_path: Any)
     text = helpers.read_text()
     assert text.count(lookup) == 1
     names = sorted(webhooks(render_objects()))
-    assert len(names) == 5
+    assert len(names) == 6
     live = {
         "webhooks": [{"name": n, "clientConfig": {"caBundle": f"bundle-of-{n}"}} for n in names]
     }
@@ -1661,7 +1662,7 @@ def licence_policy(objects: list[dict[str, Any]]) -> dict[str, Any]:
 
 def test_release_name_flows_into_every_cross_reference() -> None:
     objects = render_objects(release="gpu", namespace="platform")
-    hook = webhook_for(objects, "virtualmachineinstances")
+    hook = webhook_for(objects, "virtualmachineinstances", paths.MUTATE_VMIS)
     assert hook["clientConfig"]["service"] == {
         "name": "gpu-gpuclass-webhook",
         "namespace": "platform",

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from gpuclass.webhook import paths
 from tests.builders import World
 from tests.builders import selecting_vmi as vmi
 from tests.chart_helpers import render_objects, webhook_for
@@ -105,10 +106,10 @@ def world(
 
 def _route_as_the_chart_does(configurations: list[RawObject]) -> None:
     """Give our VMI hook the chart's own matchConditions, so the API server routes as in a cluster."""
-    chart_hook = webhook_for(render_objects(), "virtualmachineinstances")
+    chart_hook = webhook_for(render_objects(), "virtualmachineinstances", paths.MUTATE_VMIS)
     for configuration in configurations:
         for hook in configuration["webhooks"]:
-            if "virtualmachineinstances" in hook["name"]:
+            if hook["name"].startswith("virtualmachineinstances."):
                 hook["matchConditions"] = chart_hook["matchConditions"]
 
 

@@ -54,6 +54,7 @@ WEBHOOKS: dict[str, tuple[str, GroupKind]] = {
     paths.MUTATE_PODS: ("pods", POD),
     paths.VALIDATE_VMS: ("virtualmachines", VM),
     paths.VALIDATE_PODS: ("vgpu-pods", POD),
+    paths.VALIDATE_VMIS: ("final-virtualmachineinstances", VMI),
 }
 LOGGED_STRING_CHARS = 128  # request-derived strings in decision lines (a uid is 36)
 

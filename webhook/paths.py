@@ -4,6 +4,7 @@ from typing import Final
 
 VALIDATE_GPUCLASSES: Final = "/validate/gpuclasses"
 MUTATE_VMIS: Final = "/mutate/virtualmachineinstances"
+VALIDATE_VMIS: Final = "/validate/virtualmachineinstances"
 VALIDATE_VMS: Final = "/validate/virtualmachines"
 MUTATE_PODS: Final = "/mutate/pods"
 VALIDATE_PODS: Final = "/validate/pods"

@@ -427,11 +427,18 @@ def capacity_warnings(plan: Plan) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class Judgement:
-    """Every rule of section 4 on a CREATE: all causes, and what an allowed answer carries."""
+    """Every rule of section 4 on a CREATE: all causes, what an allowed answer carries, and what
+    the selection resolves to (rule 6), which the check after every mutation reads back
+    (:mod:`shared.core.admission.admit_vmi_final`)."""
 
     causes: tuple[Cause, ...]
     operations: tuple[dict[str, Any], ...] = ()
     warnings: tuple[str, ...] = ()
+    gpus: tuple[dict[str, Any], ...] | None = None
+    """What `spec.domain.devices.gpus` holds once resolved; None without class entries, or while
+    a class does not resolve (the request is refused then)."""
+    licensed: str | None = None
+    """The selected class whose licence volume and disk rule 6 adds, if any."""
 
 
 def wanted_gpus(selection: Selection, plan: Plan, *, resolved: bool) -> list[dict[str, Any]] | None:
@@ -475,11 +482,14 @@ def judge_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> Ju
     causes += policy_causes(obj, namespace, selection.named, offers, catalog)
     causes += license_causes
     plan = Plan(totals, offers)
-    operations, op_causes = gpu_operations(
-        obj,
-        plan,
-        licensed=licensed[0] if licensed else None,
-        wanted=wanted_gpus(selection, plan, resolved=not unresolved),
-    )
+    wanted = wanted_gpus(selection, plan, resolved=not unresolved)
+    own_licence = licensed[0] if licensed else None
+    operations, op_causes = gpu_operations(obj, plan, licensed=own_licence, wanted=wanted)
     causes += op_causes
-    return Judgement(tuple(causes), tuple(operations), tuple(capacity_warnings(plan)))
+    return Judgement(
+        tuple(causes),
+        tuple(operations),
+        tuple(capacity_warnings(plan)),
+        gpus=None if wanted is None else tuple(wanted),
+        licensed=own_licence,
+    )

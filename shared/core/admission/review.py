@@ -4,14 +4,17 @@
 AdmissionReview with :class:`MalformedReview`, which the shells map to HTTP 400 or
 exit code 2), picks one admitter and returns the request with its decision;
 :func:`review` also renders it. The admitters sit side by side, one module each:
-:mod:`shared.core.admission.admit_gpuclass`, :mod:`shared.core.admission.admit_vmi`, :mod:`shared.core.admission.admit_vm`,
+:mod:`shared.core.admission.admit_gpuclass`, :mod:`shared.core.admission.admit_vmi`,
+:mod:`shared.core.admission.admit_vmi_final`, :mod:`shared.core.admission.admit_vm`,
 :mod:`shared.core.admission.admit_pod`, :mod:`shared.core.admission.admit_pod_vgpu`.
 
 Which admitter answers is the endpoint's business (docs/contract.md section 3): a Pod
 posted to `/mutate/pods` gets the launcher tolerations, the same Pod posted to
-`/validate/pods` the vGPU entitlement check. :data:`ENDPOINTS` names each endpoint's
-kind and admitter; without an endpoint, the kind's first endpoint answers (the
-mutating one for Pods), as `gpuclass review` always did.
+`/validate/pods` the vGPU entitlement check; a VMI posted to
+`/mutate/virtualmachineinstances` is resolved, to `/validate/virtualmachineinstances` judged
+as finally stored. :data:`ENDPOINTS` names each endpoint's kind and admitter; without an
+endpoint, the kind's first endpoint answers (the mutating one for Pods and VMIs), as
+`gpuclass review` always did.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from gpuclass.shared.core.admission import (
     admit_pod_vgpu,
     admit_vm,
     admit_vmi,
+    admit_vmi_final,
 )
 from gpuclass.shared.core.admission.decisions import Decision, render_response
 from gpuclass.shared.core.admission.envelope import (
@@ -61,6 +65,7 @@ ENDPOINTS: Final[dict[str, tuple[GroupKind, Admitter]]] = {
     "/mutate/pods": (POD, admit_pod.admit),
     "/validate/virtualmachines": (VM, admit_vm.admit),
     "/validate/pods": (POD, admit_pod_vgpu.admit),
+    "/validate/virtualmachineinstances": (VMI, admit_vmi_final.admit),
 }
 """The webhook's admission paths (docs/contract.md section 3): the kind each admits, and who answers."""
 
