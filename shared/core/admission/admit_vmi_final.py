@@ -103,9 +103,9 @@ def gpu_entry_causes(obj: Mapping[str, Any], judged: Judgement) -> list[Cause]:
     return [
         invalid(
             GPUS_PATH,
-            f"must be exactly what the selected classes resolve to ({describe(judged.gpus)}), "
-            f"not ({describe(found)}): the selection was not resolved, or another mutating "
-            "webhook changed the GPU entries after gpuclass resolved it",
+            f"must be exactly what the selected classes resolve to ({describe(judged.gpus)}) "
+            f"but holds ({describe(found)}): the selection was not resolved, or another "
+            "mutating webhook changed the GPU entries after gpuclass resolved it",
             "GPUEntriesMismatch",
         )
     ]
