@@ -363,6 +363,7 @@ def test_gpuclass_webhook_configurations_are_accepted(control_plane: ControlPlan
         "https://127.0.0.1:9443/validate/gpuclasses",
         "https://127.0.0.1:9443/mutate/virtualmachineinstances",
         "https://127.0.0.1:9443/mutate/pods",
+        "https://127.0.0.1:9443/validate/virtualmachineinstances",
     }
 
 

@@ -1,8 +1,9 @@
 """Webhook configurations for a webhook under test, reached by URL (https://127.0.0.1:PORT).
 
 `webhook_configuration` builds one Mutating/ValidatingWebhookConfiguration as a raw
-dict; `gpuclass_webhooks` builds the contract's three endpoints (docs/contract.md
-section 3) in that shape; `register_webhooks` and `remove_webhooks` apply and
+dict; `gpuclass_webhooks` builds the contract's VMI, launcher-Pod and GPUClass endpoints
+(docs/contract.md section 3), the check after every mutation (rule 4.11) included, in that
+shape; `register_webhooks` and `remove_webhooks` apply and
 delete them through the admin client. The API server picks a change up
 asynchronously (about a second): tests wait for its effect with `eventually`.
 """
@@ -105,6 +106,12 @@ def gpuclass_webhooks(
             ]
         },
     )
+    final = Hook(
+        name="final-virtualmachineinstances.gpu.cozystack.io",
+        path=paths.VALIDATE_VMIS,
+        rules=[rule("kubevirt.io", "v1", "virtualmachineinstances", ["CREATE"], "Namespaced")],
+        namespace_selector=vmis.namespace_selector,
+    )
     pods = Hook(
         name="launcher-pods.gpu.cozystack.io",
         path=paths.MUTATE_PODS,
@@ -118,7 +125,7 @@ def gpuclass_webhooks(
             f"{prefix}-validating",
             base_url=base_url,
             ca_bundle=ca_bundle,
-            hooks=[validating],
+            hooks=[validating, final],
         ),
         webhook_configuration(
             "Mutating",
