@@ -196,7 +196,8 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         help="answer as this webhook path does (one of: "
         + ", ".join(ENDPOINTS)
         + "); default: the first path of the object's kind (for a Pod, /mutate/pods; "
-        "/validate/pods judges vGPU requests)",
+        "/validate/pods judges vGPU requests; for a VMI, /mutate/virtualmachineinstances; "
+        "/validate/virtualmachineinstances judges it as stored, after every mutation)",
     )
     m = r.add_argument_group(
         "plain manifests",
