@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -29,6 +28,7 @@ import yaml
 
 from gpuclass.webhook import paths
 from tests.conftest import ROOT, golden_cases
+from tests.controlplane.cluster import free_port
 from tests.webhook_process import WebhookProcess
 
 PROMETHEUS = shutil.which("prometheus")
@@ -39,12 +39,6 @@ if PROMETHEUS is None:
     if os.environ.get("GPUCLASS_REQUIRE_PROMTOOL") == "1":
         pytest.fail("prometheus is not installed (GPUCLASS_REQUIRE_PROMTOOL=1)", pytrace=False)
     pytest.skip("prometheus is not installed (make system-deps)", allow_module_level=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_http(url: str, *, verify: Any = True, timeout: float = 30) -> None:

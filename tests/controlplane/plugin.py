@@ -44,6 +44,7 @@ FIXTURE = "control_plane"
 
 _ASSETS = pytest.StashKey[Path | AssetsUnavailable]()
 _STARTUP = pytest.StashKey[float]()
+_WORKER_STARTUPS = pytest.StashKey[list[float]]()
 
 
 def _uses_control_plane(item: pytest.Item) -> bool:
@@ -108,11 +109,32 @@ def kubectl(control_plane: ControlPlane) -> Path:
     raise AssertionError("unreachable")  # pragma: no cover - skip/fail raise
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A pytest-xdist worker hands its plane's start-up time to the controller."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    startup = session.config.stash.get(_STARTUP, None)
+    if workeroutput is not None and startup is not None:
+        workeroutput["control_plane_startup"] = startup
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook, on the controller
+def pytest_testnodedown(node: Any, error: object) -> None:
+    startup = getattr(node, "workeroutput", {}).get("control_plane_startup")
+    if startup is not None:
+        node.config.stash.setdefault(_WORKER_STARTUPS, []).append(float(startup))
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     startup = config.stash.get(_STARTUP, None)
     if startup is not None:
         terminalreporter.write_line(
             f"control plane: etcd + kube-apiserver ready, CRDs established in {startup:.1f}s"
+        )
+    workers = sorted(config.stash.get(_WORKER_STARTUPS, []))
+    if workers:  # under pytest-xdist each worker that needs a plane starts its own
+        terminalreporter.write_line(
+            f"control planes: {len(workers)} (one per worker that needed one), etcd + "
+            f"kube-apiserver ready, CRDs established in {', '.join(f'{t:.1f}s' for t in workers)}"
         )
 
 
