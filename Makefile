@@ -49,11 +49,14 @@ system-deps: ## install system tools the tests use (Debian prometheus for promto
 	    (apt-get install -y -q prometheus >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q prometheus >/dev/null)); \
 	  else echo "promtool missing: install the prometheus package (alert tests will be skipped)"; fi; }
 
+# Test worker processes (pytest-xdist), whole files per worker: docs/testing.md, "Parallel run".
+TEST_WORKERS ?= 4
+
 test: $(STAMP) system-deps $(TYPECHECK) ## install what the tests need, lint, type-check and run every test (what CI runs)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	KUBEBUILDER_ASSETS="$$(bash tests/controlplane/build.sh)" $(BIN)/python -m pytest
+	KUBEBUILDER_ASSETS="$$(bash tests/controlplane/build.sh)" $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test-fast: $(STAMP) ## the tests that need no control plane
 	$(BIN)/python -m pytest -m "not controlplane"

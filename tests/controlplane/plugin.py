@@ -1,4 +1,5 @@
-"""pytest plugin: one real control plane per session, started only when a test needs it.
+"""pytest plugin: one real control plane per session (per pytest-xdist worker), started
+only when a test needs it.
 
 `control_plane` (session scope) starts etcd + kube-apiserver, registers the
 project's GPUClass CRD (charts/gpuclass/templates/crd-gpuclass.yaml, plain YAML)
@@ -52,10 +53,16 @@ def _uses_control_plane(item: pytest.Item) -> bool:
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if _uses_control_plane(item):
             item.add_marker(pytest.mark.controlplane)
+    if hasattr(config, "workerinput"):
+        # A pytest-xdist worker: the files that wait on a control plane are the long ones, so
+        # they are handed out first and the short ones fill in around them (`make test` runs
+        # with --dist loadfile --no-loadscope-reorder, so workers take files in this order).
+        # Every worker sorts the same way, so their collections stay equal.
+        items.sort(key=lambda item: not _uses_control_plane(item))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
