@@ -315,7 +315,7 @@ def checkout(ref: str, folder: Path) -> tuple[list[str], dict[str, str]]:
     `folder`, importable as `gpuclass` (a namespace package whose subpackages link to the
     top-level folders, as pyproject.toml maps them)."""
     tree = folder / "tree"
-    tree.mkdir()
+    tree.mkdir(parents=True)
     archive = subprocess.run(
         ["git", "-C", str(ROOT), "archive", ref, "shared", "reconciler", "webhook"],
         capture_output=True,
