@@ -55,15 +55,17 @@ TEST_WORKERS ?= 4
 test: $(STAMP) system-deps $(TYPECHECK) ## install what the tests need, lint, type-check and run every test (what CI runs)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
 	KUBEBUILDER_ASSETS="$$(bash tests/controlplane/build.sh)" $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test-fast: $(STAMP) ## the tests that need no control plane
 	$(BIN)/python -m pytest -m "not controlplane"
 
-lint: $(STAMP) ## ruff lint and format check
+lint: $(STAMP) ## ruff lint and format check, and the import contracts (lint-imports)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 format: $(STAMP) ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff check --fix .

@@ -30,10 +30,10 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gpuclass.shared.admission import encode_response  # noqa: E402
-from gpuclass.shared.catalog import Policy  # noqa: E402
-from gpuclass.shared.cli import offline_catalog  # noqa: E402
-from gpuclass.shared.review import review  # noqa: E402
+from gpuclass.shared.cli.main import offline_catalog  # noqa: E402
+from gpuclass.shared.core.admission.decisions import encode_response  # noqa: E402
+from gpuclass.shared.core.admission.review import review  # noqa: E402
+from gpuclass.shared.core.status.catalog import Policy  # noqa: E402
 from tests.attack_clients import PeakRss, rss_mb  # noqa: E402
 from tests.webhook_process import WebhookProcess  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""In-process admission decision time for a 4-GPU VMI, through `shared.review.review`.
+"""In-process admission decision time for a 4-GPU VMI, through `shared.core.admission.review.review`.
 
 The catalog is built once (as the webhook does per change of state); each run
 times one `review(body, catalog)` call with `time.perf_counter_ns`: envelope
@@ -50,11 +50,11 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gpuclass.shared.admission import encode_response  # noqa: E402
-from gpuclass.shared.catalog import Catalog, Policy  # noqa: E402
-from gpuclass.shared.cli import offline_catalog  # noqa: E402
-from gpuclass.shared.review import review  # noqa: E402
-from gpuclass.shared.selection import MAX_SELECTION_BYTES  # noqa: E402
+from gpuclass.shared.cli.main import offline_catalog  # noqa: E402
+from gpuclass.shared.core.admission.decisions import encode_response  # noqa: E402
+from gpuclass.shared.core.admission.review import review  # noqa: E402
+from gpuclass.shared.core.model.selection import MAX_SELECTION_BYTES  # noqa: E402
+from gpuclass.shared.core.status.catalog import Catalog, Policy  # noqa: E402
 
 RUNS = max(int(os.environ.get("BENCH_RUNS", "20000")), 10_000)
 WARMUP = 1_000

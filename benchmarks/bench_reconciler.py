@@ -42,12 +42,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.gencluster import DEDICATED, iter_cluster, pod
 from benchmarks.gencluster import resource as resource_name
+from gpuclass.reconciler.api.fake import apply_merge_patch
+from gpuclass.reconciler.api.port import ListPage, RawObject, WatchEvent
 from gpuclass.reconciler.leader import AlwaysLeader
 from gpuclass.reconciler.manager import Manager
-from gpuclass.reconciler.memory import apply_merge_patch
-from gpuclass.reconciler.ports import ListPage, RawObject, WatchEvent
 from gpuclass.reconciler.settings import ReconcilerSettings
-from gpuclass.reconciler.sources import SPECS, Scope, Source, selected
+from gpuclass.reconciler.state.sources import SPECS, Scope, Source, selected
 
 NODES = int(os.environ.get("BENCH_NODES", 5000))
 PODS = int(os.environ.get("BENCH_PODS", 150_000))
@@ -69,7 +69,7 @@ SCOPE = Scope(license_secret_names=frozenset({"vgpu-licence"}))
 
 
 def served(source: Source, obj: RawObject) -> bool:
-    """The server-side scope and selectors of each source (what reconciler/kube.py asks for)."""
+    """The server-side scope and selectors of each source (what reconciler/api/client.py asks for)."""
     return selected(SPECS[source], obj, SCOPE)
 
 

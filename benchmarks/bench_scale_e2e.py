@@ -8,7 +8,7 @@ API: `BENCH_NODES` Nodes (default 1,000; one in four advertises 8 units of one o
 that kwok runs. Then it prints:
 
 1. **initial sync against a plain list**, in this process, with the same client
-   (`reconciler.kube.KubeAdapter`, same page size and selectors): (a) list every
+   (`reconciler.api.client.KubeAdapter`, same page size and selectors): (a) list every
    source the reconciler watches and drop the pages; (b) the reconciler's own
    start-up work: the same lists into its state, then the first pass computing
    every class (dry run: nothing written). Alternated `BENCH_ROUNDS` times (default
@@ -53,10 +53,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_e2e_reconciler import ClassWatch, percentile  # noqa: E402
-from gpuclass.reconciler.kube import KubeAdapter  # noqa: E402
+from gpuclass.reconciler.api.client import KubeAdapter  # noqa: E402
 from gpuclass.reconciler.manager import Manager  # noqa: E402
 from gpuclass.reconciler.settings import ReconcilerSettings  # noqa: E402
-from gpuclass.reconciler.sources import SOURCES  # noqa: E402
+from gpuclass.reconciler.state.sources import SOURCES  # noqa: E402
 from tests.controlplane.api import Api, ApiError, RawObject  # noqa: E402
 from tests.controlplane.cluster import ControlPlane, User, eventually, find_assets  # noqa: E402
 from tests.controlplane.components import kwok, kwok_node, set_allocatable  # noqa: E402

@@ -1,8 +1,8 @@
 """gpuclass-reconciler: writes GPUClass status, licence copies and the in-use finalizer.
 
-Layers (docs/reconciler.md): `kube.py` is the only kubernetes_asyncio adapter
-behind the `ports.KubeAPI` Protocol; `manager` wires and stops everything; one
-informer per source of `sources.SPECS` lists and watches into `cache`; `worker`
-recomputes with the pure core and writes only what changed; `leader` holds the
+Layers (docs/reconciler.md): `api/client.py` is the only kubernetes_asyncio adapter
+behind the `api.port.KubeAPI` Protocol; `manager` wires and stops everything; one
+informer per source of `state.sources.SPECS` lists and watches into `state.cache`;
+`worker` recomputes with the pure core and writes only what changed; `leader` holds the
 Lease; `offline` runs the same manager on files.
 """

@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Hashable
 
+from gpuclass.shared.kube.backoff import exponential
+
 
 class KeyedBackoff:
     def __init__(
@@ -22,7 +24,7 @@ class KeyedBackoff:
     def failure(self, key: Hashable) -> tuple[int, float]:
         """Record a failure; returns how many in a row, and the delay before the next try."""
         count = self._failures.get(key, (0, 0.0))[0] + 1
-        delay = min(self.cap, self.base * 2 ** min(count - 1, 20))
+        delay = exponential(count - 1, base=self.base, cap=self.cap)
         self._failures[key] = (count, self.clock() + delay)
         return count, delay
 

@@ -1,7 +1,7 @@
-"""Licence-copy writes: carry out `shared.licenses.plan_copies` against the record, never reading a Secret.
+"""Licence-copy writes: carry out `reconciler.state.licenses.plan_copies` against the record, never reading a Secret.
 
 The plan is pure (which copies should exist, with what content). This module
-writes it, and keeps the record (:func:`shared.licenses.parse_record`, a ConfigMap
+writes it, and keeps the record (:func:`reconciler.state.licenses.parse_record`, a ConfigMap
 in the reconciler's namespace) that says which copies exist, so the reconciler
 needs no right to read tenant Secrets. One pass:
 
@@ -29,13 +29,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Hashable
 
-from gpuclass.reconciler.cache import ClusterCache
+from gpuclass.reconciler.api.port import ApiError, KubeAPI
 from gpuclass.reconciler.events import EventRecorder
 from gpuclass.reconciler.metrics import ReconcilerMetrics
-from gpuclass.reconciler.ports import ApiError, KubeAPI
-from gpuclass.reconciler.sources import Source
-from gpuclass.shared import names
-from gpuclass.shared.licenses import (
+from gpuclass.reconciler.state.cache import ClusterCache
+from gpuclass.reconciler.state.licenses import (
     MAX_RECORD_BYTES,
     PENDING,
     CopyAction,
@@ -46,6 +44,8 @@ from gpuclass.shared.licenses import (
     render_record,
     secret_body,
 )
+from gpuclass.reconciler.state.sources import Source
+from gpuclass.shared.core.base import names
 
 log = logging.getLogger("gpuclass.reconciler.copies")
 
@@ -150,15 +150,15 @@ class CopyWriter:
             await self._send(action)
         except ApiError as exc:
             self.metrics.object_writes.labels("licence-copy", action.action, "error").inc()
-            if action.action == "delete" and exc.status == 404:
+            if action.action == "delete" and exc.not_found:
                 entries.pop(action.key, None)  # already gone: nothing left to track
                 return
-            if pending and exc.status in (403, 404, 409):
+            if (pending and exc.forbidden) or exc.not_found or exc.conflict:
                 entries.pop(action.key, None)  # nothing of ours was created
             count = self.failed(key, self._retry, exc)
-            if exc.status == 409 and exc.reason == "AlreadyExists":
+            if exc.already_exists:
                 await self._report_foreign(action)
-            elif count == 1 and exc.status == 403:
+            elif count == 1 and exc.forbidden:
                 await self.events.emit(
                     action.class_name,
                     reason="LicenseCopyRefused",

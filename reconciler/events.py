@@ -11,9 +11,9 @@ import logging
 from collections.abc import Callable
 from typing import Literal
 
-from gpuclass.reconciler.cache import ClusterCache
-from gpuclass.reconciler.ports import ApiError, KubeAPI, RawObject
-from gpuclass.shared import names
+from gpuclass.reconciler.api.port import ApiError, KubeAPI, RawObject
+from gpuclass.reconciler.state.cache import ClusterCache
+from gpuclass.shared.core.base import names
 
 log = logging.getLogger("gpuclass.reconciler.events")
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from gpuclass.reconciler.ports import ApiError, KubeAPI, RawObject
+from gpuclass.reconciler.api.port import ApiError, KubeAPI, RawObject
 
 log = logging.getLogger("gpuclass.reconciler.leader")
 

@@ -19,13 +19,13 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from gpuclass.reconciler.api.port import ApiError
 from gpuclass.reconciler.manager import Manager
 from gpuclass.reconciler.offline import file_reconciler, run_once
-from gpuclass.reconciler.ports import ApiError
 from gpuclass.reconciler.settings import ReconcilerSettings
-from gpuclass.shared.runtime.loader import LoadError
-from gpuclass.shared.runtime.logs import setup_logging
-from gpuclass.shared.runtime.settings import parse_settings
+from gpuclass.shared.kube.loader import LoadError
+from gpuclass.shared.kube.logs import setup_logging
+from gpuclass.shared.kube.settings import parse_settings
 
 log = logging.getLogger("gpuclass.reconciler")
 

@@ -1,13 +1,13 @@
 """The reconciler's manager: `await Manager(settings).run()` until cancelled or stopped.
 
 As controller-runtime's manager, it wires the pieces — one informer (list/watch
-loop, :class:`~shared.runtime.listwatch.Reflector`) per source of
-:data:`~reconciler.sources.SPECS` into the :class:`~reconciler.cache.ClusterCache`,
+loop, :class:`~shared.kube.listwatch.Reflector`) per source of
+:data:`~reconciler.state.sources.SPECS` into the :class:`~reconciler.state.cache.ClusterCache`,
 the :class:`~reconciler.worker.Worker`, the Lease, and the HTTP endpoints, each a
 task by name — and tears them down in order: on
 cancellation or :meth:`Manager.stop` it stops writing, releases the Lease and
 closes the API client. The API comes from `--kubeconfig` (or in-cluster config)
-unless a :class:`~reconciler.ports.KubeAPI` is passed in (the offline twin, tests).
+unless a :class:`~reconciler.api.port.KubeAPI` is passed in (the offline twin, tests).
 """
 
 from __future__ import annotations
@@ -18,19 +18,19 @@ import logging
 import time
 from collections.abc import Callable
 
-from gpuclass.reconciler.cache import ClusterCache
+from gpuclass.reconciler.api.dryrun import RecordingKube
+from gpuclass.reconciler.api.port import KubeAPI
 from gpuclass.reconciler.events import EventRecorder
 from gpuclass.reconciler.http import Server, create_app, server
 from gpuclass.reconciler.leader import AlwaysLeader, LeaderElector, Leadership
 from gpuclass.reconciler.metrics import ReconcilerMetrics
-from gpuclass.reconciler.ports import KubeAPI
-from gpuclass.reconciler.recording import RecordingKube
 from gpuclass.reconciler.settings import ReconcilerSettings
-from gpuclass.reconciler.sources import SOURCES, Source
+from gpuclass.reconciler.state.cache import ClusterCache
+from gpuclass.reconciler.state.sources import SOURCES, Source
 from gpuclass.reconciler.worker import Worker
-from gpuclass.shared.runtime.clock import now_rfc3339
-from gpuclass.shared.runtime.listwatch import Reflector
-from gpuclass.shared.runtime.syncview import SyncView
+from gpuclass.shared.core.base.syncview import SyncView
+from gpuclass.shared.kube.clock import now_rfc3339
+from gpuclass.shared.kube.listwatch import Reflector
 
 log = logging.getLogger("gpuclass.reconciler")
 
@@ -77,7 +77,9 @@ class Manager:
 
     async def _connect(self) -> KubeAPI:
         if self.api is None:
-            from gpuclass.reconciler.kube import KubeAdapter  # the only kubernetes_asyncio import
+            from gpuclass.reconciler.api.client import (
+                KubeAdapter,  # the only kubernetes_asyncio import
+            )
 
             self.api = await KubeAdapter.connect(self.settings)
         if self.settings.dry_run and not isinstance(self.api, RecordingKube):
@@ -128,6 +130,7 @@ class Manager:
             sync=self.sync,
             on_change=worker.wake,
             on_restart=lambda source, reason: self.metrics.watch_restarts.labels(source).inc(),
+            on_store_error=lambda source: self.metrics.store_errors.labels(source).inc(),
         )
         return self.informers
 

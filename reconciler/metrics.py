@@ -14,9 +14,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
-from gpuclass.shared import names
-from gpuclass.shared.availability import Figures
-from gpuclass.shared.runtime.processmetrics import register_standard_metrics
+from gpuclass.shared.core.base import names
+from gpuclass.shared.core.status.availability import Figures
+from gpuclass.shared.kube.processmetrics import register_standard_metrics
 
 # No `<counter>_created` gauges, as in the webhook: nothing reads them, they double the series count.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -114,6 +114,12 @@ class ReconcilerMetrics:
         self.watch_restarts = Counter(
             "gpuclass_watch_restarts",
             "Re-lists of a watched resource (expired or failed watch)",
+            ["resource"],
+            registry=r,
+        )
+        self.store_errors = Counter(
+            "gpuclass_store_errors",
+            "Objects the cache raised on (a bug in the reconciler, logged with a traceback)",
             ["resource"],
             registry=r,
         )

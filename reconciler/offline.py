@@ -1,6 +1,6 @@
 """The offline twin (docs/contract.md section 7): the same loop, run against files instead of a cluster.
 
-With `--objects`, the files are loaded into a :class:`~reconciler.memory.MemoryKube`
+With `--objects`, the files are loaded into a :class:`~reconciler.api.fake.MemoryKube`
 — an API server in a dict — and the ordinary :class:`~reconciler.manager.Manager`
 runs against it: the same informers, cache, worker and writes. Nothing ever contacts
 a cluster. `--once` prints what the reconciler wrote into that in-memory cluster
@@ -19,13 +19,14 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from gpuclass.reconciler.api.dryrun import RecordingKube
+from gpuclass.reconciler.api.fake import MemoryKube
 from gpuclass.reconciler.leader import AlwaysLeader
 from gpuclass.reconciler.manager import Manager
-from gpuclass.reconciler.memory import MemoryKube
-from gpuclass.reconciler.recording import RecordingKube
 from gpuclass.reconciler.settings import ReconcilerSettings
-from gpuclass.shared.runtime.filesource import Stamp, stamp_of
-from gpuclass.shared.runtime.loader import LoadError, iter_stored_objects
+from gpuclass.shared.kube.backoff import exponential
+from gpuclass.shared.kube.filesource import Stamp, stamp_of
+from gpuclass.shared.kube.loader import LoadError, iter_stored_objects
 
 log = logging.getLogger("gpuclass.reconciler.offline")
 
@@ -79,7 +80,7 @@ async def run_once(settings: ReconcilerSettings) -> dict[str, Any]:
         recorder = RecordingKube(memory_cluster(settings), forward=True)
         reconciler = Manager(settings, api=recorder, leadership=AlwaysLeader(), serve_http=False)
     else:
-        from gpuclass.reconciler.kube import KubeAdapter
+        from gpuclass.reconciler.api.client import KubeAdapter
 
         recorder = RecordingKube(await KubeAdapter.connect(settings), forward=not settings.dry_run)
         leadership = AlwaysLeader() if settings.dry_run or not settings.leader_elect else None
@@ -110,7 +111,7 @@ def file_reconciler(
         nonlocal last
         failures = 0
         while True:
-            await asyncio.sleep(min(settings.objects_poll_seconds * 2**failures, 30.0))
+            await asyncio.sleep(exponential(failures, base=settings.objects_poll_seconds, cap=30.0))
             try:
                 stamp = stamp_of(settings.objects)
                 if stamp == last:

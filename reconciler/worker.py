@@ -1,19 +1,19 @@
 """The worker: coalesce dirty marks, recompute, and write only what changed.
 
-Events only mark work dirty (:class:`reconciler.cache.Dirty`); the worker
+Events only mark work dirty (:class:`reconciler.state.cache.Dirty`); the worker
 wakes, waits a short coalescing window (so a burst of pod events costs one
 recompute per class), takes the whole dirty set and, per item:
 
-- status: computed by `shared.availability.compute_status` over the live counters,
+- status: computed by `shared.core.status.availability.compute_status` over the live counters,
   compared whole with the stored status, written as a merge patch pinned to the
   stored resourceVersion; a 409 re-reads the class and tries again;
-- finalizer: `shared.inuse.finalizer_change`, patched the same way;
+- finalizer: `reconciler.state.inuse.finalizer_change`, patched the same way;
 - licence copies: see :mod:`reconciler.copies`.
 
 Nothing is written before every source has completed its first list (the marks
 wait). A deletion — a finalizer removal, a licence-copy delete — also needs the
 sources it depends on synced now and at least as recent as the object it
-releases (:meth:`shared.runtime.syncview.SyncView.behind`); otherwise it waits, and a
+releases (:meth:`shared.core.base.syncview.SyncView.behind`); otherwise it waits, and a
 source whose watch has not brought it that far is re-listed (at most every
 `relist_interval` seconds).
 
@@ -31,17 +31,18 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from gpuclass.reconciler.api.port import ApiError, KubeAPI
 from gpuclass.reconciler.backoff import KeyedBackoff
-from gpuclass.reconciler.cache import ClassEntry, ClusterCache, StatusContext
 from gpuclass.reconciler.copies import CopyWriter
 from gpuclass.reconciler.events import EventRecorder
 from gpuclass.reconciler.leader import Leadership
 from gpuclass.reconciler.metrics import ReconcilerMetrics
-from gpuclass.reconciler.ports import ApiError, KubeAPI
-from gpuclass.reconciler.sources import Source
-from gpuclass.shared.inuse import finalizer_change
-from gpuclass.shared.runtime.syncview import SyncView
-from gpuclass.shared.statusdiff import status_patch, transitions
+from gpuclass.reconciler.state.cache import ClassEntry, ClusterCache, StatusContext
+from gpuclass.reconciler.state.inuse import finalizer_change
+from gpuclass.reconciler.state.sources import Source
+from gpuclass.reconciler.state.statusdiff import status_patch, transitions
+from gpuclass.shared.core.base.syncview import SyncView
+from gpuclass.shared.kube.backoff import exponential
 
 log = logging.getLogger("gpuclass.reconciler.worker")
 
@@ -62,11 +63,11 @@ class Worker:
         vgpu_entitled: bool,
         record_namespace: str,
         now: Callable[[], str],
+        sync: SyncView[Source],
+        request_relist: Callable[[Source], None],
         coalesce_seconds: float = 0.2,
         backoff: KeyedBackoff | None = None,
         on_pass: Callable[[], None] = lambda: None,
-        sync: SyncView[Source] | None = None,
-        request_relist: Callable[[Source], None] = lambda source: None,
         relist_interval: float = 10.0,
         dry_run: bool = False,
     ) -> None:
@@ -115,7 +116,7 @@ class Worker:
             except Exception:  # a bug must not end the loop: log it, wait, look at everything again
                 failures += 1
                 log.exception("reconcile pass failed", extra={"fields": {"failures": failures}})
-                await asyncio.sleep(min(60.0, 0.5 * 2**failures))
+                await asyncio.sleep(exponential(failures, base=0.5, cap=60.0))
                 self.state.mark_all()
                 self.wake()
 
@@ -128,7 +129,7 @@ class Worker:
             self.wake()
 
     def view_complete(self) -> bool:
-        return self.sync is None or self.sync.all_listed()
+        return self.sync.all_listed()
 
     async def reconcile_once(self) -> None:
         """One pass over everything dirty now (none before every source's first list)."""
@@ -168,13 +169,13 @@ class Worker:
         self, sources: tuple[Source, ...], version: str, retry: Callable[[], None]
     ) -> bool:
         """The view of `sources` is synced and has reached `version`; else wait for it."""
-        behind = () if self.sync is None else self.sync.behind(sources, version)
+        behind = self.sync.behind(sources, version)
         if not behind:
             return True
         self._waiting.append(retry)
         now = time.monotonic()
         for source in behind:
-            if not self.sync or not self.sync.synced(source):
+            if not self.sync.synced(source):
                 continue  # a list is running: its end wakes us
             asked = self._relist_asked.get(source)
             if asked is None or now - asked >= self.relist_interval:
@@ -238,7 +239,7 @@ class Worker:
             await self._write_status(name, entry, status, context, now)
         except ApiError as exc:
             self._result("error")
-            if exc.status != 404:
+            if not exc.not_found:
                 self._failed(key, lambda: self.state.dirty.statuses.add(name), exc)
             return
         self.backoff.success(key)
@@ -255,7 +256,7 @@ class Worker:
             try:
                 written = await self.api.patch_class_status(name, body)
             except ApiError as exc:
-                if exc.status != 409 or attempt == CONFLICT_RETRIES - 1:
+                if not exc.conflict or attempt == CONFLICT_RETRIES - 1:
                     raise
                 self.state.absorb("gpuclasses", await self.api.get_class(name))
                 fresh = self.state.classes.get(name)
@@ -301,9 +302,9 @@ class Worker:
             )
         except ApiError as exc:
             self.metrics.object_writes.labels("finalizer", change.action, "error").inc()
-            if exc.status == 409:  # stale: read it again and decide again
+            if exc.conflict:  # stale: read it again and decide again
                 self.state.absorb("gpuclasses", await self.api.get_class(name))
-            if exc.status != 404:
+            if not exc.not_found:
                 self._failed(key, lambda: self.state.dirty.finalizers.add(name), exc)
             return
         self.backoff.success(key)

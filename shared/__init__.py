@@ -1,10 +1,9 @@
-"""gpuclass core: every rule of the GPU class catalog, written once, with no I/O.
+"""gpuclass's shared code: the pure core, the one I/O edge and the `gpuclass` command.
 
-The modules directly in this package are pure: they take the catalog, a cluster
-snapshot and `now` as arguments and return decisions as values. They import
-neither the webhook nor the reconciler, nor any network, logging-setup or
-Kubernetes client library (tests/test_layers.py enforces it).
+- :mod:`gpuclass.shared.core`: every rule of the GPU class catalog, written once, with no I/O.
+- :mod:`gpuclass.shared.kube`: the I/O all three shells share (files, settings, logs, the
+  HTTP client and the reflector).
+- :mod:`gpuclass.shared.cli`: the offline `gpuclass` command.
 
-I/O that both binaries share lives in :mod:`shared.runtime`; the offline
-command line in :mod:`shared.cli`. The core never imports either.
+The import contracts in pyproject.toml (docs/architecture.md) keep the arrows one way.
 """

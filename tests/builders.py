@@ -25,8 +25,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuclass.shared import names
-from gpuclass.shared.envelope import AdmissionRequest, request_from
+from gpuclass.shared.core.admission.envelope import AdmissionRequest, request_from
+from gpuclass.shared.core.base import names
 from tests.controlplane.cluster import unique_name
 
 if TYPE_CHECKING:

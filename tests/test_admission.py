@@ -9,20 +9,17 @@ from typing import Any
 import orjson
 import pytest
 
-from gpuclass.shared.admission import (
+from gpuclass.shared.cli.main import offline_catalog
+from gpuclass.shared.core.admission.decisions import (
     Allowed,
-    Cause,
     Denied,
-    clip_warning,
     denial_message,
     encode_response,
-    forbidden,
-    invalid,
     render_response,
 )
-from gpuclass.shared.catalog import Catalog, Policy
-from gpuclass.shared.cli import offline_catalog
-from gpuclass.shared.review import POD, VMI, MalformedReview, review
+from gpuclass.shared.core.admission.review import POD, VMI, MalformedReview, review
+from gpuclass.shared.core.base.causes import Cause, clip_warning, forbidden, invalid
+from gpuclass.shared.core.status.catalog import Catalog, Policy
 from tests.conftest import OBJECTS
 
 V1 = "admission.k8s.io/v1"

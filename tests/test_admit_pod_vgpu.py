@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from gpuclass.shared.admission import Allowed, Decision, Denied
-from gpuclass.shared.admit_pod_vgpu import admit
-from gpuclass.shared.catalog import Catalog, Policy, build_catalog
-from gpuclass.shared.envelope import VMI, MalformedReview
-from gpuclass.shared.review import ENDPOINTS, review
-from gpuclass.shared.snapshot import SnapshotBuilder
+from gpuclass.shared.core.admission.admit_pod_vgpu import admit
+from gpuclass.shared.core.admission.decisions import Allowed, Decision, Denied
+from gpuclass.shared.core.admission.envelope import VMI, MalformedReview
+from gpuclass.shared.core.admission.review import ENDPOINTS, review
+from gpuclass.shared.core.model.snapshot import SnapshotBuilder
+from gpuclass.shared.core.status.catalog import Catalog, Policy, build_catalog
 from tests.builders import admission_request
 
 POD_KIND = ("", "Pod")

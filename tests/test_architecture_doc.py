@@ -1,8 +1,8 @@
-"""docs/architecture.md's picture names the modules as they are (docs/conventions.md: keep the picture true).
+"""docs/architecture.md's tree is the tree on disk (docs/conventions.md: keep the picture true).
 
-Every word in a box is either a module of that box's folder or one of the few plain
-words listed here; every module of the core and of the shared I/O edge is in its box.
-A renamed, moved or deleted module, or a new core module left out, fails this test.
+The "The tree" block lists every package folder of shared/, webhook/ and reconciler/ with
+the modules it holds. A module or package added, moved, renamed or removed without the
+list changing fails here; so does a folder of the picture that does not exist.
 """
 
 from __future__ import annotations
@@ -10,80 +10,75 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "architecture.md"
-
-# Words of the picture that are not module names.
-PLAIN = {
-    "webhook": {"webhook", "connection", "limits", "hot", "path", "catalog", "from", "files", "or",
-                "the", "api"},
-    "cli": {"shared", "cli", "py", "gpuclass", "validate", "review", "status", "explain"},
-    "reconciler": {"reconciler", "manager", "informers", "lease", "offline", "twin"},
-    "shared": {"shared", "the", "pure", "core", "values", "in", "decisions", "out", "no", "i", "o",
-               "clock", "environment", "rules", "world", "words", "render", "can", "a", "vm",
-               "start", "now"},
-    "shared/runtime": {"shared", "runtime", "the", "i", "o", "all", "three", "share", "files",
-                       "snapshot", "one", "reflector", "http", "client", "and"},
-}  # fmt: skip
+TOP = ("shared", "webhook", "reconciler")
 
 
-def picture() -> list[str]:
-    text = DOC.read_text()
-    block = re.search(r"```\n(.*?)```", text, re.S)
-    assert block, "docs/architecture.md has no picture"
-    return block.group(1).splitlines()
+def listed_tree(text: str) -> dict[str, set[str]]:
+    """Folder (relative path) -> module names, from the ```text block after "## The tree"."""
+    section = text.split("## The tree", 1)[1]
+    block = re.search(r"```text\n(.*?)```", section, re.S)
+    assert block, "docs/architecture.md: no ```text block under '## The tree'"
+    tree: dict[str, set[str]] = {}
+    stack: list[tuple[int, str]] = []
+    for line in block.group(1).splitlines():
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        folder, _, modules = line.strip().partition("/")
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = "/".join([*(name for _, name in stack), folder])
+        assert path not in tree, f"{path}/ listed twice"
+        tree[path] = set(modules.split())
+        stack.append((indent, folder))
+    return tree
 
 
-def boxes() -> dict[str, set[str]]:
-    """Words per box: the three shells side by side, then the core, then the I/O edge."""
-    words: dict[str, set[str]] = {key: set() for key in PLAIN}
-    wide = None
-    for line in picture():
-        cells = line.split("|")
-        if len(cells) == 7:  # | webhook |  | cli |  | reconciler |
-            for key, cell in zip(("webhook", "cli", "reconciler"), cells[1:6:2], strict=True):
-                words[key] |= _words(cell)
-        elif len(cells) == 3:
-            header = cells[1].strip()
-            if header.startswith("shared/runtime/"):
-                wide = "shared/runtime"
-            elif header.startswith("shared/"):
-                wide = "shared"
-            assert wide, f"a wide box before its header: {line!r}"
-            words[wide] |= _words(cells[1])
-    return words
+def disk_tree() -> dict[str, set[str]]:
+    tree: dict[str, set[str]] = {}
+    for top in TOP:
+        for init in sorted((ROOT / top).rglob("__init__.py")):
+            folder = init.parent
+            tree[folder.relative_to(ROOT).as_posix()] = {
+                p.stem for p in folder.glob("*.py") if p.stem != "__init__"
+            }
+    return tree
 
 
-def _words(cell: str) -> set[str]:
-    return {w.lower() for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", cell)}
-
-
-def modules(folder: str) -> set[str]:
-    return {p.stem for p in (ROOT / folder).glob("*.py") if p.stem != "__init__"}
-
-
-def test_every_word_in_a_box_is_a_module_of_its_folder_or_a_plain_word() -> None:
-    for key, words in boxes().items():
-        folder = "shared" if key == "cli" else key
-        unknown = words - modules(folder) - PLAIN[key]
-        assert not unknown, (
-            f"docs/architecture.md names {sorted(unknown)} in {key}/: no such module"
+def test_every_package_and_module_on_disk_is_in_the_tree() -> None:
+    listed, disk = listed_tree(DOC.read_text()), disk_tree()
+    assert sorted(listed) == sorted(disk), "package folders differ from docs/architecture.md"
+    for folder, modules in disk.items():
+        assert listed[folder] == modules, (
+            f"{folder}/: not in the doc {sorted(modules - listed[folder])}, "
+            f"not on disk {sorted(listed[folder] - modules)}"
         )
 
 
-def test_every_core_and_edge_module_is_in_its_box() -> None:
-    found = boxes()
-    missing_core = modules("shared") - {"cli", "explaincmd"} - found["shared"]  # the CLI edge
-    assert not missing_core, f"core modules missing from the picture: {sorted(missing_core)}"
-    missing_edge = modules("shared/runtime") - found["shared/runtime"]
-    assert not missing_edge, (
-        f"shared/runtime modules missing from the picture: {sorted(missing_edge)}"
-    )
+def test_every_folder_of_the_tree_has_a_row_in_who_owns_what() -> None:
+    text = DOC.read_text()
+    rows = set(re.findall(r"^\| `([a-z/_]+)/` \|", text, re.M))
+    assert set(listed_tree(text)) - {"shared"} <= rows
 
 
-def test_the_shell_boxes_name_their_folders_entry_points() -> None:
-    found = boxes()
-    assert {"app", "server", "state", "kube"} <= found["webhook"] & modules("webhook")
-    assert {"manager", "cache", "worker", "sources", "kube"} <= found["reconciler"] & modules(
-        "reconciler"
-    )
+@pytest.mark.parametrize(
+    ("block", "expected"),
+    [
+        pytest.param(
+            "a/   x y\n  b/   z\n",
+            {"a": {"x", "y"}, "a/b": {"z"}},
+            id="nested",
+        ),
+        pytest.param(
+            "a/\n  b/  x\n  c/  y\nd/  w\n",
+            {"a": set(), "a/b": {"x"}, "a/c": {"y"}, "d": {"w"}},
+            id="siblings-and-back-out",
+        ),
+    ],
+)
+def test_the_tree_reader(block: str, expected: dict[str, set[str]]) -> None:
+    assert listed_tree(f"## The tree\n\n```text\n{block}```\n") == expected

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from gpuclass.shared.availability import compute_all
-from gpuclass.shared.snapshot import Snapshot, SnapshotBuilder
+from gpuclass.shared.core.model.snapshot import Snapshot, SnapshotBuilder
+from gpuclass.shared.core.status.availability import compute_all
 
 R = "example.com/gpu"
 NS = "cozy-system"

@@ -16,11 +16,11 @@ import pytest
 from hypothesis import event, example, given, settings, target
 from hypothesis import strategies as st
 
-from gpuclass.shared.availability import compute_all
-from gpuclass.shared.capacity import MAX_TAINT_KEYS, judge_node, survey_nodes
-from gpuclass.shared.k8s import Taint
-from gpuclass.shared.snapshot import NodeRecord, SnapshotBuilder, compact_class
-from gpuclass.shared.statusdiff import status_patch, transitions
+from gpuclass.reconciler.state.statusdiff import status_patch, transitions
+from gpuclass.shared.core.base.k8s import Taint
+from gpuclass.shared.core.model.snapshot import NodeRecord, SnapshotBuilder, compact_class
+from gpuclass.shared.core.status.availability import compute_all
+from gpuclass.shared.core.status.capacity import MAX_TAINT_KEYS, judge_node, survey_nodes
 from tests.builders import gpuclass, kubevirt, node, pod
 
 R = "example.com/gpu"

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
-from gpuclass.shared.certrotation import Policy, UpdateSecret, Wait, WriteBundles, plan
-from gpuclass.shared.runtime import certissue as ci
+from gpuclass.webhook.certs import issue as ci
+from gpuclass.webhook.certs.rotation import Policy, UpdateSecret, Wait, WriteBundles, plan
 
 HOUR = dt.timedelta(hours=1)
 START = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)

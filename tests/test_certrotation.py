@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gpuclass.shared.certrotation import (
+from gpuclass.webhook.certs.rotation import (
     BundleEntry,
     Bundles,
     CAFacts,

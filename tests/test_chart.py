@@ -986,7 +986,7 @@ def test_the_binaries_accept_the_rendered_flags(
     values: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from gpuclass.reconciler.settings import ReconcilerSettings
-    from gpuclass.shared.runtime.settings import parse_settings
+    from gpuclass.shared.kube.settings import parse_settings
     from gpuclass.webhook.settings import WebhookSettings
 
     for variable in [v for v in os.environ if v.startswith("GPUCLASS_")]:
@@ -1712,7 +1712,7 @@ def test_values_yaml_is_plain_yaml() -> None:
 
 def test_webhook_limits_and_shutdown_reach_the_binary_and_the_pod() -> None:
     """The limits are the binary's flags; the grace period covers preStop, drain and in-flight."""
-    from gpuclass.shared.runtime.settings import parse_settings
+    from gpuclass.shared.kube.settings import parse_settings
     from gpuclass.webhook.settings import WebhookSettings
 
     values = {

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuclass.shared.catalog import Policy
-from gpuclass.shared.cli import main, offline_catalog
-from gpuclass.shared.review import review
+from gpuclass.shared.cli.main import main, offline_catalog
+from gpuclass.shared.core.admission.review import review
+from gpuclass.shared.core.status.catalog import Policy
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuclass.shared.cli import main
+from gpuclass.shared.cli.main import main
 from tests.conftest import FIXTURES, OBJECTS
 
 OBJECT_ARGS = [a for p in OBJECTS for a in ("--objects", p)]

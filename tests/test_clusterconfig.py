@@ -1,4 +1,4 @@
-"""Which cluster the servers reach (shared/runtime/clusterconfig.py, shared/runtime/kubeclient.py).
+"""Which cluster the servers reach (shared/kube/clusterconfig.py, shared/kube/kubeclient.py).
 
 The order the issue asks for: `--kubeconfig`, then `KUBECONFIG` (a colon-separated list), then
 the in-cluster service account when running in a Pod, then `~/.kube/config`; `--context`
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuclass.shared.runtime.clusterconfig import ClusterConfigError, choose_cluster_config
-from gpuclass.shared.runtime.kubeclient import api_client
+from gpuclass.shared.kube.clusterconfig import ClusterConfigError, choose_cluster_config
+from gpuclass.shared.kube.kubeclient import api_client
 from tests.builders import example_class
 from tests.controlplane.cluster import unique_name
 

@@ -1,9 +1,9 @@
 """The CRD in the chart and the pydantic models agree (docs/conventions.md rule 4): names, required, enums, types, bounds.
 
-Walks `shared.models.GPUClassSpec` (and GPUClassStatus) field by field beside the
+Walks `shared.core.model.models.GPUClassSpec` (and GPUClassStatus) field by field beside the
 CRD's openAPIV3Schema, so a field added to one and not the other, a changed enum or
 a dropped bound fails here. Also checks the CRD's identity and printer columns
-against shared/names.py and docs/contract.md section 1.
+against shared/core/base/names.py and docs/contract.md section 1.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import yaml
 from pydantic import BaseModel, Field
 from pydantic.fields import FieldInfo
 
-from gpuclass.shared import k8s, names
-from gpuclass.shared.models import (
+from gpuclass.shared.core.base import k8s, names
+from gpuclass.shared.core.model.models import (
     Condition,
     DevicePlugin,
     GPUClassSpec,
@@ -286,7 +286,7 @@ def test_comparator_detects(schema: dict[str, Any], problem: str | None) -> None
         assert any(problem in line for line in found), found
 
 
-# Identity and columns (docs/contract.md section 1, shared/names.py).
+# Identity and columns (docs/contract.md section 1, shared/core/base/names.py).
 
 
 def test_crd_identity() -> None:

@@ -4,7 +4,7 @@ Only the CRD is registered (no webhook). Every GPUClass golden fixture (CREATE a
 UPDATE: the old object is created first, then updated to the new one) and a few
 derived cases are sent with `fieldValidation=Strict`, and the API server's verdict is
 compared with the webhook's: `response.allowed` of the fixture, or the same
-validation code (`shared.validation`) for derived cases. Where the CRD cannot express
+validation code (`shared.core.model.validation`) for derived cases. Where the CRD cannot express
 a rule the verdicts may differ; each such case is in DIVERGENCES with why (see
 docs/cel-coverage.md). Every field the API server names in a refusal must be one the
 webhook names too: the webhook, which reports everything at once, never misses a
@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from gpuclass.shared import k8s
-from gpuclass.shared.validation import validate_class
+from gpuclass.shared.core.base import k8s
+from gpuclass.shared.core.model.validation import validate_class
 from tests.controlplane import ControlPlane, status_causes, unique_name
 from tests.controlplane.api import ApiError, RawObject
 

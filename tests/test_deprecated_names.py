@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from gpuclass.reconciler.settings import ReconcilerSettings
-from gpuclass.shared.cli import main as cli_main
-from gpuclass.shared.runtime.settings import migrate_deprecated, parse_settings
+from gpuclass.shared.cli.main import main as cli_main
+from gpuclass.shared.kube.settings import migrate_deprecated, parse_settings
 from tests.chart_helpers import deployment, pod_spec, render_objects
 
 

@@ -248,7 +248,7 @@ def test_oci_labels(component: str) -> None:
         ("tests/test_chart.py", True),
         ("charts/gpuclass/values.yaml", True),
         ("shared/__pycache__/k8s.cpython-311.pyc", True),
-        ("shared/k8s.py", False),
+        ("shared/core/base/k8s.py", False),
         ("webhook/paths.py", False),
         ("pyproject.toml", False),
     ],

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import pytest
 from cryptography import x509
 
-from gpuclass.shared.runtime.tls import self_signed
+from gpuclass.webhook.certs.tls import self_signed
 from tests.builders import World
 from tests.builders import selecting_vmi as vmi
 from tests.chart_helpers import NAMESPACE, documents, render

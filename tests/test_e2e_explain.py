@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuclass.shared.cli import main
+from gpuclass.shared.cli.main import main
 from tests.controlplane.cluster import ControlPlane
 from tests.e2e_reconciler_helpers import (
     GPUCLASSES,

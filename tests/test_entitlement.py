@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuclass.shared.entitlement import entitlement_problem, tenant_chain
+from gpuclass.shared.core.status.entitlement import entitlement_problem, tenant_chain
 
 LABEL = "gpu.cozystack.io/vgpu"
 YES = {LABEL: "true"}

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuclass.shared.cli import main
-from gpuclass.shared.explain import explain_class, explain_manifest
-from gpuclass.shared.snapshot import SnapshotBuilder
+from gpuclass.shared.cli.explain import explain_class, explain_manifest
+from gpuclass.shared.cli.main import main
+from gpuclass.shared.core.model.snapshot import SnapshotBuilder
 from tests.builders import gpuclass, kubevirt, node, pod
 
 ROOT = Path(__file__).resolve().parent.parent

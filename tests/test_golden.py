@@ -24,10 +24,10 @@ import jsonpatch
 import pytest
 import yaml
 
-from gpuclass.shared.catalog import Catalog, Policy
-from gpuclass.shared.cli import main as cli_main
-from gpuclass.shared.cli import offline_catalog
-from gpuclass.shared.review import review
+from gpuclass.shared.cli.main import main as cli_main
+from gpuclass.shared.cli.main import offline_catalog
+from gpuclass.shared.core.admission.review import review
+from gpuclass.shared.core.status.catalog import Catalog, Policy
 from tests.builders import changed_fields
 from tests.conftest import FIXTURES, OBJECTS, GoldenCase, golden_cases
 

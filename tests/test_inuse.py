@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpuclass.shared import names
-from gpuclass.shared.inuse import FinalizerChange, classes_in_use, finalizer_change
-from gpuclass.shared.snapshot import ClassRecord, compact_class
-from gpuclass.shared.vmiuse import VMIUse, compact_vmi_use
+from gpuclass.reconciler.state.inuse import FinalizerChange, classes_in_use, finalizer_change
+from gpuclass.shared.core.base import names
+from gpuclass.shared.core.model.snapshot import ClassRecord, compact_class
+from gpuclass.shared.core.model.vmiuse import VMIUse, compact_vmi_use
 
 FIN = names.IN_USE_FINALIZER
 

@@ -1,4 +1,4 @@
-"""Kubernetes value formats (shared/k8s.py): names, quantities and toleration matching, as tables.
+"""Kubernetes value formats (shared/core/base/k8s.py): names, quantities and toleration matching, as tables.
 
 Expected values come from apimachinery's rules (RFC 1123 names, qualified names,
 resource.Quantity) and core/v1 Toleration.ToleratesTaint, not from the code under test.
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from gpuclass.shared import k8s
-from gpuclass.shared.k8s import Taint
+from gpuclass.shared.core.base import k8s
+from gpuclass.shared.core.base.k8s import Taint
 
 OK = None
 

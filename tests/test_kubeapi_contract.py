@@ -1,12 +1,12 @@
 """One script of requests through the reconciler's `KubeAPI`, against the fake and the real server.
 
-`reconciler/memory.py` is the offline twin and the unit tests' API server; this test
+`reconciler/api/fake.py` is the offline twin and the unit tests' API server; this test
 keeps it honest. The same script — creates, stale-resourceVersion updates (409),
 deletion of a class held by a finalizer, licence copies written as the reconciler
 writes them (create, a label-tested JSON patch, delete), every refusal of the chart's
 licence-copy ValidatingAdmissionPolicy, the copy record ConfigMap (create, replace
 pinned to its resourceVersion), 404, and a watch from a compacted resourceVersion
-(410) — runs through :class:`reconciler.ports.KubeAPI` twice: against `MemoryKube`,
+(410) — runs through :class:`reconciler.api.port.KubeAPI` twice: against `MemoryKube`,
 and against a real kube-apiserver as the reconciler's service account with the
 chart's RBAC and policy applied. Each step's expected outcome is Kubernetes' (API
 conventions, docs/contract.md section 6 for the copies), written here; both runs
@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from gpuclass.reconciler.memory import MemoryKube
-from gpuclass.reconciler.ports import ApiError, KubeAPI, RawObject
-from gpuclass.shared.licenses import DesiredCopy, copy_patch
-from gpuclass.shared.snapshot import Redacted
+from gpuclass.reconciler.api.fake import MemoryKube
+from gpuclass.reconciler.api.port import ApiError, KubeAPI, RawObject
+from gpuclass.reconciler.state.licenses import DesiredCopy, copy_patch
+from gpuclass.shared.core.model.snapshot import Redacted
 from tests.builders import STORED_STATUS as STATUS
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
 from tests.e2e_reconciler_helpers import (
@@ -125,7 +125,7 @@ def secret(
 
 
 def patch_of(ns: str, name: str, data: dict[str, str] | None = None) -> list[RawObject]:
-    """The label-tested patch the reconciler sends to update a copy (shared.licenses.copy_patch)."""
+    """The label-tested patch the reconciler sends to update a copy (reconciler.state.licenses.copy_patch)."""
     content = {k: Redacted(v) for k, v in (COPY_KEYS if data is None else data).items()}
     return copy_patch(DesiredCopy(ns, name, name.removeprefix("gpuclass-license-"), content))
 
@@ -145,7 +145,7 @@ def version(obj: RawObject | None) -> str:
 
 
 def record(entries: str, resource_version: str = "") -> RawObject:
-    """The copy record ConfigMap as the reconciler writes it (shared.licenses.record_body)."""
+    """The copy record ConfigMap as the reconciler writes it (reconciler.state.licenses.record_body)."""
     meta: RawObject = {"name": COPY_RECORD, "namespace": RELEASE_NAMESPACE, "labels": MANAGED}
     if resource_version:
         meta["resourceVersion"] = resource_version
@@ -312,7 +312,7 @@ def _dry_run_create(api: Any, body: RawObject) -> str:
 
 @pytest.mark.controlplane
 def test_the_real_api_server_answers_the_same(as_reconciler: tuple[ControlPlane, Any]) -> None:
-    from gpuclass.reconciler.kube import KubeAdapter
+    from gpuclass.reconciler.api.client import KubeAdapter
     from gpuclass.reconciler.settings import ReconcilerSettings
 
     control_plane, user = as_reconciler

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpuclass.shared import names
-from gpuclass.shared.licenses import (
+from gpuclass.reconciler.state.licenses import (
     PENDING,
     CopyPlan,
     Started,
@@ -22,8 +21,9 @@ from gpuclass.shared.licenses import (
     record_body,
     secret_body,
 )
-from gpuclass.shared.snapshot import Redacted, SecretRecord, compact_class
-from gpuclass.shared.vmiuse import VMIUse, compact_vmi_use, license_volume_secret
+from gpuclass.shared.core.base import names
+from gpuclass.shared.core.model.snapshot import Redacted, SecretRecord, compact_class
+from gpuclass.shared.core.model.vmiuse import VMIUse, compact_vmi_use, license_volume_secret
 
 TOKEN = base64.b64encode(b"not-a-real-token").decode()
 LICENSED = compact_class(

@@ -21,13 +21,13 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from gpuclass.shared import k8s
-from gpuclass.shared.catalog import Policy
-from gpuclass.shared.cli import main as cli_main
-from gpuclass.shared.cli import offline_catalog
-from gpuclass.shared.entitlement import tenant_chain
-from gpuclass.shared.review import review
-from gpuclass.shared.validation import validate_class
+from gpuclass.shared.cli.main import main as cli_main
+from gpuclass.shared.cli.main import offline_catalog
+from gpuclass.shared.core.admission.review import review
+from gpuclass.shared.core.base import k8s
+from gpuclass.shared.core.model.validation import validate_class
+from gpuclass.shared.core.status.catalog import Policy
+from gpuclass.shared.core.status.entitlement import tenant_chain
 from tests.conftest import OBJECTS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""The checks `gpuclass validate` adds to the webhook's verdict (shared/lint.py)."""
+"""The checks `gpuclass validate` adds to the webhook's verdict (shared/cli/lint.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpuclass.shared.lint import FileInput, classify, lint
+from gpuclass.shared.cli.lint import FileInput, classify, lint
 
 
 @pytest.mark.parametrize(

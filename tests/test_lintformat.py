@@ -1,4 +1,4 @@
-"""Renderings of `gpuclass validate` (shared/lintformat.py): GitHub escaping, JUnit and JSON shape."""
+"""Renderings of `gpuclass validate` (shared/cli/lintformat.py): GitHub escaping, JUnit and JSON shape."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from gpuclass.shared.lint import FileError, FileInput, lint
-from gpuclass.shared.lintformat import escape_data, escape_property, render, workflow_command
+from gpuclass.shared.cli.lint import FileError, FileInput, lint
+from gpuclass.shared.cli.lintformat import escape_data, escape_property, render, workflow_command
 from tests.builders import example_class
 
 

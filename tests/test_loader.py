@@ -1,4 +1,4 @@
-"""Reading `--objects` files (shared/runtime/loader.py): formats, folders, lists, errors, redaction."""
+"""Reading `--objects` files (shared/kube/loader.py): formats, folders, lists, errors, redaction."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuclass.shared.availability import conflict_winners
-from gpuclass.shared.runtime.loader import (
+from gpuclass.shared.core.model.snapshot import Redacted
+from gpuclass.shared.core.status.availability import conflict_winners
+from gpuclass.shared.kube.loader import (
     LoadError,
     files_under,
     iter_named_objects,
@@ -21,7 +22,6 @@ from gpuclass.shared.runtime.loader import (
     load_snapshot,
     nesting_depth,
 )
-from gpuclass.shared.snapshot import Redacted
 
 TOKEN = "c2VjcmV0LXRva2VuLXZhbHVl"  # base64 of a made-up token
 

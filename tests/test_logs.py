@@ -1,4 +1,4 @@
-"""Log lines stay bounded whatever a request carries (shared/runtime/logs.py)."""
+"""Log lines stay bounded whatever a request carries (shared/kube/logs.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from gpuclass.shared.runtime.logs import MAX_FIELD_CHARS, MAX_MESSAGE_CHARS, setup_logging
+from gpuclass.shared.kube.logs import MAX_FIELD_CHARS, MAX_MESSAGE_CHARS, setup_logging
 
 
 @pytest.fixture

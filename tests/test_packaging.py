@@ -95,7 +95,7 @@ def test_installed_beside_pypi_shared_and_reconciler_all_three_binaries_run(
     # find_spec locates a package without running it (theirs need dependencies we skipped).
     probe = (
         "from importlib.util import find_spec as f; "
-        "print(f('shared').origin); print(f('reconciler').origin); print(f('gpuclass.shared.cli').origin)"
+        "print(f('shared').origin); print(f('reconciler').origin); print(f('gpuclass.shared.cli.main').origin)"
     )
     theirs_shared, theirs_reconciler, ours = _run(
         bin_dir / "python", "-c", probe, cwd=tmp_path, env=env

@@ -8,7 +8,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from gpuclass.shared.patches import PatchBuilder, pointer
+from gpuclass.shared.core.admission.patches import PatchBuilder, pointer
 
 GPUS = ("spec", "domain", "devices", "gpus")
 DISKS = ("spec", "domain", "devices", "disks")

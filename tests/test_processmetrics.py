@@ -1,5 +1,5 @@
 """`gpuclass_build_info` and the process metrics on both servers' /metrics
-(shared/runtime/processmetrics.py; docs/metrics.md, "Build and process").
+(shared/kube/processmetrics.py; docs/metrics.md, "Build and process").
 
 Each server is started for real, from the example files, and scraped over HTTP(S).
 """

@@ -21,10 +21,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from gpuclass.shared.admission import encode_response
-from gpuclass.shared.catalog import Policy
-from gpuclass.shared.cli import offline_catalog
-from gpuclass.shared.review import ENDPOINTS, MalformedReview, review
+from gpuclass.shared.cli.main import offline_catalog
+from gpuclass.shared.core.admission.decisions import encode_response
+from gpuclass.shared.core.admission.review import ENDPOINTS, MalformedReview, review
+from gpuclass.shared.core.status.catalog import Policy
 from tests.conftest import OBJECTS
 
 CATALOG = offline_catalog(OBJECTS, Policy(vgpu_entitled=True))

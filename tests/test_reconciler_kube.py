@@ -20,11 +20,11 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio import client
 
-from gpuclass.reconciler.kube import KubeAdapter
-from gpuclass.reconciler.ports import ApiError
-from gpuclass.reconciler.sources import POD_FIELD_SELECTOR, Scope
-from gpuclass.shared.runtime.kubeclient import user_agent
-from gpuclass.shared.runtime.ratelimit import TokenBucket
+from gpuclass.reconciler.api.client import KubeAdapter
+from gpuclass.reconciler.api.port import ApiError
+from gpuclass.reconciler.state.sources import POD_FIELD_SELECTOR, Scope
+from gpuclass.shared.kube.kubeclient import user_agent
+from gpuclass.shared.kube.ratelimit import TokenBucket
 
 Seen = list[dict[str, Any]]
 

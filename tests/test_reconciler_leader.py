@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from gpuclass.reconciler.api.fake import MemoryKube
+from gpuclass.reconciler.api.port import ApiError
 from gpuclass.reconciler.leader import LeaderElector
-from gpuclass.reconciler.memory import MemoryKube
-from gpuclass.reconciler.ports import ApiError
 
 KEY = ("ns", "lease")
 

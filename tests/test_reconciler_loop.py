@@ -1,4 +1,4 @@
-"""The whole loop against a fake at the adapter seam (`reconciler.memory.MemoryKube`).
+"""The whole loop against a fake at the adapter seam (`reconciler.api.fake.MemoryKube`).
 
 The fake checks what the API server checks for our writes (resourceVersion
 preconditions, AlreadyExists, the Secret admission policy) and takes injected
@@ -14,15 +14,15 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from gpuclass.reconciler.api.dryrun import RecordingKube
+from gpuclass.reconciler.api.fake import MemoryKube
+from gpuclass.reconciler.api.port import ApiError
 from gpuclass.reconciler.leader import AlwaysLeader, Leadership
 from gpuclass.reconciler.manager import Manager
-from gpuclass.reconciler.memory import MemoryKube
-from gpuclass.reconciler.ports import ApiError
-from gpuclass.reconciler.recording import RecordingKube
 from gpuclass.reconciler.settings import ReconcilerSettings
-from gpuclass.shared import names
-from gpuclass.shared.licenses import copy_digest, parse_record
-from gpuclass.shared.snapshot import Redacted
+from gpuclass.reconciler.state.licenses import copy_digest, parse_record
+from gpuclass.shared.core.base import names
+from gpuclass.shared.core.model.snapshot import Redacted
 from tests.builders import (
     TOKEN,
     gpuclass,
@@ -741,7 +741,7 @@ def test_renamed_class_keeps_its_finalizer_while_vms_admitted_under_the_old_name
 
 
 def test_a_late_write_response_never_rolls_the_view_back() -> None:
-    from gpuclass.reconciler.cache import ClusterCache
+    from gpuclass.reconciler.state.cache import ClusterCache
 
     state = ClusterCache()
     state.upsert(

@@ -3,14 +3,14 @@
 A Hypothesis state machine puts, edits (one field at a time, so that the small
 changes that are easy to miss come up often) and deletes classes, nodes, pods, the
 KubeVirt CR, the licence source Secret, namespaces and VMIs, feeding each change to
-:class:`reconciler.cache.ClusterCache`. After every step:
+:class:`reconciler.state.cache.ClusterCache`. After every step:
 
 - every class whose status, or in-use verdict, changed was marked dirty, and the
   licence copies were marked whenever the copy plan changed (the affected-class
   index misses nothing);
-- the statuses equal `shared.availability.compute_all` over a snapshot built from
+- the statuses equal `shared.core.status.availability.compute_all` over a snapshot built from
   scratch (`SnapshotBuilder`) from the surviving raw objects, the in-use verdicts
-  equal `shared.inuse.classes_in_use`, and the copy actions the pure plan.
+  equal `reconciler.state.inuse.classes_in_use`, and the copy actions the pure plan.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from gpuclass.reconciler.cache import ClusterCache
-from gpuclass.reconciler.sources import Source
-from gpuclass.shared.availability import compute_all
-from gpuclass.shared.inuse import classes_in_use
-from gpuclass.shared.licenses import desired_copies, launcher_licence, plan_copies
-from gpuclass.shared.meta import object_key
-from gpuclass.shared.snapshot import SnapshotBuilder
-from gpuclass.shared.vmiuse import compact_vmi_use
+from gpuclass.reconciler.state.cache import ClusterCache
+from gpuclass.reconciler.state.inuse import classes_in_use
+from gpuclass.reconciler.state.licenses import desired_copies, launcher_licence, plan_copies
+from gpuclass.reconciler.state.sources import Source
+from gpuclass.shared.core.base.meta import object_key
+from gpuclass.shared.core.model.snapshot import SnapshotBuilder
+from gpuclass.shared.core.model.vmiuse import compact_vmi_use
+from gpuclass.shared.core.status.availability import compute_all
 from tests.builders import gpuclass, kubevirt, launcher, namespace, node, pod, secret, vmi
 
 RESOURCES = ["example.com/r1", "example.com/r2"]

@@ -1,4 +1,4 @@
-"""Pure state transitions: events into `reconciler.cache`, statuses and dirty marks out.
+"""Pure state transitions: events into `reconciler.state.cache`, statuses and dirty marks out.
 
 One test per rule of docs/contract.md section 6 (eligibility, counting, conflicts,
 conditions), plus the affected-class index: what each kind of change marks dirty.
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from gpuclass.reconciler.cache import ClusterCache
-from gpuclass.reconciler.sources import SOURCES, Source
-from gpuclass.shared import names
-from gpuclass.shared.licenses import record_body
+from gpuclass.reconciler.state.cache import ClusterCache
+from gpuclass.reconciler.state.licenses import record_body
+from gpuclass.reconciler.state.sources import SOURCES, Source
+from gpuclass.shared.core.base import names
 from tests.builders import gpuclass, kubevirt, node, pod, secret, vmi
 
 R = "example.com/gpu"

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from gpuclass.reconciler.memory import apply_merge_patch
-from gpuclass.shared.statusdiff import merge_patch, status_patch, transitions
+from gpuclass.reconciler.api.fake import apply_merge_patch
+from gpuclass.reconciler.state.statusdiff import merge_patch, status_patch, transitions
 
 
 def cond(type_: str, status: str, reason: str = "R") -> dict[str, Any]:

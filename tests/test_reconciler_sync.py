@@ -20,16 +20,16 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpuclass.reconciler.api.fake import MemoryKube
+from gpuclass.reconciler.api.port import ApiError, ListPage, WatchEvent
 from gpuclass.reconciler.leader import AlwaysLeader
 from gpuclass.reconciler.manager import Manager
-from gpuclass.reconciler.memory import MemoryKube
-from gpuclass.reconciler.ports import ApiError, ListPage, WatchEvent
 from gpuclass.reconciler.settings import ReconcilerSettings
-from gpuclass.reconciler.sources import SOURCES, Source
-from gpuclass.shared import names
-from gpuclass.shared.licenses import copy_digest, record_body
-from gpuclass.shared.runtime.syncview import SyncView, version_reached
-from gpuclass.shared.snapshot import Redacted
+from gpuclass.reconciler.state.licenses import copy_digest, record_body
+from gpuclass.reconciler.state.sources import SOURCES, Source
+from gpuclass.shared.core.base import names
+from gpuclass.shared.core.base.syncview import SyncView, version_reached
+from gpuclass.shared.core.model.snapshot import Redacted
 from tests.builders import gpuclass, kubevirt, launcher, namespace, node, pod, secret, vmi
 
 R = "example.com/gpu"
@@ -185,6 +185,19 @@ def secrets_of(kube: MemoryKube) -> set[tuple[str, str]]:
 # -- a slow first list ---------------------------------------------------------------------------
 
 
+class BlindView:
+    """A sync view that says every source is listed and current: no gate at all."""
+
+    def all_listed(self) -> bool:
+        return True
+
+    def synced(self, source: Source) -> bool:
+        return True
+
+    def behind(self, sources: tuple[Source, ...], version: str) -> tuple[Source, ...]:
+        return ()
+
+
 async def slow_list_scenario(slow: Source, *, guard: bool) -> tuple[GatedKube, list[str]]:
     """Every source lists at once except `slow`; watch what is written in the meantime."""
     kube = GatedKube(left_behind(), gated=[slow])
@@ -193,7 +206,7 @@ async def slow_list_scenario(slow: Source, *, guard: bool) -> tuple[GatedKube, l
     await turns(200)
     if not guard:  # the behaviour before this rule: act on whatever has arrived
         assert reconciler.worker is not None
-        reconciler.worker.sync = None
+        reconciler.worker.sync = BlindView()  # type: ignore[assignment]
         reconciler.worker.wake()
     await asyncio.sleep(0.2)  # the old coalescing window, and then some
     during = [kind for kind, _ in kube.writes]

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
+from gpuclass.reconciler.api.fake import MemoryKube
 from gpuclass.reconciler.leader import AlwaysLeader
 from gpuclass.reconciler.manager import Manager
-from gpuclass.reconciler.memory import MemoryKube
 from gpuclass.reconciler.metrics import MAX_TENANT_SERIES, ReconcilerMetrics, bounded_tenant_units
 from gpuclass.reconciler.settings import ReconcilerSettings
-from gpuclass.shared.availability import Figures
+from gpuclass.shared.core.status.availability import Figures
 from tests.builders import gpuclass, kubevirt, namespace, node, pod, vmi
 
 R = "example.com/gpu"

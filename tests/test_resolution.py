@@ -17,10 +17,10 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from gpuclass.shared.admission import Allowed, Decision, Denied
-from gpuclass.shared.admit_vmi import admit
-from gpuclass.shared.catalog import Catalog, Policy, build_catalog
-from gpuclass.shared.snapshot import SnapshotBuilder
+from gpuclass.shared.core.admission.admit_vmi import admit
+from gpuclass.shared.core.admission.decisions import Allowed, Decision, Denied
+from gpuclass.shared.core.model.snapshot import SnapshotBuilder
+from gpuclass.shared.core.status.catalog import Catalog, Policy, build_catalog
 from tests.builders import admission_request
 
 ANN_KEY = "gpu.cozystack.io/classes"
@@ -1157,7 +1157,7 @@ def test_4_7_no_stored_status_no_warning() -> None:
 
 
 # 4.8: no licence copy reaches a guest except as the licence volume of its own licensed class.
-# Every place KubeVirt resolves a Secret from (shared/secretrefs.py lists them) is one row.
+# Every place KubeVirt resolves a Secret from (shared/core/admission/secretrefs.py lists them) is one row.
 
 COPY = "gpuclass-license-lic"
 

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from gpuclass.shared.catalog import Policy
-from gpuclass.shared.cli import offline_catalog
-from gpuclass.shared.review import MalformedReview, review
+from gpuclass.shared.cli.main import offline_catalog
+from gpuclass.shared.core.admission.review import MalformedReview, review
+from gpuclass.shared.core.status.catalog import Policy
 from tests.conftest import OBJECTS
 
 ROOT = Path(__file__).resolve().parent.parent

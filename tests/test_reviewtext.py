@@ -1,11 +1,11 @@
-"""`gpuclass review -o text` (shared/reviewtext.py): a response read by a person."""
+"""`gpuclass review -o text` (shared/cli/reviewtext.py): a response read by a person."""
 
 from __future__ import annotations
 
 import base64
 import json
 
-from gpuclass.shared.reviewtext import review_lines
+from gpuclass.shared.cli.reviewtext import review_lines
 
 
 def envelope(response: dict[str, object]) -> dict[str, object]:

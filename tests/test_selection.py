@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
-from gpuclass.shared.admission import Denied, render_response
-from gpuclass.shared.admit_vmi import admit_create
-from gpuclass.shared.catalog import Catalog
-from gpuclass.shared.selection import (
+from gpuclass.shared.core.admission.admit_vmi import admit_create
+from gpuclass.shared.core.admission.decisions import Denied, render_response
+from gpuclass.shared.core.model.selection import (
     MAX_SELECTION_BYTES,
     MAX_SELECTION_ENTRIES,
     NO_SELECTION,
     ClassEntry,
     parse_selection,
 )
+from gpuclass.shared.core.status.catalog import Catalog
 
 ANN = "metadata.annotations[gpu.cozystack.io/classes]"
 
@@ -280,7 +280,7 @@ def test_caps_are_the_documented_figures() -> None:
 
 @pytest.mark.timeout(30)
 def test_uncapped_parse_reports_every_bad_entry() -> None:
-    """Stored VMIs are read uncapped (shared.vmiuse): one admitted before the caps keeps its classes."""
+    """Stored VMIs are read uncapped (shared.core.model.vmiuse): one admitted before the caps keeps its classes."""
     raw = json.dumps([{"className": "a", "count": 0}] * 10_000)
     selection = parse_selection(raw, capped=False)
     assert selection.entries == ()

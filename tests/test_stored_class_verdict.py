@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuclass.shared.cli import main
+from gpuclass.shared.cli.main import main
 from tests.builders import review_file, vmi_request
 
 RESOURCE = "example.com/stored-gpu"

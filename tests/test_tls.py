@@ -22,7 +22,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from gpuclass.shared.runtime.tls import CertFiles, ReloadingContext, self_signed
+from gpuclass.webhook.certs.tls import CertFiles, ReloadingContext, self_signed
 
 
 class Listener:
@@ -127,7 +127,7 @@ def test_a_certificate_before_its_key_keeps_the_old_pair_serving(
     before = tls.expiry
     second = self_signed(tmp_path / "second", ["127.0.0.1"], days=30)
     shutil.copy(second.cert, folder / "tls.crt")  # the key has not arrived yet
-    with caplog.at_level(logging.WARNING, logger="shared.runtime.tls"):
+    with caplog.at_level(logging.WARNING, logger="webhook.certs.tls"):
         assert tls.reload() is False
         assert tls.reload() is False
     warnings = [r for r in caplog.records if "still serving the previous one" in r.getMessage()]

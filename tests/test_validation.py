@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from gpuclass.shared.admission import MAX_WARNING_CHARS, Cause
-from gpuclass.shared.validation import Verdict, validate_class
+from gpuclass.shared.core.base.causes import MAX_WARNING_CHARS, Cause
+from gpuclass.shared.core.model.validation import Verdict, validate_class
 
 Expected = list[tuple[str, str, str]]  # (field path, message substring, code)
 

@@ -22,10 +22,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpuclass.shared.admission import encode_response
-from gpuclass.shared.catalog import Policy
-from gpuclass.shared.cli import offline_catalog
-from gpuclass.shared.review import review
+from gpuclass.shared.cli.main import offline_catalog
+from gpuclass.shared.core.admission.decisions import encode_response
+from gpuclass.shared.core.admission.review import review
+from gpuclass.shared.core.status.catalog import Policy
 from gpuclass.webhook import paths
 from tests.attack_clients import PeakRss
 from tests.conftest import OBJECTS

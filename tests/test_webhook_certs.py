@@ -19,11 +19,12 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from gpuclass.shared.certrotation import Policy
-from gpuclass.shared.runtime import certissue
-from gpuclass.shared.runtime.listwatch import ApiError, RawObject
-from gpuclass.shared.runtime.tls import ReloadingContext, self_signed
-from gpuclass.webhook.certs import CertTarget, SelfManagedCertificates
+from gpuclass.shared.kube.errors import ApiError
+from gpuclass.shared.kube.listwatch import RawObject
+from gpuclass.webhook.certs import issue as certissue
+from gpuclass.webhook.certs.rotation import Policy
+from gpuclass.webhook.certs.rotator import CertTarget, SelfManagedCertificates
+from gpuclass.webhook.certs.tls import ReloadingContext, self_signed
 from gpuclass.webhook.metrics import WebhookMetrics
 
 HOUR = dt.timedelta(hours=1)
@@ -280,7 +281,7 @@ def test_every_sync_reports_its_outcome_to_the_metrics(tmp_path: Path) -> None:
 def test_the_webhook_refuses_to_start_with_certificates_it_cannot_keep(
     flags: list[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    from gpuclass.shared.runtime.settings import parse_settings
+    from gpuclass.shared.kube.settings import parse_settings
     from gpuclass.webhook.main import serve
     from gpuclass.webhook.settings import WebhookSettings
 

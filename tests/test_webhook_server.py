@@ -19,12 +19,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpuclass.shared.admission import encode_response
-from gpuclass.shared.catalog import Catalog, Policy
-from gpuclass.shared.cli import offline_catalog
-from gpuclass.shared.review import review
-from gpuclass.shared.runtime.tls import self_signed
+from gpuclass.shared.cli.main import offline_catalog
+from gpuclass.shared.core.admission.decisions import encode_response
+from gpuclass.shared.core.admission.review import review
+from gpuclass.shared.core.status.catalog import Catalog, Policy
 from gpuclass.webhook import paths
+from gpuclass.webhook.certs.tls import self_signed
 from tests.conftest import OBJECTS, GoldenCase, golden_cases
 from tests.webhook_process import WebhookProcess
 
@@ -346,8 +346,8 @@ def test_sigterm_fails_readiness_and_serves_the_drain_before_closing(tmp_path: P
 
 
 def test_every_admission_path_is_served_by_its_endpoint_admitter() -> None:
-    """The routes and `shared.review.ENDPOINTS` name the same paths and kinds (contract section 3)."""
-    from gpuclass.shared.review import ENDPOINTS
+    """The routes and `shared.core.admission.review.ENDPOINTS` name the same paths and kinds (contract section 3)."""
+    from gpuclass.shared.core.admission.review import ENDPOINTS
     from gpuclass.webhook.app import WEBHOOKS
 
     assert {path: kind for path, (_, kind) in WEBHOOKS.items()} == {

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from gpuclass.shared.catalog import Policy
-from gpuclass.shared.runtime.listwatch import ApiError, ListPage, RawObject, WatchEvent
-from gpuclass.webhook.state import ClusterCache
+from gpuclass.shared.core.status.catalog import Policy
+from gpuclass.shared.kube.errors import ApiError
+from gpuclass.shared.kube.listwatch import ListPage, RawObject, WatchEvent
+from gpuclass.webhook.state import CatalogCache
 
 Expired = ApiError(410, "Expired", "too old resource version")
 
@@ -80,7 +81,7 @@ def static(name: str, items: list[RawObject]) -> ScriptedSource:
     return ScriptedSource(name, [items], [])
 
 
-async def run_until(state: ClusterCache, condition: Any, timeout: float = 5.0) -> None:
+async def run_until(state: CatalogCache, condition: Any, timeout: float = 5.0) -> None:
     task = asyncio.create_task(state.run())
     try:
         deadline = asyncio.get_running_loop().time() + timeout
@@ -93,7 +94,7 @@ async def run_until(state: ClusterCache, condition: Any, timeout: float = 5.0) -
         await asyncio.gather(task, return_exceptions=True)
 
 
-def make_state(classes: ScriptedSource, restarts: list[tuple[str, str]]) -> ClusterCache:
+def make_state(classes: ScriptedSource, restarts: list[tuple[str, str]]) -> CatalogCache:
     kubevirt = {
         "kind": "KubeVirt",
         "metadata": {"name": "kv", "namespace": "cozy-kubevirt"},
@@ -113,7 +114,7 @@ def make_state(classes: ScriptedSource, restarts: list[tuple[str, str]]) -> Clus
             static("kubevirts", [kubevirt]),
         ]
     )
-    return ClusterCache(
+    return CatalogCache(
         client,
         Policy(),
         on_restart=lambda resource, reason: restarts.append((resource, reason)),

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from gpuclass.shared.catalog import Catalog, Policy
-from gpuclass.shared.cli import offline_catalog
-from gpuclass.shared.envelope import MalformedReview, wrap_manifest
-from gpuclass.shared.review import review
+from gpuclass.shared.cli.main import offline_catalog
+from gpuclass.shared.core.admission.envelope import MalformedReview, wrap_manifest
+from gpuclass.shared.core.admission.review import review
+from gpuclass.shared.core.status.catalog import Catalog, Policy
 from tests.conftest import OBJECTS, golden_cases
 
 WRAPPABLE = [

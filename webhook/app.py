@@ -1,8 +1,8 @@
 """The webhook's HTTP application: FastAPI for the app, raw Starlette routes for admission.
 
 The admission routes are the hot path: they read the body once (within the
-limits of `webhook.limits`), parse it with orjson, call `shared.review.decide` and
-write bytes rendered by `shared.admission` — no per-request dependency injection or
+limits of `webhook.limits`), parse it with orjson, call `shared.core.admission.review.decide` and
+write bytes rendered by `shared.core.admission.decisions` — no per-request dependency injection or
 pydantic re-validation of the whole object. Every error body has the contract's
 shape `{"status": N, "error": "..."}`: malformed input 400, unknown paths 404, wrong
 methods 405, a body too slow 408, too large 413, no room 503 (the last three close
@@ -30,8 +30,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gpuclass.shared.admission import Allowed, Decision, Denied, encode_response
-from gpuclass.shared.envelope import (
+from gpuclass.shared.core.admission.decisions import Allowed, Decision, Denied, encode_response
+from gpuclass.shared.core.admission.envelope import (
     GPUCLASS,
     POD,
     VM,
@@ -40,7 +40,7 @@ from gpuclass.shared.envelope import (
     GroupKind,
     MalformedReview,
 )
-from gpuclass.shared.review import Review, decide
+from gpuclass.shared.core.admission.review import Review, decide
 from gpuclass.webhook import paths
 from gpuclass.webhook.limits import BodyLimits, BodyRefused, read_body
 from gpuclass.webhook.metrics import WebhookMetrics
@@ -83,7 +83,7 @@ def _clip(value: object, limit: int = LOGGED_STRING_CHARS) -> str:
 
 
 def _admission_endpoint(ctx: AppContext, path: str) -> Callable[[Request], Awaitable[Response]]:
-    """The route of one admission path; `shared.review.ENDPOINTS[path]` names its admitter."""
+    """The route of one admission path; `shared.core.admission.review.ENDPOINTS[path]` names its admitter."""
     webhook = WEBHOOKS[path][0]
     metrics = ctx.metrics
     duration = metrics.duration.labels(webhook)

@@ -2,7 +2,7 @@
 
 The webhook caches GPUClasses, Namespaces (labels only matter) and the KubeVirt
 CR; it never watches Pods and never calls the API server inside a request. The
-HTTP lists and watches are the shared :class:`shared.runtime.kubeclient.RawClient`
+HTTP lists and watches are the shared :class:`shared.kube.kubeclient.RawClient`
 — the same code the reconciler runs — so a fix to paging, 410 handling or watch
 reading reaches both binaries.
 """
@@ -13,21 +13,20 @@ from urllib.parse import quote
 
 from kubernetes_asyncio import client
 
-from gpuclass.shared import names
-from gpuclass.shared.runtime.kubeclient import RawClient
-from gpuclass.shared.runtime.listwatch import RawObject
+from gpuclass.shared.core.base.collections import GPUCLASSES, KUBEVIRTS, NAMESPACES, SECRETS
+from gpuclass.shared.kube.kubeclient import RawClient
+from gpuclass.shared.kube.listwatch import RawObject
 
 FIELD_MANAGER = "gpuclass-webhook"
 
 
 def webhook_client(api: client.ApiClient, *, kubevirt_namespace: str) -> RawClient:
-    kv = quote(kubevirt_namespace, safe="")
     return RawClient(
         api,
         {
-            "gpuclasses": (f"/apis/{names.GROUP}/{names.VERSION}/{names.PLURAL}", {}),
-            "namespaces": ("/api/v1/namespaces", {}),
-            "kubevirts": (f"/apis/kubevirt.io/v1/namespaces/{kv}/kubevirts", {}),
+            "gpuclasses": (GPUCLASSES.at(), GPUCLASSES.params()),
+            "namespaces": (NAMESPACES.at(), NAMESPACES.params()),
+            "kubevirts": (KUBEVIRTS.at(kubevirt_namespace), KUBEVIRTS.params()),
         },
         field_manager=FIELD_MANAGER,
     )
@@ -52,9 +51,8 @@ class CertAdapter(RawClient):
         super().__init__(api, {}, field_manager=FIELD_MANAGER)
 
     @staticmethod
-    def _secret(namespace: str, name: str = "") -> str:
-        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/secrets"
-        return f"{path}/{quote(name, safe='')}" if name else path
+    def _secret(namespace: str, name: str) -> str:
+        return SECRETS.item(name, namespace)
 
     @staticmethod
     def _configuration(kind: str, name: str) -> str:

@@ -5,7 +5,7 @@ self-signed certificate is made when none is given; otherwise the catalog is a
 list+watch cache of the API server (`--kubeconfig`, `KUBECONFIG`, in-cluster or
 `~/.kube/config`; `--context` picks a context). With `--cert-secret`, the webhook
 keeps its own CA and serving certificate in that Secret and the caBundles current
-(`webhook/certs.py`).
+(`webhook/certs/rotator.py`).
 """
 
 from __future__ import annotations
@@ -19,31 +19,32 @@ from pathlib import Path
 
 import uvicorn
 
-from gpuclass.shared.runtime.clusterconfig import ClusterConfigError
-from gpuclass.shared.runtime.loader import LoadError
-from gpuclass.shared.runtime.logs import setup_logging
-from gpuclass.shared.runtime.settings import parse_settings
-from gpuclass.shared.runtime.tls import ReloadingContext, self_signed
+from gpuclass.shared.kube.clusterconfig import ClusterConfigError
+from gpuclass.shared.kube.loader import LoadError
+from gpuclass.shared.kube.logs import setup_logging
+from gpuclass.shared.kube.settings import parse_settings
 from gpuclass.webhook.app import AppContext, create_app
-from gpuclass.webhook.certs import CertTarget, SelfManagedCertificates
+from gpuclass.webhook.certs.rotator import CertTarget, SelfManagedCertificates
+from gpuclass.webhook.certs.tls import ReloadingContext, self_signed
 from gpuclass.webhook.limits import BodyBudget, BodyLimits
 from gpuclass.webhook.metrics import WebhookMetrics
 from gpuclass.webhook.server import ConnectionLimits, WebhookServer, shrink_tls_buffers
 from gpuclass.webhook.settings import WebhookSettings
-from gpuclass.webhook.state import CatalogState, ClusterCache, FileState
+from gpuclass.webhook.state import CatalogCache, CatalogState, FileState
 
 log = logging.getLogger("gpuclass.webhook")
 
 
 async def _cluster_state(settings: WebhookSettings, metrics: WebhookMetrics) -> CatalogState:
-    from gpuclass.shared.runtime.kubeclient import api_client
+    from gpuclass.shared.kube.kubeclient import api_client
     from gpuclass.webhook.kube import FIELD_MANAGER, webhook_client
 
     api = await api_client(settings.kubeconfig, binary=FIELD_MANAGER, context=settings.context)
-    return ClusterCache(
+    return CatalogCache(
         webhook_client(api, kubevirt_namespace=settings.kubevirt_namespace),
         settings.policy(),
         on_restart=lambda resource, reason: metrics.watch_restarts.labels(resource, reason).inc(),
+        on_store_error=lambda resource: metrics.store_errors.labels(resource).inc(),
     )
 
 
@@ -81,7 +82,7 @@ def _self_managed_tls(settings: WebhookSettings) -> ReloadingContext:
 async def _certificates(
     settings: WebhookSettings, tls: ReloadingContext, metrics: WebhookMetrics
 ) -> SelfManagedCertificates:
-    from gpuclass.shared.runtime.kubeclient import api_client
+    from gpuclass.shared.kube.kubeclient import api_client
     from gpuclass.webhook.kube import FIELD_MANAGER, CertAdapter
 
     assert settings.cert_secret is not None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
-from gpuclass.shared.runtime.processmetrics import register_standard_metrics
+from gpuclass.shared.kube.processmetrics import register_standard_metrics
 
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
@@ -85,6 +85,12 @@ class WebhookMetrics:
             "gpuclass_webhook_watch_restarts",
             "List/watch restarts of the catalog cache, by resource and reason.",
             ["resource", "reason"],
+            registry=r,
+        )
+        self.store_errors = Counter(
+            "gpuclass_webhook_store_errors",
+            "Objects the catalog cache raised on (a bug in the webhook, logged with a traceback).",
+            ["resource"],
             registry=r,
         )
         for reason in CUT_REASONS:

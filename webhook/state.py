@@ -14,19 +14,19 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpuclass.shared import names
-from gpuclass.shared.catalog import Catalog, Policy, build_catalog
-from gpuclass.shared.meta import Key, object_key
-from gpuclass.shared.runtime.filesource import FileSource
-from gpuclass.shared.runtime.listwatch import ListWatchClient, RawObject, Reflector
-from gpuclass.shared.runtime.syncview import SyncView
-from gpuclass.shared.snapshot import (
+from gpuclass.shared.core.base import names
+from gpuclass.shared.core.base.meta import Key, object_key
+from gpuclass.shared.core.base.syncview import SyncView
+from gpuclass.shared.core.model.snapshot import (
     ClassRecord,
     Snapshot,
     compact_class,
     mediated_resources,
     permitted_resources,
 )
+from gpuclass.shared.core.status.catalog import Catalog, Policy, build_catalog
+from gpuclass.shared.kube.filesource import FileSource
+from gpuclass.shared.kube.listwatch import ListWatchClient, RawObject, Reflector
 
 RESOURCES = ("gpuclasses", "namespaces", "kubevirts")
 
@@ -84,10 +84,10 @@ class FileState:
         return self._task_alive
 
 
-class ClusterCache:
+class CatalogCache:
     """The catalog from list+watch caches of GPUClasses, Namespaces and the KubeVirt CR.
 
-    The cache is a :class:`shared.runtime.listwatch.Store` kept by the shared
+    The cache is a :class:`shared.kube.listwatch.Store` kept by the shared
     reflector (the reconciler's loop): paged lists swapped in whole, 410 re-lists,
     backoff with jitter, a sync state per resource. The catalog is rebuilt once every
     resource has been listed, then on each change. Capacity figures are the
@@ -100,6 +100,7 @@ class ClusterCache:
         policy: Policy,
         on_restart: Callable[[str, str], None] = lambda resource, reason: None,
         *,
+        on_store_error: Callable[[str], None] = lambda resource: None,
         resources: Sequence[str] = RESOURCES,
     ) -> None:
         self._resources = tuple(resources)
@@ -109,7 +110,12 @@ class ClusterCache:
         }
         self._sync: SyncView[str] = SyncView(self._resources, clock=time.monotonic)
         self._reflector: Reflector[str] = Reflector(
-            source, self, sync=self._sync, on_change=self._rebuild, on_restart=on_restart
+            source,
+            self,
+            sync=self._sync,
+            on_change=self._rebuild,
+            on_restart=on_restart,
+            on_store_error=on_store_error,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self.catalog = Catalog(policy=policy)

@@ -1,0 +1,79 @@
+"""The seam between the loop and the API server: a small Protocol and the values that cross it.
+
+Everything above this seam (informers, worker, leader election) takes a
+:class:`KubeAPI`; `reconciler/api/client.py` implements it with kubernetes_asyncio,
+`reconciler/api/fake.py` with a dict (the offline twin, and the tests' fake).
+Objects cross as raw dicts; failures as :class:`ApiError` with the HTTP status
+(0 for a transport failure), so callers branch on 403/404/409/410 without
+knowing the client library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from gpuclass.reconciler.state.sources import Source
+from gpuclass.shared.kube.errors import ApiError
+from gpuclass.shared.kube.listwatch import ListPage, RawObject, WatchEvent
+
+__all__ = ["ApiError", "KubeAPI", "ListPage", "RawObject", "WatchEvent"]
+
+
+class KubeAPI(Protocol):
+    """What the reconciler asks of the API server, and nothing more."""
+
+    def list_pages(self, source: Source) -> AsyncIterator[ListPage]:
+        """Pages of the source's collection (selectors applied), consistent at one version."""
+        ...
+
+    def watch(self, source: Source, resource_version: str) -> AsyncIterator[WatchEvent]:
+        """Changes after `resource_version` until the server ends the stream."""
+        ...
+
+    async def get_class(self, name: str) -> RawObject: ...
+
+    async def patch_class_status(self, name: str, patch: RawObject) -> RawObject | None:
+        """JSON merge patch of the status subresource (`patch` may pin metadata.resourceVersion)."""
+        ...
+
+    async def patch_class_finalizers(
+        self, name: str, finalizers: list[str], resource_version: str
+    ) -> RawObject | None: ...
+
+    async def create_secret(self, namespace: str, body: RawObject) -> RawObject | None:
+        """Create a licence copy; 409 AlreadyExists when a Secret of that name exists."""
+        ...
+
+    async def patch_secret(
+        self, namespace: str, name: str, patch: list[RawObject]
+    ) -> RawObject | None:
+        """JSON patch of a licence copy (`reconciler.state.licenses.copy_patch`): 404 when it is gone,
+        422 when its `test` fails (not labelled ours) or the Secret is immutable."""
+        ...
+
+    async def delete_secret(self, namespace: str, name: str) -> None:
+        """Delete a licence copy (the chart's policy refuses it unless the copy carries our label)."""
+        ...
+
+    async def create_config_map(self, namespace: str, body: RawObject) -> RawObject | None:
+        """Create the copy record (409 AlreadyExists when it exists)."""
+        ...
+
+    async def replace_config_map(
+        self, namespace: str, name: str, body: RawObject
+    ) -> RawObject | None:
+        """Replace the copy record, pinned to `metadata.resourceVersion` of `body` (409 if stale)."""
+        ...
+
+    async def create_event(self, namespace: str, body: RawObject) -> None: ...
+
+    async def get_lease(self, namespace: str, name: str) -> RawObject | None:
+        """The Lease, or None when it does not exist."""
+        ...
+
+    async def create_lease(self, namespace: str, body: RawObject) -> RawObject: ...
+
+    async def replace_lease(self, namespace: str, name: str, body: RawObject) -> RawObject: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,484 @@
+"""The reconciler's incremental cache of the cluster (its informers' store), and what each change dirties.
+
+Raw objects go in one at a time, by the *source* (:data:`reconciler.state.sources.SPECS`)
+they came from: `upsert` for an ADDED/MODIFIED object, `delete` for a DELETED one, `sweep`
+after a re-list to drop what the list no longer holds. What stays are the small
+records of :mod:`shared.core.model.snapshot` (pods keyed by namespace/name so updates and
+deletes land), :class:`shared.core.model.vmiuse.VMIUse` records, and usage counters.
+
+Each change marks only what it can affect (level-based: the mark says "look at
+this again", never "this happened"):
+
+- a pod: the classes of the resources it requests (old and new requests);
+- a node: the classes of the resources whose figures it can move
+  (:func:`reconciler.state.usage.node_change_resources`);
+- a class: itself, and the classes sharing its old or new resourceName (conflicts);
+- the KubeVirt CR: every class, when the permitted set changes;
+- a licence source Secret: the classes naming it, and the licence copies;
+- a VMI: the in-use finalizer of the classes it selects, and the copies if it
+  mounts a licence (a change of its phase alone only moves the usage counters of
+  :class:`VMIUsage`); a bound launcher Pod that mounts a licence copy, a Namespace
+  or the copy record: the copies.
+
+No store grows with what a tenant may create beyond the few small records per
+object above: no Secret of a tenant is ever read (docs/decisions.md, "Licence copies").
+
+Pure: no I/O, no clock; `now` and settings come in as arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuclass.reconciler.state.inuse import uses_class
+from gpuclass.reconciler.state.licenses import (
+    CopyAction,
+    SecretKey,
+    Started,
+    desired_copies,
+    launcher_licence,
+    parse_record,
+    plan_copies,
+)
+from gpuclass.reconciler.state.sources import SPECS, Source
+from gpuclass.reconciler.state.usage import UsageCounters
+from gpuclass.shared.core.base import names
+from gpuclass.shared.core.base.meta import Key, object_key, resource_version, version_reached
+from gpuclass.shared.core.model.snapshot import (
+    ClassRecord,
+    NodeRecord,
+    PodRecord,
+    SecretRecord,
+    Snapshot,
+    compact_class,
+    compact_node,
+    compact_pod,
+    compact_secret,
+    permitted_resources,
+)
+from gpuclass.shared.core.model.vmiuse import VMIUse, compact_vmi_use
+from gpuclass.shared.core.status.availability import (
+    Figures,
+    compute_figures,
+    compute_status,
+    conflict_winners,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ClassEntry:
+    """A class as stored: its record, its raw status (compared whole) and its resourceVersion.
+
+    `hold_version` is the resourceVersion at which its finalizers or deletion mark
+    last changed: releasing the finalizer needs a VMI view at least that recent
+    (status writes move `resource_version` but cannot let a VMI appear).
+    """
+
+    record: ClassRecord
+    raw_status: Mapping[str, Any] | None
+    resource_version: str
+    hold_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CopyRecord:
+    """The record ConfigMap as the view holds it: its entries and its resourceVersion."""
+
+    entries: Mapping[SecretKey, str]
+    resource_version: str
+
+
+@dataclass(slots=True)
+class Dirty:
+    """What to look at again: class statuses, class finalizers, and the licence copies
+    (`verify_copies`: write every wanted copy again, recorded or not)."""
+
+    statuses: set[str] = field(default_factory=set)
+    finalizers: set[str] = field(default_factory=set)
+    copies: bool = False
+    verify_copies: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.statuses or self.finalizers or self.copies)
+
+    def __len__(self) -> int:
+        return len(self.statuses) + len(self.finalizers) + int(self.copies)
+
+
+HOLDING_PHASES = frozenset({"Scheduled", "Running"})
+"""VMI phases whose launcher Pod is bound: the VMI's units are in use (docs/metrics.md)."""
+WAITING_PHASES = frozenset({"", "Pending", "Scheduling"})
+"""VMI phases before its launcher Pod is bound: the VMI waits for capacity (docs/metrics.md)."""
+
+
+@dataclass(slots=True)
+class VMIUsage:
+    """Units in use per (namespace, class) and VMIs waiting per class, kept current per event."""
+
+    units: dict[tuple[str, str], int] = field(default_factory=dict)
+    waiting: dict[str, int] = field(default_factory=dict)
+    changed: bool = True
+
+    def add(self, vmi: VMIUse, sign: int) -> None:
+        if not vmi.units:
+            return
+        if vmi.phase in HOLDING_PHASES:
+            for class_name, count in vmi.units:
+                _bump(self.units, (vmi.namespace, class_name), sign * count)
+        elif vmi.phase in WAITING_PHASES:
+            for class_name, _ in vmi.units:
+                _bump(self.waiting, class_name, sign)
+        else:
+            return
+        self.changed = True
+
+
+def _bump(counts: dict[Any, int], key: Any, by: int) -> None:
+    total = counts.get(key, 0) + by
+    if total:
+        counts[key] = total
+    else:
+        counts.pop(key, None)
+
+
+@dataclass(frozen=True, slots=True)
+class StatusContext:
+    """What computing statuses needs, built once per batch (winners are catalog-wide)."""
+
+    snapshot: Snapshot
+    winners: Mapping[str, str]
+
+
+class ClusterCache:
+    """The reconciler's cache: compact records per source, usage counters and the dirty marks."""
+
+    def __init__(self, *, license_namespace: str = names.DEFAULT_LICENSE_NAMESPACE) -> None:
+        self.license_namespace = license_namespace
+        self.classes: dict[str, ClassEntry] = {}
+        self.records: dict[str, ClassRecord] = {}
+        self.nodes: dict[str, NodeRecord] = {}
+        self.pods: dict[Key, PodRecord] = {}
+        self.kubevirts: dict[Key, frozenset[str]] = {}
+        self.permitted: frozenset[str] | None = None
+        self.license_secrets: dict[Key, SecretRecord] = {}
+        self.copy_records: dict[Key, CopyRecord] = {}
+        """At most one entry: the record ConfigMap (the source selects it by name)."""
+        self.launchers: dict[Key, Started] = {}
+        """Bound launcher Pods that mount a licence copy: pod key -> (namespace, VMI, copy)."""
+        self.namespaces: dict[str, Mapping[str, str]] = {}
+        self.vmis: dict[Key, VMIUse] = {}
+        self.usage = UsageCounters()
+        self.vmi_usage = VMIUsage()
+        self.dirty = Dirty()
+        self._by_resource: dict[str, set[str]] = {}
+        self._vmis_by_class: dict[str, set[Key]] = {}
+        self._license_vmis: dict[Key, VMIUse] = {}
+        self._interned: dict[object, Any] = {}
+        self._handlers: dict[Source, Callable[[Key, Mapping[str, Any] | None], None]] = {
+            "gpuclasses": self._set_class,
+            "nodes": self._set_node,
+            "pods": self._set_pod,
+            "kubevirts": self._set_kubevirt,
+            "licence-secrets": self._set_license_secret,
+            "copy-record": self._set_copy_record,
+            "namespaces": self._set_namespace,
+            "vmis": self._set_vmi,
+        }
+        assert set(self._handlers) == set(SPECS), "one handler per watched source"
+
+    # -- events in ---------------------------------------------------------------------------
+
+    def upsert(self, source: Source, obj: Mapping[str, Any]) -> None:
+        key = object_key(obj)
+        if key is not None:
+            self._handlers[source](key, obj)
+
+    def delete(self, source: Source, obj: Mapping[str, Any]) -> None:
+        key = object_key(obj)
+        if key is not None:
+            self._handlers[source](key, None)
+
+    def absorb(self, source: Source, obj: Mapping[str, Any]) -> bool:
+        """A write's response: taken only when newer than what the view holds for that object.
+
+        The watch is the view's writer; a response may only move it forward, never back
+        (a late response to an earlier write must not undo a newer event).
+        """
+        key = object_key(obj)
+        if key is None:
+            return False
+        held = self.held_version(source, key)
+        if held and version_reached(held, resource_version(obj)):
+            return False
+        self.upsert(source, obj)
+        return True
+
+    def held_version(self, source: Source, key: Key) -> str:
+        """resourceVersion the view holds for an object of `source` ("" when none or not kept).
+
+        Only the stores of objects the reconciler writes (classes, the copy record) keep
+        a version: their entries carry `resource_version`.
+        """
+        entry = self._store(source).get(self._store_key(source, key))
+        version = getattr(entry, "resource_version", "")
+        return version if isinstance(version, str) else ""
+
+    def forget_deleted(self, source: Source, key: Key, version: str) -> None:
+        """Our delete succeeded: drop the object, unless the view already holds a newer one."""
+        if self.held_version(source, key) == version:
+            self._handlers[source](key, None)
+
+    def sweep(self, source: Source, seen: set[Key]) -> None:
+        """After a re-list: forget what the list no longer holds."""
+        for key in [k for k in self.keys(source) if k not in seen]:
+            self._handlers[source](key, None)
+
+    def keys(self, source: Source) -> list[Key]:
+        """The object keys the store of `source` holds (cluster-scoped stores hold names)."""
+        store = self._store(source)
+        if SPECS[source].cluster_scoped:
+            return [("", name) for name in store]
+        return list(store)
+
+    def _store(self, source: Source) -> Mapping[Any, Any]:
+        store: Mapping[Any, Any] = getattr(self, SPECS[source].store)
+        return store
+
+    @staticmethod
+    def _store_key(source: Source, key: Key) -> Any:
+        return key[1] if SPECS[source].cluster_scoped else key
+
+    def take_dirty(self) -> Dirty:
+        taken, self.dirty = self.dirty, Dirty()
+        return taken
+
+    def mark_all(self) -> None:
+        self.dirty.statuses |= set(self.classes)
+        self.dirty.finalizers |= set(self.classes)
+        self.dirty.copies = True
+        self.dirty.verify_copies = True
+
+    def _mark_resources(self, resources: Iterable[str]) -> None:
+        for resource in resources:
+            self.dirty.statuses |= self._by_resource.get(resource, set())
+
+    def _intern(self, value: Any) -> Any:
+        """One shared copy of equal small values (node names, request maps) across 100,000s of pods."""
+        key = (type(value), tuple(sorted(value.items())) if isinstance(value, dict) else value)
+        return self._interned.setdefault(key, value)
+
+    # -- per source ----------------------------------------------------------------------------
+
+    def _set_class(self, key: Key, obj: Mapping[str, Any] | None) -> None:
+        name = key[1]
+        record = compact_class(obj) if obj is not None else None
+        old = self.classes.pop(name, None)
+        self.records.pop(name, None)
+        if record is not None and obj is not None:
+            status = obj.get("status")
+            version = resource_version(obj)
+            same_hold = old is not None and (old.record.finalizers, old.record.deleting) == (
+                record.finalizers,
+                record.deleting,
+            )
+            self.classes[name] = ClassEntry(
+                record,
+                status if isinstance(status, dict) else None,
+                version,
+                old.hold_version if same_hold and old is not None else version,
+            )
+            self.records[name] = record
+        self._class_changed(name, old.record if old else None, record)
+
+    def _class_changed(self, name: str, old: ClassRecord | None, new: ClassRecord | None) -> None:
+        self.dirty.statuses.add(name)
+        self.dirty.finalizers.add(name)
+        before = old.resource_name if old else None
+        after = new.resource_name if new else None
+        if before is not None:
+            self._by_resource.get(before, set()).discard(name)
+        if after is not None:
+            self._by_resource.setdefault(after, set()).add(name)
+        if old is None or new is None or before != after or old.created != new.created:
+            self._mark_resources({r for r in (before, after) if r is not None})
+        license_before = old.spec.license if old and old.spec else None
+        license_after = new.spec.license if new and new.spec else None
+        if license_before != license_after or (old is None) != (new is None):
+            self.dirty.copies = True
+
+    def _set_node(self, key: Key, obj: Mapping[str, Any] | None) -> None:
+        name = key[1]
+        record = compact_node(obj) if obj is not None else None
+        if record is not None:
+            record = NodeRecord(
+                self._intern(record.name),
+                record.ready,
+                record.unschedulable,
+                self._intern(record.taints),
+                self._intern(dict(record.allocatable)),
+            )
+        old = self.nodes.get(name)
+        if record == old:
+            return
+        if record is None:
+            del self.nodes[name]
+        else:
+            self.nodes[name] = record
+        self._mark_resources(self.usage.set_node(name, old, record))
+
+    def _set_pod(self, key: Key, obj: Mapping[str, Any] | None) -> None:
+        self._set_launcher(key, obj)
+        record = compact_pod(obj) if obj is not None else None
+        if record is not None:
+            record = PodRecord(self._intern(record.node), self._intern(dict(record.requests)))
+        old = self.pods.get(key)
+        if record == old:
+            return
+        if old is not None:
+            self.usage.add_pod(old, -1)
+            del self.pods[key]
+        if record is not None:
+            self.usage.add_pod(record, 1)
+            self.pods[(self._intern(key[0]), key[1])] = record
+        self._mark_resources({*(old.requests if old else ()), *(record.requests if record else ())})
+
+    def _set_launcher(self, key: Key, obj: Mapping[str, Any] | None) -> None:
+        mount = launcher_licence(obj) if obj is not None else None
+        started = (key[0], *mount) if mount is not None else None
+        if started == self.launchers.get(key):
+            return
+        if started is None:
+            del self.launchers[key]
+        else:
+            self.launchers[key] = started
+        self.dirty.copies = True
+
+    def _set_kubevirt(self, key: Key, obj: Mapping[str, Any] | None) -> None:
+        if obj is None:
+            self.kubevirts.pop(key, None)
+        else:
+            self.kubevirts[key] = permitted_resources(obj)
+        permitted = frozenset().union(*self.kubevirts.values()) if self.kubevirts else None
+        if permitted != self.permitted:
+            self.permitted = permitted
+            self.dirty.statuses |= set(self.classes)
+
+    def _set_license_secret(self, key: Key, obj: Mapping[str, Any] | None) -> None:
+        record = compact_secret(obj) if obj is not None else None
+        if record is not None:  # keep the token only: nothing else in that namespace is ours
+            token = {k: v for k, v in record.data.items() if k == names.TOKEN_KEY}
+            record = SecretRecord(record.namespace, record.name, {}, token)
+        if record == self.license_secrets.get(key):
+            return
+        if record is None:
+            self.license_secrets.pop(key, None)
+        else:
+            self.license_secrets[key] = record
+        for entry in self.classes.values():
+            spec = entry.record.spec
+            if spec and spec.license and spec.license.secret_name == key[1]:
+                self.dirty.statuses.add(entry.record.name)
+                self.dirty.copies = True
+
+    def _set_copy_record(self, key: Key, obj: Mapping[str, Any] | None) -> None:
+        old = self.copy_records.pop(key, None)
+        if obj is not None:
+            self.copy_records[key] = CopyRecord(parse_record(obj), resource_version(obj))
+        new = self.copy_records.get(key)
+        if (old.entries if old else None) != (new.entries if new else None):
+            self.dirty.copies = True
+
+    @property
+    def copy_record(self) -> CopyRecord:
+        """The record (empty, version "" while the ConfigMap does not exist)."""
+        return next(iter(self.copy_records.values()), CopyRecord({}, ""))
+
+    def _set_namespace(self, key: Key, obj: Mapping[str, Any] | None) -> None:
+        name = key[1]
+        labels: Mapping[str, str] | None = None
+        if obj is not None:
+            meta = obj.get("metadata") or {}
+            raw = meta.get("labels") if isinstance(meta, dict) else None
+            # only the entitlement label matters: a tenant's own labels are not kept
+            value = raw.get(names.VGPU_ENTITLEMENT_LABEL) if isinstance(raw, dict) else None
+            labels = {names.VGPU_ENTITLEMENT_LABEL: value} if isinstance(value, str) else {}
+        if labels == self.namespaces.get(name):
+            return
+        if labels is None:
+            self.namespaces.pop(name, None)
+        else:
+            self.namespaces[name] = labels
+        self.dirty.copies = True
+
+    def _set_vmi(self, key: Key, obj: Mapping[str, Any] | None) -> None:
+        record = compact_vmi_use(obj) if obj is not None else None
+        old = self.vmis.get(key)
+        if record == old:
+            return
+        if old is not None:
+            self.vmi_usage.add(old, -1)
+        if record is not None:
+            self.vmi_usage.add(record, 1)
+        if record is not None and record.same_use(old):
+            self.vmis[key] = record  # a phase change: usage only, no class or copy to revisit
+            if key in self._license_vmis:
+                self._license_vmis[key] = record
+            return
+        for vmi in (old, record):
+            if vmi is not None:
+                self.dirty.finalizers.update(vmi.classes)
+                self.dirty.copies |= vmi.license_secret is not None
+        for name in old.classes if old else ():
+            self._vmis_by_class.get(name, set()).discard(key)
+        self._license_vmis.pop(key, None)
+        if record is None:
+            self.vmis.pop(key, None)
+            return
+        self.vmis[key] = record
+        for name in record.classes:
+            self._vmis_by_class.setdefault(name, set()).add(key)
+        if record.license_secret is not None:
+            self._license_vmis[key] = record
+
+    # -- decisions out ---------------------------------------------------------------------------
+
+    def status_context(self) -> StatusContext:
+        snapshot = Snapshot(
+            classes=self.records, permitted=self.permitted, secrets=self.license_secrets
+        )
+        return StatusContext(snapshot, conflict_winners(self.records))
+
+    def compute_status(self, name: str, context: StatusContext, *, now: str) -> dict[str, Any]:
+        """The class's status, by :func:`shared.core.status.availability.compute_status` over the live counters."""
+        return compute_status(
+            self.records[name],
+            context.snapshot,
+            index=self.usage.index,
+            winners=context.winners,
+            license_namespace=self.license_namespace,
+            now=now,
+        )
+
+    def figures(self, name: str, context: StatusContext) -> Figures:
+        record = self.records[name]
+        winner = context.winners.get(record.resource_name) if record.resource_name else None
+        return compute_figures(record, self.usage.index, conflict_lost=winner not in (None, name))
+
+    def in_use(self, name: str) -> bool:
+        if name not in self.records:
+            return False
+        return any(uses_class(self.vmis[key], name) for key in self._vmis_by_class.get(name, ()))
+
+    def copy_actions(self, *, vgpu_entitled: bool, verify: bool = False) -> list[CopyAction]:
+        plan = desired_copies(
+            self._license_vmis.values(),
+            self.records,
+            secrets=self.license_secrets,
+            namespaces=self.namespaces,
+            license_namespace=self.license_namespace,
+            vgpu_entitled=vgpu_entitled,
+            started=frozenset(self.launchers.values()),
+        )
+        return plan_copies(plan, self.copy_record.entries, verify=verify)

@@ -1,0 +1,93 @@
+"""Incremental usage counters: what :class:`shared.core.status.availability.UsageIndex` holds, kept current per event.
+
+`UsageIndex.build` walks every pod and node; at 150,000 pods that is far too slow
+to redo per event. These counters are updated by one pod or node change at a
+time and expose the same `UsageIndex` shape, so the status is still computed by
+:func:`shared.core.status.availability.compute_status` itself. A Hypothesis property
+(tests/test_reconciler_property.py) proves the two agree after any sequence of
+events. Each update returns the resources whose figures it may have changed: the
+affected-class index starts there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from gpuclass.shared.core.model.snapshot import NodeRecord, PodRecord
+from gpuclass.shared.core.status.availability import UsageIndex
+
+
+class _NodesByResource(Mapping[str, tuple[NodeRecord, ...]]):
+    """`UsageIndex.nodes_by_resource` over live dicts; a tuple is built once per change of its resource."""
+
+    def __init__(self, nodes: Mapping[str, Mapping[str, NodeRecord]]) -> None:
+        self._nodes = nodes
+        self._tuples: dict[str, tuple[NodeRecord, ...]] = {}
+
+    def invalidate(self, resource: str) -> None:
+        self._tuples.pop(resource, None)
+
+    def __getitem__(self, resource: str) -> tuple[NodeRecord, ...]:
+        cached = self._tuples.get(resource)
+        if cached is None:
+            cached = self._tuples[resource] = tuple(self._nodes[resource].values())
+        return cached
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._nodes)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+
+def node_change_resources(old: NodeRecord | None, new: NodeRecord | None) -> set[str]:
+    """Resources whose figures a node change can move.
+
+    A change of readiness, cordon or taints moves every resource the node
+    advertises (before or after); otherwise only resources whose allocatable changed.
+    """
+    if old is None:
+        return set(new.allocatable) if new else set()
+    if new is None:
+        return set(old.allocatable)
+    if (old.ready, old.unschedulable, old.taints) != (new.ready, new.unschedulable, new.taints):
+        return set(old.allocatable) | set(new.allocatable)
+    keys = set(old.allocatable) | set(new.allocatable)
+    return {k for k in keys if old.allocatable.get(k) != new.allocatable.get(k)}
+
+
+class UsageCounters:
+    """Units requested per resource per node, and the nodes advertising each resource."""
+
+    def __init__(self) -> None:
+        self.used: dict[str, dict[str, int]] = {}
+        self._nodes: dict[str, dict[str, NodeRecord]] = {}
+        self._view = _NodesByResource(self._nodes)
+        self.index = UsageIndex(self.used, self._view)
+
+    def add_pod(self, pod: PodRecord, sign: int) -> None:
+        """Count (sign=1) or uncount (sign=-1) a pod's requests on its node."""
+        for resource, units in pod.requests.items():
+            per_node = self.used.setdefault(resource, {})
+            total = per_node.get(pod.node, 0) + sign * units
+            if total:
+                per_node[pod.node] = total
+            else:
+                per_node.pop(pod.node, None)
+                if not per_node:
+                    del self.used[resource]
+
+    def set_node(self, name: str, old: NodeRecord | None, new: NodeRecord | None) -> set[str]:
+        """Replace node `name`'s record (None: absent); returns the resources it may affect."""
+        for resource in old.allocatable if old else ():
+            per_resource = self._nodes.get(resource)
+            if per_resource is not None:
+                per_resource.pop(name, None)
+                if not per_resource:
+                    del self._nodes[resource]
+                self._view.invalidate(resource)
+        if new is not None:
+            for resource in new.allocatable:
+                self._nodes.setdefault(resource, {})[name] = new
+                self._view.invalidate(resource)
+        return node_change_resources(old, new)

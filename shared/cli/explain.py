@@ -1,0 +1,367 @@
+"""`gpuclass explain`: can a VM needing N units of a class start now, node by node, and why not.
+
+Pure: a snapshot in, an :class:`Explanation` out; the CLI (`shared/cli/explaincmd.py`)
+prints it. The node verdicts come from :func:`shared.core.status.capacity.judge_node` and the
+class's condition from :func:`shared.core.status.availability.compute_status`, the functions
+the reconciler writes status with, so `explain` and `kubectl get gpuc -o wide`
+always tell the same story. What admission would refuse outright is said first, by
+the admission rules themselves (:mod:`shared.core.admission.resolution`: 4.3 and 4.4 for a class and
+count; every rule of section 4 for a manifest, entitlement aside): capacity does not
+matter for a VM that is never created, and explain can never call startable a VM the
+webhook refuses.
+
+For a VM or VMI manifest (:func:`explain_manifest`), every class of its selection is
+explained with its total count, and the nodes where all of them fit at once are
+counted: KubeVirt asks for every GPU of a VM on one node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from gpuclass.shared.core.admission.resolution import class_causes, judge_create, limit_causes
+from gpuclass.shared.core.admission.vmtemplate import template_view, tenant_cause
+from gpuclass.shared.core.base import names
+from gpuclass.shared.core.base.causes import Cause
+from gpuclass.shared.core.base.k8s import Taint, tolerates_all
+from gpuclass.shared.core.model.selection import ClassEntry, parse_selection
+from gpuclass.shared.core.model.snapshot import Snapshot
+from gpuclass.shared.core.status.availability import (
+    UsageIndex,
+    compute_status,
+    conflict_winners,
+    survey,
+)
+from gpuclass.shared.core.status.capacity import NodeFit, Survey, exclusions, judge_node
+from gpuclass.shared.core.status.catalog import Catalog, Policy, build_catalog
+
+RowVerdict = Literal[
+    "fits", "tooFewFree", "noFreeUnits", "notReady", "cordoned", "untolerated", "noUnits"
+]
+_RANK = {v: i for i, v in enumerate(get_args(RowVerdict))}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    node: str
+    free: int
+    allocatable: int
+    verdict: RowVerdict
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """One class for a VM needing `count` units: the node table and a one-line answer."""
+
+    class_name: str
+    count: int
+    resource: str | None
+    rows: tuple[NodeRow, ...]
+    fits: int
+    """Nodes where a VM needing `count` units can start now."""
+    can_start: bool
+    answer: str
+    condition: Mapping[str, Any] | None = None
+    """The class's Schedulable condition as the reconciler would write it (None: no class)."""
+    class_blocked: bool = False
+    """Admission refuses the VM, or the class is not ready: no node can help."""
+    refusals: tuple[str, ...] = ()
+    """Why admission refuses the VM (docs/contract.md 4.3, 4.4), in the rules' own words."""
+    notes: tuple[str, ...] = ()
+    """What explain does not judge (entitlement, docs/contract.md 4.5)."""
+
+
+def _taint(t: Taint) -> str:
+    return f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
+
+
+def _row(fit: NodeFit, count: int) -> NodeRow:
+    verdict: RowVerdict
+    if fit.verdict == "withFree":
+        verdict = "fits" if fit.free >= count else "tooFewFree"
+        reason = f"{fit.free} free" if verdict == "fits" else f"{fit.free} free, needs {count}"
+    else:
+        verdict = fit.verdict
+        reason = {
+            "noFreeUnits": "every unit is in use",
+            "notReady": "node is not Ready",
+            "cordoned": "node is cordoned (spec.unschedulable)",
+            "untolerated": "untolerated taint " + ", ".join(_taint(t) for t in fit.taints),
+            "noUnits": "lists the resource at 0 (device plugin down or devices unhealthy?)",
+        }[fit.verdict]
+    eligible = fit.verdict in ("withFree", "noFreeUnits")
+    return NodeRow(fit.name, fit.free if eligible else 0, fit.allocatable, verdict, reason)
+
+
+def _units(n: int) -> str:
+    return f"{n} unit" if n == 1 else f"{n} units"
+
+
+def _nodes(n: int) -> str:
+    return f"{n} node" if n == 1 else f"{n} nodes"
+
+
+ENTITLEMENT_CODES = frozenset({"NotEntitled"})
+"""Causes explain does not judge: entitlement (docs/contract.md 4.5) depends on the platform
+setting and on the namespace the VM is created in, which explain does not know (a tenant cannot
+list Namespaces, and the setting lives in the webhook). Explain notes it instead (docs/decisions.md)."""
+
+
+def admission_catalog(snapshot: Snapshot, license_namespace: str) -> Catalog:
+    """The catalog admission would judge with, its figures computed from the snapshot."""
+    policy = Policy(vgpu_entitled=False, license_namespace=license_namespace)
+    return build_catalog(snapshot, policy, figures="computed")
+
+
+def refusals(name: str, count: int, catalog: Catalog) -> tuple[str, ...]:
+    """Why admission would refuse a VM selecting `count` units of one class (4.3, 4.4).
+
+    The rules themselves (:func:`shared.core.admission.resolution.class_causes` and
+    :func:`shared.core.admission.resolution.limit_causes`), run on a one-entry selection, so explain and
+    admission never disagree about a refusal.
+    """
+    entries = (ClassEntry(name, count, 0),)
+    offers, unusable = class_causes(entries, catalog)
+    _, over = limit_causes(entries, offers)
+    return tuple(c.message for c in (*unusable, *over))
+
+
+def entitlement_notes(classes: Sequence[str], catalog: Catalog) -> tuple[str, ...]:
+    """A line for each selected vGPU class: entitlement is judged at admission, not here."""
+    return tuple(
+        f"class {n} is vGPU: admission also needs the VM's namespace to be entitled "
+        "(docs/contract.md 4.5), which explain does not check"
+        for n in classes
+        if (o := catalog.offers.get(n)) and o.record.spec and o.record.spec.mode == "vgpu"
+    )
+
+
+def explain_class(
+    snapshot: Snapshot,
+    name: str,
+    *,
+    count: int = 1,
+    license_namespace: str = names.DEFAULT_LICENSE_NAMESPACE,
+    now: str = "",
+    index: UsageIndex | None = None,
+    catalog: Catalog | None = None,
+) -> Explanation:
+    """Whether a VM needing `count` units of class `name` can start now, and on which nodes."""
+    index = index or UsageIndex.build(snapshot)
+    catalog = catalog or admission_catalog(snapshot, license_namespace)
+    why = refusals(name, count, catalog)
+    notes = entitlement_notes((name,), catalog)
+    record = snapshot.classes.get(name)
+    if record is None:
+        answer = f"admission refuses the VM: {'; '.join(why)}"
+        return Explanation(
+            name, count, None, (), 0, False, answer, class_blocked=True, refusals=why
+        )
+    status = compute_status(
+        record,
+        snapshot,
+        index=index,
+        winners=conflict_winners(snapshot.classes),
+        license_namespace=license_namespace,
+        now=now,
+    )
+    conditions = {c["type"]: c for c in status["conditions"]}
+    resource = record.resource_name
+    fits_ = (
+        [
+            judge_node(node, resource, record.tolerations, index.used.get(resource, {}))
+            for node in index.nodes_by_resource.get(resource, ())
+        ]
+        if resource
+        else []
+    )
+    rows = tuple(
+        sorted((_row(f, count) for f in fits_), key=lambda r: (_RANK[r.verdict], -r.free, r.node))
+    )
+    fits = sum(1 for r in rows if r.verdict == "fits")
+    ready = conditions["Ready"]
+    if why:
+        answer, can_start = f"admission refuses the VM: {'; '.join(why)}", False
+    elif ready["status"] != "True":
+        answer, can_start = f"no VM of class {name} can start: {ready['message']}", False
+    elif fits:
+        answer, can_start = (
+            f"a VM needing {_units(count)} can start on {_nodes(fits)} now",
+            True,
+        )
+    else:
+        found = survey(record, index, conflict_lost=False)  # a conflict loser was refused above
+        answer, can_start = _why_not(found, rows, resource or "", count), False
+    return Explanation(
+        name,
+        count,
+        resource,
+        rows,
+        fits,
+        can_start,
+        answer,
+        conditions[names.SCHEDULABLE],
+        class_blocked=bool(why) or ready["status"] != "True",
+        refusals=why,
+        notes=notes,
+    )
+
+
+def _why_not(found: Survey, rows: Sequence[NodeRow], resource: str, count: int) -> str:
+    capacity = found.capacity()
+    free, max_free = found.free, found.max_free_per_node
+    waits = f"a VM needing {_units(count)} waits"
+    if capacity.advertising == 0:
+        return f"no node advertises {resource}: {waits}"
+    if capacity.eligible == 0:
+        return (
+            f"{_nodes(capacity.advertising)} advertise {resource} but none is eligible: "
+            f"{exclusions(capacity)}; {waits}"
+        )
+    if free == 0:
+        total = sum(r.allocatable for r in rows if r.verdict in ("noFreeUnits", "tooFewFree"))
+        return (
+            f"all {_units(total)} on the {_nodes(capacity.eligible)} eligible are in use: {waits}"
+        )
+    if free >= count:
+        return f"{_units(free)} free but at most {max_free} on one node: {waits}"
+    return f"only {_units(free)} free (at most {max_free} on one node): {waits}"
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestExplanation:
+    """A VM or VMI manifest: each class of its selection explained, and the joint fit."""
+
+    kind: str
+    name: str
+    classes: tuple[Explanation, ...]
+    problems: tuple[str, ...]
+    """Why admission refuses the VM (docs/contract.md 4.1-4.8, entitlement aside), each with
+    its path as the tenant wrote it."""
+    joint_fits: int
+    can_start: bool
+    answer: str
+    blocking: tuple[str, ...] = ()
+    """The classes that keep the VM from starting now."""
+    notes: tuple[str, ...] = ()
+    """What explain does not judge (entitlement, docs/contract.md 4.5)."""
+
+
+def selection_of(manifest: Mapping[str, Any]) -> tuple[str, str, str | None]:
+    """(kind, name, raw annotation): a VM's selection is on its template (docs/contract.md 2)."""
+    kind = str(manifest.get("kind") or "")
+    meta = _dict(manifest.get("metadata"))
+    holder = meta
+    if kind == "VirtualMachine":
+        holder = _dict(_dict(_dict(manifest.get("spec")).get("template")).get("metadata"))
+    raw = _dict(holder.get("annotations")).get(names.SELECTION_ANNOTATION)
+    name = meta.get("name")
+    return kind, str(name or "(no name)"), raw if isinstance(raw, str) else None
+
+
+def _dict(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def joint_fits(snapshot: Snapshot, index: UsageIndex, wanted: Mapping[str, int]) -> int:
+    """Nodes where every selected class has its count free at once, under all their tolerations."""
+    records = [snapshot.classes[n] for n in wanted if n in snapshot.classes]
+    if len(records) != len(wanted) or any(r.resource_name is None for r in records):
+        return 0
+    tolerations = tuple(t for r in records for t in r.tolerations)
+    found = 0
+    for node in snapshot.nodes:
+        if not node.ready or node.unschedulable or not tolerates_all(tolerations, node.taints):
+            continue
+        if all(
+            node.allocatable.get(r.resource_name or "", 0)
+            - index.used.get(r.resource_name or "", {}).get(node.name, 0)
+            >= wanted[r.name]
+            for r in records
+        ):
+            found += 1
+    return found
+
+
+def judged_view(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What admission judges: a VM's template as the VMI it becomes (as shared/core/admission/admit_vm.py), or the VMI."""
+    if manifest.get("kind") != "VirtualMachine":
+        return manifest
+    return template_view(manifest) or {"metadata": {}, "spec": {}}
+
+
+def manifest_refusals(manifest: Mapping[str, Any], catalog: Catalog) -> tuple[Cause, ...]:
+    """Every cause admission gives the VMI of `manifest` (docs/contract.md 4.1-4.8) but
+    entitlement, each field as the tenant wrote it (a VM's as shared/core/admission/admit_vm.py names them)."""
+    namespace = str(_dict(manifest.get("metadata")).get("namespace") or "default")
+    judged = judge_create(judged_view(manifest), namespace, catalog)
+    vm = manifest.get("kind") == "VirtualMachine"
+    return tuple(
+        tenant_cause(c) if vm else c for c in judged.causes if c.code not in ENTITLEMENT_CODES
+    )
+
+
+def explain_manifest(
+    manifest: Mapping[str, Any],
+    snapshot: Snapshot,
+    *,
+    license_namespace: str = names.DEFAULT_LICENSE_NAMESPACE,
+    now: str = "",
+) -> ManifestExplanation:
+    kind, name, raw = selection_of(manifest)
+    catalog = admission_catalog(snapshot, license_namespace)
+    causes = manifest_refusals(manifest, catalog)
+    problems = tuple(f"{c.field}: {c.message}" for c in causes)
+    selection = parse_selection(raw)
+    if selection.causes:
+        return ManifestExplanation(
+            kind, name, (), problems, 0, False, "the selection is invalid: admission refuses it"
+        )
+    wanted: dict[str, int] = {}
+    for entry in selection.entries:
+        wanted[entry.class_name] = wanted.get(entry.class_name, 0) + entry.count
+    refused = "admission refuses the VM: " + "; ".join(c.message for c in causes)
+    if not wanted:
+        if problems:
+            return ManifestExplanation(kind, name, (), problems, 0, False, refused)
+        return ManifestExplanation(
+            kind, name, (), (), 0, True, "the manifest selects no GPU class: nothing to wait for"
+        )
+    index = UsageIndex.build(snapshot)
+    classes = tuple(
+        explain_class(
+            snapshot,
+            c,
+            count=n,
+            license_namespace=license_namespace,
+            now=now,
+            index=index,
+            catalog=catalog,
+        )
+        for c, n in wanted.items()
+    )
+    together = joint_fits(snapshot, index, wanted)
+    blocked = tuple(e.class_name for e in classes if e.class_blocked)
+    short = tuple(e.class_name for e in classes if not e.can_start)
+    notes = entitlement_notes(tuple(wanted), catalog)
+    if problems:
+        # Admission refuses the VM as a whole (one vGPU class, 1024 units, a hand-mounted
+        # licence...): said first, whatever the nodes have free (docs/contract.md 7.6).
+        blocking, answer = blocked or tuple(wanted), refused
+    elif blocked:
+        blocking, answer = blocked, "blocked by " + ", ".join(blocked)
+    elif together:
+        # One node has every class's units, under all their tolerations: a class that alone
+        # found no node (its taint tolerated by another class of the VM) does not block.
+        blocking, answer = (), f"the VM can start on {_nodes(together)} now"
+    elif short:
+        blocking, answer = short, "blocked by " + ", ".join(short)
+    else:
+        blocking = tuple(wanted)
+        answer = "each class has room, but no node has all of them free at once: the VM waits"
+    return ManifestExplanation(
+        kind, name, classes, problems, together, not blocking, answer, blocking, notes
+    )

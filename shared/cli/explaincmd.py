@@ -1,0 +1,303 @@
+"""`gpuclass explain`: the command-line edge of :mod:`shared.cli.explain` (offline or against a cluster).
+
+- `gpuclass explain CLASS [--count N] --objects PATH...`: from files, as `gpuclass status`;
+- `gpuclass explain CLASS [--count N] --kubeconfig F [--context C]`: one list each of
+  Nodes, Pods (bound, not finished), GPUClasses and the KubeVirt CR, and a GET of each
+  licensed class's source Secret (never a list of Secrets), then the same function;
+- `gpuclass explain --manifest FILE ...`: a VirtualMachine or VMI manifest, every class of
+  its selection at once.
+
+It prints a node table and a one-line answer (`-o json`: the same as JSON) and exits 0
+when the VM can start now, 1 when it cannot, 2 on unusable input. Like `cli.py`, this
+module is I/O edge, not core (tests/test_layers.py); `cli.py` only registers it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from gpuclass.shared.cli.explain import (
+    Explanation,
+    ManifestExplanation,
+    explain_class,
+    explain_manifest,
+    selection_of,
+)
+from gpuclass.shared.core.base import names
+from gpuclass.shared.core.base.collections import (
+    BOUND_PODS,
+    GPUCLASSES,
+    KUBEVIRTS,
+    NODES,
+    SECRETS,
+)
+from gpuclass.shared.core.model.selection import parse_selection
+from gpuclass.shared.core.model.snapshot import Redacted, SecretRecord, Snapshot, SnapshotBuilder
+from gpuclass.shared.kube.loader import LoadError, iter_objects, load_snapshot
+
+"""Only Pods that can hold units (docs/contract.md 6.2): bound, Pending or Running."""
+
+
+def add_parser(sub: Any, objects_arg: Any) -> None:
+    """Register `explain` on the `gpuclass` sub-parsers (`objects_arg` adds --objects & co)."""
+    e = sub.add_parser(
+        "explain",
+        help="can a VM of CLASS (or the VM in --manifest) start now? node table and answer",
+        description="Explain, node by node, whether a VM needing N units of a class can start "
+        "now, from --objects files or from a cluster (--kubeconfig/--context). Exit 0 when it "
+        "can, 1 when it cannot, 2 on unusable input.",
+    )
+    objects_arg(e)
+    e.add_argument("class_name", nargs="?", metavar="CLASS", help="GPUClass name")
+    e.add_argument(
+        "--count", type=int, default=1, metavar="N", help="units the VM needs (default 1)"
+    )
+    e.add_argument(
+        "--manifest",
+        metavar="FILE",
+        help="VirtualMachine or VirtualMachineInstance manifest: explain every class it selects",
+    )
+    e.add_argument("--kubeconfig", type=Path, help="read the cluster through this kubeconfig")
+    e.add_argument("--context", help="kubeconfig context (default: the current one)")
+    e.add_argument("-o", "--output", choices=("text", "json"), default="text")
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    try:
+        manifest = _manifest(args.manifest) if args.manifest else None
+        if manifest is None and not args.class_name:
+            raise LoadError("give a CLASS or --manifest FILE")
+        if args.count < 1:
+            raise LoadError("--count must be at least 1")
+        snapshot = _snapshot(args)
+    except (LoadError, OSError) as exc:
+        print(f"gpuclass explain: {exc}", file=sys.stderr)
+        return 2
+    if manifest is not None:
+        result = explain_manifest(manifest, snapshot, license_namespace=args.license_namespace)
+        text = render_manifest(result)
+        can_start, value = result.can_start, _manifest_value(result)
+    else:
+        one = explain_class(
+            snapshot, args.class_name, count=args.count, license_namespace=args.license_namespace
+        )
+        text, can_start, value = render_class(one), one.can_start, _class_value(one)
+    if args.output == "json":
+        sys.stdout.buffer.write(orjson.dumps(value, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        sys.stdout.write(text)
+    return 0 if can_start else 1
+
+
+def _manifest(path: str) -> Mapping[str, Any]:
+    objects = list(iter_objects(Path(path)))
+    kinds = [o for o in objects if o.get("kind") in ("VirtualMachine", "VirtualMachineInstance")]
+    if len(kinds) != 1:
+        raise LoadError(f"{path}: expected one VirtualMachine or VirtualMachineInstance")
+    return kinds[0]
+
+
+def _snapshot(args: argparse.Namespace) -> Snapshot:
+    cluster = args.kubeconfig is not None or args.context is not None
+    # --objects flags, else (offline only) the GPUCLASS_OBJECTS list, as `status` reads it
+    objects = list(args.objects or ([] if cluster else getattr(args, "objects_from_env", [])))
+    if objects:
+        if cluster:
+            raise LoadError("give --objects or --kubeconfig/--context, not both")
+        snapshot = load_snapshot(objects, kubevirt_namespace=args.kubevirt_namespace)
+        # Computed from the objects, never read from them (docs/contract.md 7).
+        snapshot.classes = {n: replace(r, status=None) for n, r in snapshot.classes.items()}
+        return snapshot
+    if not cluster:
+        raise LoadError("give --objects PATH (offline) or --kubeconfig/--context (a cluster)")
+    return asyncio.run(
+        read_cluster(
+            args.kubeconfig,
+            args.context,
+            license_namespace=args.license_namespace,
+            kubevirt_namespace=args.kubevirt_namespace,
+            classes=_classes_asked(args),
+        )
+    )
+
+
+def _classes_asked(args: argparse.Namespace) -> frozenset[str] | None:
+    """The classes whose licence Secret matters: CLASS, or the manifest's selection."""
+    if not args.manifest:
+        return frozenset({args.class_name})
+    _, _, raw = selection_of(_manifest(args.manifest))
+    return frozenset(e.class_name for e in parse_selection(raw).entries)
+
+
+async def read_cluster(
+    kubeconfig: Path | None,
+    context: str | None,
+    *,
+    license_namespace: str,
+    kubevirt_namespace: str,
+    classes: frozenset[str] | None = None,
+) -> Snapshot:
+    """One list of each collection the answer needs, folded into a snapshot.
+
+    Secrets are never listed: only the source Secret (`spec.license.secretName`) of each
+    licensed class in `classes` (None: every class) is read, by name, so the caller needs
+    no right on any other Secret and no other payload reaches this machine; its payload
+    stays in the snapshot (wrapped, never printed). A 404 is a missing Secret. Where the
+    caller may not read it (a tenant, 401/403), the class's stored LicenseSecretMissing
+    condition, the reconciler's view, stands in for it.
+    """
+    from gpuclass.shared.kube.clusterconfig import ClusterConfigError
+    from gpuclass.shared.kube.errors import ApiError
+    from gpuclass.shared.kube.kubeclient import RawClient, api_client
+
+    collections = {
+        "Node": (NODES.at(), NODES.params()),
+        "Pod": (BOUND_PODS.at(), BOUND_PODS.params()),
+        names.KIND: (GPUCLASSES.at(), GPUCLASSES.params()),
+        "KubeVirt": (KUBEVIRTS.at(kubevirt_namespace), KUBEVIRTS.params()),
+    }
+    try:  # --kubeconfig, else KUBECONFIG, else ~/.kube/config, as kubectl finds them
+        api = await api_client(kubeconfig, binary="gpuclass", context=context)
+    except ClusterConfigError as exc:
+        raise LoadError(str(exc)) from exc
+    raw = RawClient(api, collections, field_manager="gpuclass")
+    builder = SnapshotBuilder()
+    unreadable: set[str] = set()
+    try:
+        for kind in collections:
+            try:
+                async for page in raw.list_pages(kind):
+                    for item in page.items:
+                        builder.add({**item, "kind": kind})
+            except ApiError as exc:
+                if kind == "KubeVirt" and exc.not_found:
+                    continue  # no KubeVirt CRD: the classes say NoKubeVirt
+                raise LoadError(f"listing {kind}: {exc}") from exc
+        for secret_name in licence_secret_names(builder.snapshot, classes):
+            path = SECRETS.item(secret_name, license_namespace)
+            try:
+                builder.add({**await raw.get(path), "kind": "Secret"})
+            except ApiError as exc:
+                if exc.not_found:
+                    continue  # absent: LicenseSecretMissing, as the reconciler would say
+                if exc.unauthorized or exc.forbidden:
+                    unreadable.add(secret_name)
+                    continue
+                raise LoadError(f"reading Secret {license_namespace}/{secret_name}: {exc}") from exc
+    finally:
+        await raw.close()
+    snapshot = builder.snapshot
+    if unreadable:
+        _stored_license_view(snapshot, license_namespace, unreadable)
+    return snapshot
+
+
+def licence_secret_names(snapshot: Snapshot, classes: frozenset[str] | None) -> list[str]:
+    """The source Secrets of the licensed classes in `classes` (None: all), each once, sorted."""
+    return sorted(
+        {
+            r.spec.license.secret_name
+            for n, r in snapshot.classes.items()
+            if r.spec is not None and r.spec.license is not None
+            if classes is None or n in classes
+        }
+    )
+
+
+def _stored_license_view(snapshot: Snapshot, license_namespace: str, unreadable: set[str]) -> None:
+    """Where the caller cannot read a source Secret: a licensed class whose stored status says
+    the Secret is usable gets a stand-in record, so the pure rules see what the reconciler saw."""
+    for record in snapshot.classes.values():
+        spec, status = record.spec, record.status
+        if spec is None or spec.license is None or status is None:
+            continue
+        if spec.license.secret_name not in unreadable:
+            continue
+        stored = {c.type: c.status for c in status.conditions}
+        if stored.get("LicenseSecretMissing") == "False":
+            key = (license_namespace, spec.license.secret_name)
+            snapshot.secrets[key] = SecretRecord(
+                key[0], key[1], {}, {names.TOKEN_KEY: Redacted("seen by the reconciler")}
+            )
+
+
+# -- rendering ----------------------------------------------------------------------------------
+
+ELIGIBLE_VERDICTS = frozenset({"fits", "tooFewFree", "noFreeUnits"})
+"""Rows whose FREE counts (docs/contract.md 6.3); other nodes show "-"."""
+
+
+def render_class(e: Explanation, *, label: str = "answer") -> str:
+    units = "unit" if e.count == 1 else "units"
+    lines = [
+        f"class {e.class_name} ({e.resource or 'no resource'}), a VM needing {e.count} {units}"
+    ]
+    if e.rows:
+        width = max(len("NODE"), *(len(r.node) for r in e.rows))
+        lines.append(
+            f"  {'NODE':<{width}}  {'FREE':>4}  {'ALLOCATABLE':>11}  {'VERDICT':<11}  REASON"
+        )
+        for r in e.rows:
+            free = str(r.free) if r.verdict in ELIGIBLE_VERDICTS else "-"
+            lines.append(
+                f"  {r.node:<{width}}  {free:>4}  {r.allocatable:>11}  {r.verdict:<11}  {r.reason}"
+            )
+    else:
+        lines.append("  no node lists the resource")
+    if e.condition is not None:
+        c = e.condition
+        lines.append(f"  Schedulable={c['status']} ({c['reason']}): {c['message']}")
+    lines += [f"  note: {n}" for n in e.notes]
+    lines.append(f"{label}: {e.answer}")
+    return "\n".join(lines) + "\n"
+
+
+def render_manifest(m: ManifestExplanation) -> str:
+    lines = [f"{m.kind} {m.name}"]
+    lines += [f"  {p}" for p in m.problems]
+    text = "\n".join(lines) + "\n"
+    for e in m.classes:
+        text += render_class(e, label="  this class")
+    if m.classes:
+        text += f"nodes where every class fits at once: {m.joint_fits}\n"
+    return text + f"answer: {m.answer}\n"
+
+
+def _class_value(e: Explanation) -> dict[str, Any]:
+    condition = e.condition
+    return {
+        "className": e.class_name,
+        "count": e.count,
+        "resource": e.resource,
+        "nodes": [asdict(r) for r in e.rows],
+        "fits": e.fits,
+        "canStart": e.can_start,
+        "answer": e.answer,
+        "refusals": list(e.refusals),
+        "notes": list(e.notes),
+        "condition": {k: condition[k] for k in ("status", "reason", "message")}
+        if condition is not None
+        else None,
+    }
+
+
+def _manifest_value(m: ManifestExplanation) -> dict[str, Any]:
+    return {
+        "kind": m.kind,
+        "name": m.name,
+        "problems": list(m.problems),
+        "classes": [_class_value(e) for e in m.classes],
+        "blocking": list(m.blocking),
+        "notes": list(m.notes),
+        "jointFits": m.joint_fits,
+        "canStart": m.can_start,
+        "answer": m.answer,
+    }

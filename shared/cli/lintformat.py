@@ -1,0 +1,177 @@
+"""Renderings of a :class:`shared.cli.lint.LintReport`: `gpuclass validate -o text|json|junit|github`.
+
+Pure functions from a report to the text a CI job reads (docs/operations.md, "Linting the
+catalog in CI", documents each format):
+
+- `text`: one line per cause, `FILE: NAME: FIELD: message` (docs/contract.md 7.1), on
+  standard output; unreadable files and warnings on standard error, so that standard
+  output keeps only that pinned format.
+- `json`: one document, schema version 1 (below), stable for scripts.
+- `junit`: JUnit XML, one test case per object, one `<failure>` per cause, one `<error>`
+  per unreadable file (GitLab, Jenkins and most CI dashboards read it).
+- `github`: GitHub Actions workflow commands (`::error file=…::…`), which annotate the
+  pull request; escaped as the Actions toolkit does.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from gpuclass.shared.cli.lint import FileReport, LintReport, ObjectReport
+
+Format = Literal["text", "json", "junit", "github"]
+FORMATS: tuple[Format, ...] = ("text", "json", "junit", "github")
+JSON_SCHEMA_VERSION = 1
+PROG = "gpuclass validate"
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    out: str
+    err: str
+
+
+def render(report: LintReport, output: Format) -> Rendered:
+    if output == "json":
+        return Rendered(render_json(report), "")
+    if output == "junit":
+        return Rendered(render_junit(report), "")
+    if output == "github":
+        return Rendered(render_github(report), "")
+    return render_text(report)
+
+
+def render_text(report: LintReport) -> Rendered:
+    out = [
+        f"{line.path}: {line.name}: {line.finding.field}: {line.finding.message}\n"
+        for line in report.lines
+    ]
+    err = []
+    for file in report.files:
+        if file.error:
+            err.append(f"{PROG}: {file.path}: {file.error.message}\n")
+        for obj in file.objects:
+            err += [f"{file.path}: {obj.name}: warning: {w}\n" for w in obj.warnings]
+    return Rendered("".join(out), "".join(err))
+
+
+def _object_json(obj: ObjectReport) -> dict[str, Any]:
+    return {
+        "kind": obj.kind,
+        "name": obj.name,
+        "valid": not obj.causes,
+        "causes": [{"field": c.field, "message": c.message, "code": c.code} for c in obj.causes],
+        "warnings": list(obj.warnings),
+    }
+
+
+def _file_json(file: FileReport) -> dict[str, Any]:
+    error = file.error
+    return {
+        "path": file.path,
+        "error": None
+        if error is None
+        else {"code": error.code, "message": error.message, "line": error.line},
+        "objects": [_object_json(o) for o in file.objects],
+    }
+
+
+def render_json(report: LintReport) -> str:
+    document = {
+        "version": JSON_SCHEMA_VERSION,
+        "valid": report.errors == 0,
+        "summary": {
+            "files": len(report.files),
+            "objects": report.objects,
+            "errors": report.errors,
+            "warnings": report.warnings,
+        },
+        "files": [_file_json(f) for f in report.files],
+    }
+    return orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n"
+
+
+def _suite(file: FileReport) -> ET.Element:
+    suite = ET.Element("testsuite", name=file.path)
+    failures = errors = 0
+    if file.error:
+        errors += 1
+        case = ET.SubElement(suite, "testcase", classname=file.path, name="(file)", file=file.path)
+        error = ET.SubElement(case, "error", type=file.error.code, message=file.error.message)
+        error.text = file.error.message
+    for obj in file.objects:
+        case = ET.SubElement(
+            suite, "testcase", classname=file.path, name=f"{obj.kind}/{obj.name}", file=file.path
+        )
+        for cause in obj.causes:
+            text = f"{cause.field}: {cause.message}" if cause.field else cause.message
+            failure = ET.SubElement(case, "failure", type=cause.code, message=text)
+            failure.text = text
+        if obj.warnings:
+            ET.SubElement(case, "system-out").text = "".join(
+                f"warning: {w}\n" for w in obj.warnings
+            )
+        failures += 1 if obj.causes else 0
+    tests = len(file.objects) + (1 if file.error else 0)
+    suite.set("tests", str(tests))
+    suite.set("failures", str(failures))
+    suite.set("errors", str(errors))
+    suite.set("skipped", "0")
+    return suite
+
+
+def render_junit(report: LintReport) -> str:
+    """Suites are files with something to say (objects of ours, or an error); `failures`
+    counts failed test cases, as JUnit does, each case holding one `<failure>` per cause."""
+    root = ET.Element("testsuites", name=PROG)
+    suites = [_suite(f) for f in report.files if f.objects or f.error]
+    for name in ("tests", "failures", "errors"):
+        root.set(name, str(sum(int(s.get(name) or 0) for s in suites)))
+    root.extend(suites)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def escape_data(value: str) -> str:
+    """The Actions toolkit's escaping of a command's message (`escapeData`)."""
+    return value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(value: str) -> str:
+    """The Actions toolkit's escaping of a command property (`escapeProperty`)."""
+    return escape_data(value).replace(":", "%3A").replace(",", "%2C")
+
+
+def workflow_command(
+    command: Literal["error", "warning"], message: str, **properties: str | int | None
+) -> str:
+    props = ",".join(
+        f"{key}={escape_property(str(value))}"
+        for key, value in properties.items()
+        if value is not None
+    )
+    return f"::{command} {props}::{escape_data(message)}\n"
+
+
+def render_github(report: LintReport) -> str:
+    lines = []
+    for file in report.files:
+        if file.error:
+            lines.append(
+                workflow_command(
+                    "error", file.error.message, file=file.path, line=file.error.line, title=PROG
+                )
+            )
+    for line in report.lines:
+        title = f"{line.name}: {line.finding.field}" if line.finding.field else line.name
+        lines.append(workflow_command("error", line.finding.message, file=line.path, title=title))
+    for file in report.files:
+        for obj in file.objects:
+            lines += [
+                workflow_command("warning", w, file=file.path, title=obj.name) for w in obj.warnings
+            ]
+    return "".join(lines)

@@ -1,0 +1,3 @@
+"""Admission: the AdmissionReview envelope, one admitter per kind, the rules of contract
+section 4, narrow patches, and decisions with their one renderer.
+"""

@@ -1,0 +1,235 @@
+"""The AdmissionReview envelope, checked once and typed (docs/contract.md section 3).
+
+:func:`parse_envelope` turns a decoded body into an :class:`AdmissionRequest` or
+raises :class:`MalformedReview` naming what is wrong, which the shells map to HTTP
+400 or exit code 2. Every field a rule, a metric or a log line reads is type-checked
+here, so nothing downstream meets a list where it expects a string: a wrong type is
+a client error (400), never an unexpected one (500). Admitters read the typed fields;
+they never see the raw envelope.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal, NamedTuple
+
+from gpuclass.shared.core.base import names
+
+API_VERSIONS: Final = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+OPERATIONS: Final[tuple[Operation, ...]] = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+
+class GroupKind(NamedTuple):
+    group: str  # "" for the core group
+    kind: str
+
+    def __str__(self) -> str:
+        """`kubevirt.io/VirtualMachineInstance`, `core/Pod`: what was received, group included."""
+        return _short(f"{self.group or 'core'}/{self.kind}").strip("'")
+
+
+VMI: Final = GroupKind("kubevirt.io", "VirtualMachineInstance")
+VM: Final = GroupKind("kubevirt.io", "VirtualMachine")
+POD: Final = GroupKind("", "Pod")
+GPUCLASS: Final = GroupKind(names.GROUP, names.KIND)
+
+
+class MalformedReview(ValueError):
+    """The body is not an AdmissionReview we can answer: a client error, never a denial."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionRequest:
+    """What an admitter may read of one AdmissionReview request, every field of its JSON type."""
+
+    api_version: str
+    uid: str
+    kind: GroupKind
+    operation: Operation
+    object: Mapping[str, Any] | None = None
+    old_object: Mapping[str, Any] | None = None
+    request_namespace: str = ""  # request.namespace as sent
+    name: str = ""
+    username: str = ""
+    groups: tuple[str, ...] = ()
+    dry_run: bool = False
+
+    @property
+    def namespace(self) -> str:
+        """`request.namespace`, else `object.metadata.namespace` (docs/contract.md section 3)."""
+        if self.request_namespace:
+            return self.request_namespace
+        meta = self.object.get("metadata") if self.object is not None else None
+        namespace = meta.get("namespace") if isinstance(meta, dict) else None
+        return namespace if isinstance(namespace, str) else ""
+
+
+def parse_envelope(body: object) -> AdmissionRequest:
+    """The typed request of `body`, or MalformedReview naming the first thing that is wrong."""
+    if not isinstance(body, dict):
+        raise MalformedReview("body must be a JSON object: an AdmissionReview")
+    api_version = body.get("apiVersion")
+    if api_version not in API_VERSIONS:
+        raise MalformedReview(
+            f"apiVersion must be one of {', '.join(API_VERSIONS)} (got {_short(api_version)})"
+        )
+    if body.get("kind") != "AdmissionReview":
+        raise MalformedReview(f"kind must be AdmissionReview (got {_short(body.get('kind'))})")
+    request = body.get("request")
+    if not isinstance(request, dict):
+        raise MalformedReview("request: required, an object")
+    return request_from(request, api_version=str(api_version))
+
+
+def request_from(request: Mapping[str, Any], *, api_version: str) -> AdmissionRequest:
+    """The typed form of one `request` object (the envelope's inner part)."""
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise MalformedReview("request.uid: required, a string")
+    kind = request.get("kind")
+    if (
+        not isinstance(kind, dict)
+        or not isinstance(kind.get("kind"), str)
+        or not _optional(kind, "group", str)
+        or not _optional(kind, "version", str)
+    ):
+        raise MalformedReview(
+            f"request.kind: required, an object with group, version and kind (got {_short(kind)})"
+        )
+    operation = request.get("operation")
+    if not isinstance(operation, str) or operation not in OPERATIONS:
+        raise MalformedReview(
+            f"request.operation: required, one of {', '.join(OPERATIONS)} (got {_short(operation)})"
+        )
+    for field, expected, what in _FIELD_TYPES:
+        if not _optional(request, field, expected):
+            raise MalformedReview(f"request.{field}: must be {what} when present")
+    username, groups = _user(request.get("userInfo"))
+    return AdmissionRequest(
+        api_version=api_version,
+        uid=uid,
+        kind=GroupKind(kind.get("group") or "", kind["kind"]),
+        operation=operation,
+        object=request.get("object"),
+        old_object=request.get("oldObject"),
+        request_namespace=request.get("namespace") or "",
+        name=request.get("name") or "",
+        username=username,
+        groups=groups,
+        dry_run=bool(request.get("dryRun")),
+    )
+
+
+def _user(user: object) -> tuple[str, tuple[str, ...]]:
+    if not isinstance(user, dict):
+        return "", ()
+    if not _optional(user, "username", str) or not _optional(user, "uid", str):
+        raise MalformedReview("request.userInfo: username and uid must be strings")
+    groups = user.get("groups")
+    if groups is not None and not (
+        isinstance(groups, list) and all(isinstance(g, str) for g in groups)
+    ):
+        raise MalformedReview("request.userInfo.groups: must be a list of strings")
+    return user.get("username") or "", tuple(groups or ())
+
+
+_FIELD_TYPES: Final = (
+    ("name", str, "a string"),
+    ("namespace", str, "a string"),
+    ("userInfo", dict, "an object"),
+    ("dryRun", bool, "true or false"),
+    ("object", dict, "an object"),
+    ("oldObject", dict, "an object"),
+)
+
+
+def _optional(mapping: Mapping[str, Any], key: str, expected: type) -> bool:
+    """True when `key` is absent, null, or of the expected type (bool is not an int here)."""
+    value = mapping.get(key)
+    return value is None or isinstance(value, expected)
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# -- a plain manifest, wrapped as the API server would --------------------------------------------
+
+RESOURCES: Final = {
+    VMI: "virtualmachineinstances",
+    VM: "virtualmachines",
+    POD: "pods",
+    GPUCLASS: "gpuclasses",
+}
+CLUSTER_SCOPED: Final = frozenset({GPUCLASS})
+
+
+def wrap_manifest(
+    obj: object,
+    *,
+    operation: Operation = "CREATE",
+    namespace: str = "",
+    old: object = None,
+    username: str = "",
+    uid: str = "00000000-0000-4000-8000-000000000000",
+) -> dict[str, Any]:
+    """The AdmissionReview (v1) the API server would send for `operation` on `obj`.
+
+    The namespace is `namespace`, else the manifest's own, else `default` (as kubectl
+    applies it); the object carries it, as a stored object does. On DELETE the manifest is
+    the old object. A kind gpuclass does not admit is a MalformedReview.
+    """
+    subject = old if operation == "DELETE" and old is not None else obj
+    if not isinstance(subject, dict):
+        raise MalformedReview("the manifest must be one Kubernetes object (a mapping)")
+    kind = _group_kind_of(subject)
+    if kind not in RESOURCES:
+        raise MalformedReview(
+            f"{kind} is not a kind gpuclass admits "
+            "(GPUClass, VirtualMachine, VirtualMachineInstance or Pod)"
+        )
+    if operation == "UPDATE" and not isinstance(old, dict):
+        raise MalformedReview("an UPDATE needs the old object as well")
+    meta = _metadata(subject)
+    if kind in CLUSTER_SCOPED:
+        namespace = ""
+    else:
+        namespace = namespace or str(meta.get("namespace") or "") or "default"
+    group, _, version = str(subject.get("apiVersion", "")).rpartition("/")
+    request: dict[str, Any] = {
+        "uid": uid,
+        "kind": {"group": group, "version": version, "kind": kind.kind},
+        "resource": {"group": group, "version": version, "resource": RESOURCES[kind]},
+        "operation": operation,
+        "userInfo": {"username": username, "groups": ["system:authenticated"]},
+        "object": None if operation == "DELETE" else _in_namespace(obj, namespace),
+        "oldObject": _in_namespace(old, namespace) if isinstance(old, dict) else None,
+        "dryRun": False,
+    }
+    if isinstance(meta.get("name"), str):
+        request["name"] = meta["name"]
+    if namespace:
+        request["namespace"] = namespace
+    return {"apiVersion": API_VERSIONS[0], "kind": "AdmissionReview", "request": request}
+
+
+def _group_kind_of(obj: Mapping[str, Any]) -> GroupKind:
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    if not isinstance(api_version, str) or not isinstance(kind, str):
+        raise MalformedReview("the manifest needs apiVersion and kind")
+    group = api_version.rpartition("/")[0]
+    return GroupKind(group, kind)
+
+
+def _in_namespace(obj: object, namespace: str) -> object:
+    if not isinstance(obj, dict) or not namespace:
+        return obj
+    return {**obj, "metadata": {**_metadata(obj), "namespace": namespace}}
+
+
+def _metadata(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}

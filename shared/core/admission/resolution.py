@@ -1,0 +1,473 @@
+"""The rules of a tenant's selection (docs/contract.md section 4), one function per rule.
+
+Each function judges one rule on an object that carries a selection and returns its
+causes (or, for rule 6, the patch operations); :func:`judge_create` runs them all, for
+the VMI admitter (:mod:`shared.core.admission.admit_vmi`) and for a VirtualMachine's template
+(:mod:`shared.core.admission.admit_vm`) alike. Rule 6 emits narrow patches: the GPU entries, the class
+tolerations and the licence volume and disk; applying its result again yields
+nothing (webhooks are reinvoked).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuclass.shared.core.admission.patches import PatchBuilder
+from gpuclass.shared.core.admission.secretrefs import secret_refs
+from gpuclass.shared.core.base import names
+from gpuclass.shared.core.base.causes import Cause, forbidden, invalid
+from gpuclass.shared.core.model.selection import (
+    ANNOTATION_PATH,
+    MAX_INT_DIGITS,
+    ClassEntry,
+    Selection,
+    parse_selection,
+)
+from gpuclass.shared.core.status.catalog import Catalog, Offer
+
+GPUS = ("spec", "domain", "devices", "gpus")
+HOST_DEVICES = ("spec", "domain", "devices", "hostDevices")
+DISKS = ("spec", "domain", "devices", "disks")
+VOLUMES = ("spec", "volumes")
+TOLERATIONS = ("spec", "tolerations")
+
+
+def _dig(obj: object, *path: str) -> Any:
+    for part in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(part)
+    return obj
+
+
+def _list(obj: object, *path: str) -> list[Any]:
+    value = _dig(obj, *path)
+    return value if isinstance(value, list) else []
+
+
+def annotation(obj: object) -> str | None:
+    value = _dig(obj, "metadata", "annotations", names.SELECTION_ANNOTATION)
+    return value if isinstance(value, str) else None
+
+
+def license_volume(class_name: str) -> dict[str, Any]:
+    return {
+        "name": names.LICENSE_VOLUME,
+        "secret": {
+            "secretName": names.license_copy_name(class_name),
+            "volumeLabel": names.LICENSE_SERIAL,
+        },
+    }
+
+
+def license_disk() -> dict[str, Any]:
+    return {"name": names.LICENSE_VOLUME, "serial": names.LICENSE_SERIAL, "disk": {"bus": "virtio"}}
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What the selection resolves to: per class in first-appearance order, its total units."""
+
+    totals: dict[str, int]
+    offers: dict[str, Offer]
+
+    def gpu_entries(self) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = []
+        for name, total in self.totals.items():
+            if name not in self.offers:  # unresolved: the request is refused anyway
+                continue
+            resource = self.offers[name].record.resource_name
+            for _ in range(total):
+                entries.append({"name": f"gpu{len(entries) + 1}", "deviceName": resource})
+        return entries
+
+
+CLASS_STATE_CODES = frozenset(
+    {
+        "ClassNotFound",
+        "ClassInvalid",
+        "ClassDeleting",
+        "ResourceNameConflict",
+        "ResourceNameNotPermitted",
+    }
+)
+"""The reasons of :func:`class_causes`: the state of a class now, which may change before a VM starts."""
+
+
+def class_causes(
+    entries: tuple[ClassEntry, ...], catalog: Catalog
+) -> tuple[dict[str, Offer], list[Cause]]:
+    """Rule 3: each selected class exists, is not deleting, owns its resource and is permitted.
+
+    One look-up and at most one cause per class, at its first entry: repeating a class
+    repeats no work.
+    """
+    offers: dict[str, Offer] = {}
+    causes: list[Cause] = []
+    judged: set[str] = set()
+    for entry in entries:
+        if entry.class_name in judged:
+            continue
+        judged.add(entry.class_name)
+        path = f"{entry.path}.className"
+        offer = catalog.offers.get(entry.class_name)
+        if offer is None:
+            causes.append(
+                forbidden(
+                    path,
+                    f"class {entry.class_name} is not in the catalog (kubectl get gpuclasses)",
+                    "ClassNotFound",
+                )
+            )
+        elif offer.record.spec is None:
+            why = offer.record.problems[0] if offer.record.problems else "unreadable"
+            causes.append(
+                forbidden(
+                    path,
+                    f"class {entry.class_name} has an invalid spec ({why}); the hoster must fix it",
+                    "ClassInvalid",
+                )
+            )
+        elif offer.record.deleting:
+            causes.append(
+                forbidden(
+                    path,
+                    f"class {entry.class_name} is being deleted; pick another class",
+                    "ClassDeleting",
+                )
+            )
+        elif offer.conflict_with:
+            causes.append(
+                forbidden(
+                    path,
+                    f"class {entry.class_name} is unavailable: class {offer.conflict_with} already uses its resource",
+                    "ResourceNameConflict",
+                )
+            )
+        elif not offer.permitted:
+            causes.append(
+                forbidden(
+                    path,
+                    f"class {entry.class_name} is unavailable: its resource is not permitted by KubeVirt",
+                    "ResourceNameNotPermitted",
+                )
+            )
+        else:
+            offers[entry.class_name] = offer
+    return offers, causes
+
+
+def _units(total: int) -> str:
+    """A count for a message; beyond what the parser keeps exactly (see selection), a bound."""
+    return str(total) if total < 10**MAX_INT_DIGITS else f"more than 10^{MAX_INT_DIGITS}"
+
+
+def limit_causes(
+    entries: tuple[ClassEntry, ...], offers: Mapping[str, Offer]
+) -> tuple[dict[str, int], list[Cause]]:
+    """Rule 4: per-class totals within the effective maxCount, all within 1024, one vGPU class.
+
+    An entry whose count is invalid counts 0 (:class:`shared.core.model.selection.Selection`): the
+    totals are then lower bounds, so a limit they exceed is exceeded whatever it says.
+    """
+    totals: dict[str, int] = {}
+    for entry in entries:
+        totals[entry.class_name] = totals.get(entry.class_name, 0) + entry.count
+    causes: list[Cause] = []
+    grand = sum(totals.values())
+    if grand > names.MAX_UNITS_PER_VMI:
+        causes.append(
+            invalid(
+                ANNOTATION_PATH,
+                f"requests {_units(grand)} GPU units; at most {names.MAX_UNITS_PER_VMI} per VMI",
+                "TooManyUnits",
+            )
+        )
+    for name, total in totals.items():
+        offer = offers.get(name)
+        limit = offer.effective_max_count() if offer else None
+        if limit is not None and total > limit:
+            causes.append(
+                invalid(
+                    ANNOTATION_PATH,
+                    f"class {name}: {_units(total)} units requested, at most {limit} per VM",
+                    "MaxCountExceeded",
+                )
+            )
+    vgpu = [
+        n for n in totals if (o := offers.get(n)) and o.record.spec and o.record.spec.mode == "vgpu"
+    ]
+    if len(vgpu) > 1:
+        causes.append(
+            invalid(
+                ANNOTATION_PATH,
+                f"a VM may take vGPUs from only one class (got {', '.join(vgpu)})",
+                "MultipleVGPUClasses",
+            )
+        )
+    return totals, causes
+
+
+def is_worker_pool(labels: object) -> bool:
+    """A Cluster API worker: any of the labels cluster-api-provider-kubevirt writes
+    (:data:`shared.core.base.names.WORKER_POOL_LABELS`)."""
+    return isinstance(labels, dict) and any(
+        isinstance(labels.get(label), str) for label in names.WORKER_POOL_LABELS
+    )
+
+
+def policy_causes(
+    obj: Mapping[str, Any],
+    namespace: str,
+    entries: tuple[ClassEntry, ...],
+    offers: Mapping[str, Offer],
+    catalog: Catalog,
+) -> list[Cause]:
+    """Rule 5 for class entries: vGPU entitlement, and passthrough only for worker pools."""
+    causes: list[Cause] = []
+    worker_pool = is_worker_pool(_dig(obj, "metadata", "labels"))
+    first = {e.class_name: e for e in reversed(entries)}  # one cause per class, at its first entry
+    for entry in sorted(first.values(), key=lambda e: e.index):
+        offer = offers.get(entry.class_name)
+        if offer is None or not offer.record.spec or offer.record.spec.mode != "vgpu":
+            continue
+        path = f"{entry.path}.className"
+        if worker_pool:
+            causes.append(
+                forbidden(
+                    path,
+                    f"class {entry.class_name} is vGPU; worker pools take passthrough classes only",
+                    "WorkerPoolVGPU",
+                )
+            )
+        problem = catalog.vgpu_problem(namespace)
+        if problem:
+            causes.append(forbidden(path, problem, "NotEntitled"))
+    return causes
+
+
+def raw_request_causes(
+    obj: Mapping[str, Any], catalog: Catalog, *, with_classes: bool, namespace: str
+) -> list[Cause]:
+    """Rule 2 (no raw request of a catalog resource beside class entries) and rule 5 for raw entries.
+
+    A raw entry naming a vGPU (:attr:`Catalog.vgpu_resources`: a vgpu class's resource, or any
+    mediated device KubeVirt permits, classed or not) needs entitlement. Beside class entries a
+    catalog resource is already invalid input (rule 2); a mediated device no class names is not,
+    so there it is judged by rule 5 too.
+    """
+    causes: list[Cause] = []
+    problem: str | None = None
+    checked_entitlement = False
+
+    def check(path: str, resource: object) -> None:
+        nonlocal problem, checked_entitlement
+        if not isinstance(resource, str):
+            return
+        if with_classes and resource in catalog.resources:
+            causes.append(
+                invalid(
+                    path,
+                    f"{resource} is a catalog resource: do not add raw GPU requests beside class entries",
+                    "RawRequestBesideClasses",
+                )
+            )
+        elif resource in catalog.vgpu_resources:
+            if not checked_entitlement:
+                problem = catalog.vgpu_problem(namespace)
+                checked_entitlement = True
+            if problem:
+                causes.append(
+                    forbidden(path, f"{resource} is a vGPU resource: {problem}", "NotEntitled")
+                )
+
+    for i, dev in enumerate(_list(obj, *HOST_DEVICES)):
+        check(f"spec.domain.devices.hostDevices[{i}].deviceName", _dig(dev, "deviceName"))
+    if not with_classes:
+        for i, gpu in enumerate(_list(obj, *GPUS)):
+            check(f"spec.domain.devices.gpus[{i}].deviceName", _dig(gpu, "deviceName"))
+    for section in ("requests", "limits"):
+        resources = _dig(obj, "spec", "domain", "resources", section)
+        if isinstance(resources, dict):
+            for key in resources:
+                check(f"spec.domain.resources.{section}[{key}]", key)
+    return causes
+
+
+def selected_licensed_classes(entries: tuple[ClassEntry, ...], catalog: Catalog) -> list[str]:
+    """Classes of the selection that deliver the platform licence (whatever their state now)."""
+    licensed: list[str] = []
+    for name in dict.fromkeys(entry.class_name for entry in entries):
+        offer = catalog.offers.get(name)
+        spec = offer.record.spec if offer else None
+        if spec and spec.license:
+            licensed.append(name)
+    return licensed
+
+
+def catalog_licensed_classes(catalog: Catalog) -> list[str]:
+    """Every class that delivers the platform licence: what an unreadable selection might name."""
+    return [
+        name
+        for name, offer in catalog.offers.items()
+        if offer.record.spec and offer.record.spec.license
+    ]
+
+
+def own_license_volume_refs(obj: Mapping[str, Any], licensed: list[str]) -> set[tuple[str, str]]:
+    """The references that are exactly the licence volume one of `licensed` adds (section 1)."""
+    refs: set[tuple[str, str]] = set()
+    for i, volume in enumerate(_list(obj, *VOLUMES)):
+        for name in licensed:
+            if volume == license_volume(name):
+                refs.add((f"spec.volumes[{i}].secret.secretName", names.license_copy_name(name)))
+    return refs
+
+
+def license_reference_causes(
+    obj: Mapping[str, Any], permitted: set[tuple[str, str]]
+) -> list[Cause]:
+    """Rule 8: a licence copy reaches a guest only as the licence volume of its own licensed class.
+
+    Every Secret reference of the spec counts (volumes, cloud-init, sysprep, image pull
+    Secrets, access credentials: :mod:`shared.core.admission.secretrefs`), not only volumes.
+    """
+    return [
+        forbidden(
+            ref.path,
+            f"names Secret {ref.name}: a licence copy reaches a VM only as the licence volume "
+            "of its licensed class",
+            "LicenceHandMounted",
+        )
+        for ref in secret_refs(obj.get("spec"))
+        if ref.name.startswith(names.LICENSE_COPY_PREFIX) and (ref.path, ref.name) not in permitted
+    ]
+
+
+def gpu_operations(
+    obj: Mapping[str, Any], plan: Plan, *, licensed: str | None, wanted: list[dict[str, Any]] | None
+) -> tuple[list[dict[str, Any]], list[Cause]]:
+    """Rule 6: GPU entries, tolerations and the licence volume/disk, as narrow appends.
+
+    `wanted` is what `spec.domain.devices.gpus` must hold (:func:`wanted_gpus`): the
+    resolved entries, `[]` when resolution never writes any, or None when that is
+    unknown (a class could not be resolved: the request is refused anyway, and
+    existing `gpus` are not judged). The reserved licence names are judged either
+    way, so that every input cause is reported and the code is right (422).
+    """
+    builder = PatchBuilder(obj)
+    causes: list[Cause] = []
+    existing = _list(obj, *GPUS)
+    if not existing:
+        builder.append(GPUS, wanted or [])
+    elif wanted is not None and existing != wanted:
+        causes.append(
+            invalid(
+                "spec.domain.devices.gpus",
+                "must be empty when GPU classes are selected: the admission integration adds the entries",
+                "RawRequestBesideClasses",
+            )
+        )
+    tolerations = list(_list(obj, *TOLERATIONS))
+    for offer in plan.offers.values():
+        for tol in offer.record.tolerations:
+            if tol not in tolerations:
+                tolerations.append(tol)
+                builder.append(TOLERATIONS, [tol])
+    if licensed:
+        causes += _append_named(builder, VOLUMES, license_volume(licensed), "spec.volumes")
+        causes += _append_named(builder, DISKS, license_disk(), "spec.domain.devices.disks")
+    return builder.operations, causes
+
+
+def _append_named(
+    builder: PatchBuilder, path: tuple[str, ...], item: dict[str, Any], where: str
+) -> list[Cause]:
+    """Add the licence volume or disk once; a different item of that name is a clash."""
+    for i, existing in enumerate(builder.get(path) or ()):
+        if isinstance(existing, dict) and existing.get("name") == item["name"]:
+            if existing == item:
+                return []
+            return [
+                invalid(
+                    f"{where}[{i}]",
+                    f"the name {item['name']} is reserved for the class licence",
+                    "ReservedName",
+                )
+            ]
+    builder.append(path, [item])
+    return []
+
+
+def capacity_warnings(plan: Plan) -> list[str]:
+    """Rule 7: a shortage is a warning, not a refusal; the VM waits for scheduling."""
+    warnings = []
+    for name, total in plan.totals.items():
+        if name not in plan.offers:  # unresolved: rule 4.3 already names it
+            continue
+        free = plan.offers[name].max_free_per_node
+        if free is not None and total > free:
+            warnings.append(f"class {name}: no node has {total} free units now; the VM will wait")
+    return warnings
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """Every rule of section 4 on a CREATE: all causes, and what an allowed answer carries."""
+
+    causes: tuple[Cause, ...]
+    operations: tuple[dict[str, Any], ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+def wanted_gpus(selection: Selection, plan: Plan, *, resolved: bool) -> list[dict[str, Any]] | None:
+    """What `spec.domain.devices.gpus` must hold beside this selection (rule 2).
+
+    An invalid selection, or one past the 1024-unit bound, is never resolved, so any
+    entry there is not ours: `[]` (and the entries, whose counts can be huge, are never
+    built). While a class cannot be resolved, what it would write is unknown: None.
+    """
+    if selection.causes or sum(plan.totals.values()) > names.MAX_UNITS_PER_VMI:
+        return []
+    return plan.gpu_entries() if resolved else None
+
+
+def judge_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> Judgement:
+    """Rules 1 to 8 on `obj` (a VMI, or a VM template of the same shape) in `namespace`.
+
+    Every rule runs on what can be judged: the class rules (3, 4, 5) on each entry
+    whose className is valid even when its count is not (a sum of the valid counts is
+    a lower bound). An annotation that cannot be read (not JSON, over the caps of
+    :mod:`shared.core.model.selection`) leaves only the checks that do not depend on it: raw vGPU
+    requests need entitlement (rule 5), and a licence copy named anywhere but the
+    exact licence volume of a licensed class is refused (rule 8).
+    """
+    selection = parse_selection(annotation(obj))
+    causes = list(selection.causes)
+    causes += raw_request_causes(
+        obj, catalog, with_classes=selection.has_classes, namespace=namespace
+    )
+    licensed = (
+        selected_licensed_classes(selection.named, catalog)
+        if selection.readable
+        else catalog_licensed_classes(catalog)
+    )
+    license_causes = license_reference_causes(obj, own_license_volume_refs(obj, licensed))
+    if not selection.has_classes:
+        return Judgement(tuple(causes + license_causes))
+    offers, unresolved = class_causes(selection.named, catalog)
+    totals, over_limit = limit_causes(selection.named, offers)
+    causes += unresolved + over_limit
+    causes += policy_causes(obj, namespace, selection.named, offers, catalog)
+    causes += license_causes
+    plan = Plan(totals, offers)
+    operations, op_causes = gpu_operations(
+        obj,
+        plan,
+        licensed=licensed[0] if licensed else None,
+        wanted=wanted_gpus(selection, plan, resolved=not unresolved),
+    )
+    causes += op_causes
+    return Judgement(tuple(causes), tuple(operations), tuple(capacity_warnings(plan)))

@@ -1,0 +1,126 @@
+"""One code path from an AdmissionReview body to its response, for the webhook and the CLI.
+
+:func:`decide` parses the envelope (:mod:`shared.core.admission.envelope`, refusing what is not an
+AdmissionReview with :class:`MalformedReview`, which the shells map to HTTP 400 or
+exit code 2), picks one admitter and returns the request with its decision;
+:func:`review` also renders it. The admitters sit side by side, one module each:
+:mod:`shared.core.admission.admit_gpuclass`, :mod:`shared.core.admission.admit_vmi`, :mod:`shared.core.admission.admit_vm`,
+:mod:`shared.core.admission.admit_pod`, :mod:`shared.core.admission.admit_pod_vgpu`.
+
+Which admitter answers is the endpoint's business (docs/contract.md section 3): a Pod
+posted to `/mutate/pods` gets the launcher tolerations, the same Pod posted to
+`/validate/pods` the vGPU entitlement check. :data:`ENDPOINTS` names each endpoint's
+kind and admitter; without an endpoint, the kind's first endpoint answers (the
+mutating one for Pods), as `gpuclass review` always did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from gpuclass.shared.core.admission import (
+    admit_gpuclass,
+    admit_pod,
+    admit_pod_vgpu,
+    admit_vm,
+    admit_vmi,
+)
+from gpuclass.shared.core.admission.decisions import Decision, render_response
+from gpuclass.shared.core.admission.envelope import (
+    GPUCLASS,
+    POD,
+    VM,
+    VMI,
+    AdmissionRequest,
+    GroupKind,
+    MalformedReview,
+    parse_envelope,
+)
+from gpuclass.shared.core.status.catalog import Catalog
+
+__all__ = [
+    "ADMITTERS",
+    "ENDPOINTS",
+    "GPUCLASS",
+    "POD",
+    "VM",
+    "VMI",
+    "MalformedReview",
+    "Review",
+    "decide",
+    "review",
+]
+
+Admitter = Callable[[AdmissionRequest, Catalog], Decision]
+
+ENDPOINTS: Final[dict[str, tuple[GroupKind, Admitter]]] = {
+    "/validate/gpuclasses": (GPUCLASS, admit_gpuclass.admit),
+    "/mutate/virtualmachineinstances": (VMI, admit_vmi.admit),
+    "/mutate/pods": (POD, admit_pod.admit),
+    "/validate/virtualmachines": (VM, admit_vm.admit),
+    "/validate/pods": (POD, admit_pod_vgpu.admit),
+}
+"""The webhook's admission paths (docs/contract.md section 3): the kind each admits, and who answers."""
+
+ADMITTERS: Final[dict[GroupKind, Admitter]] = {}
+for _kind, _admitter in ENDPOINTS.values():
+    ADMITTERS.setdefault(_kind, _admitter)  # a kind's first endpoint answers a review without one
+
+
+@dataclass(frozen=True, slots=True)
+class Review:
+    """A request and the decision on it: what the shells log, count and render."""
+
+    request: AdmissionRequest
+    decision: Decision
+
+    def response(self) -> dict[str, Any]:
+        return render_response(
+            self.decision, uid=self.request.uid, api_version=self.request.api_version
+        )
+
+
+def decide(
+    body: object,
+    catalog: Catalog,
+    *,
+    expect: GroupKind | None = None,
+    endpoint: str | None = None,
+) -> Review:
+    """The request and its decision; `endpoint` (a path of :data:`ENDPOINTS`) picks the admitter
+    and the kind it admits, else the kind of the request does."""
+    request = parse_envelope(body)
+    admitter: Admitter | None
+    if endpoint is not None:
+        expect, admitter = ENDPOINTS[endpoint]
+    else:
+        admitter = ADMITTERS.get(request.kind)
+    if expect is not None and request.kind != expect:
+        raise MalformedReview(f"request.kind: this endpoint admits {expect}, not {request.kind}")
+    if admitter is None:
+        raise MalformedReview(
+            f"request.kind: gpuclass does not admit {request.kind} "
+            "(only GPUClass, VirtualMachine, VirtualMachineInstance and Pod)"
+        )
+    try:
+        decision = admitter(request, catalog)
+    except RecursionError:
+        # orjson parses up to 1024 levels, the rules recurse into objects (Python stops near
+        # 1000): a Kubernetes object never nests that deep, so this is input, not a fault.
+        raise MalformedReview(
+            "request.object: nests too deeply to be a Kubernetes object"
+        ) from None
+    return Review(request, decision)
+
+
+def review(
+    body: object,
+    catalog: Catalog,
+    *,
+    expect: GroupKind | None = None,
+    endpoint: str | None = None,
+) -> dict[str, Any]:
+    """The AdmissionReview response for `body`, exactly as the webhook sends it."""
+    return decide(body, catalog, expect=expect, endpoint=endpoint).response()

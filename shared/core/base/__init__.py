@@ -1,0 +1,4 @@
+"""The core's words: names and labels, Kubernetes value formats, object keys, causes, sync state.
+
+Imports nothing of the project; every other layer may import it.
+"""

@@ -1,0 +1,111 @@
+"""Which watched resources a cache is complete for, and how fresh each one is.
+
+A write is only as good as the view it was decided on. This module keeps, per
+source (list/watch stream), what client-go's reflector keeps in its `HasSynced`
+flag and last-sync resourceVersion:
+
+- *listed once*: the first full list has arrived. Until every source has, the
+  worker writes nothing at all (`WaitForCacheSync`).
+- *synced now*: the source is not in the middle of a re-list. A re-list (410,
+  dropped watch, API server restart) makes it unsynced again until the whole list
+  is in; deletions that depend on it wait (a half-done list must never look like
+  "everything was deleted").
+- *version*: the newest resourceVersion the source has reached (list, event or
+  bookmark). A deletion that depends on a source also needs that source to have
+  reached the version of the object being released: the class whose finalizer is
+  removed, the copy that is deleted. Any VMI that could hold either was created
+  before that object's version, so a view at or past it has seen that VMI.
+- *unsynced since*: when a source lost sync (or started), so `/readyz` can drop
+  once a re-list has failed for longer than a bounded time.
+
+resourceVersions are compared by :func:`shared.core.base.meta.version_reached`.
+
+No I/O: the reflector (shared.kube.listwatch) reports; the reconciler's worker,
+the webhook's catalog and both binaries' probes ask; the clock is passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from gpuclass.shared.core.base.meta import version_reached
+
+__all__ = ["SourceSync", "SyncView", "version_reached"]
+
+R = TypeVar("R", bound=str)
+
+
+@dataclass(slots=True)
+class SourceSync:
+    listed_once: bool = False
+    synced: bool = False
+    version: str = ""
+    unsynced_since: float | None = None
+
+
+@dataclass(slots=True)
+class SyncView(Generic[R]):
+    sources: tuple[R, ...]
+    clock: Callable[[], float]
+    stale_after: float = 120.0
+    on_change: Callable[[R], None] = lambda source: None
+    state: dict[R, SourceSync] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        now = self.clock()
+        for source in self.sources:
+            self.state.setdefault(source, SourceSync(unsynced_since=now))
+
+    # -- reported by the streams ----------------------------------------------------------------
+
+    def relisting(self, source: R) -> None:
+        """A (re-)list started: the source is not synced until it completes."""
+        entry = self.state[source]
+        if entry.synced or entry.unsynced_since is None:
+            entry.unsynced_since = self.clock()
+        entry.synced = False
+        self.on_change(source)
+
+    def listed(self, source: R, version: str) -> None:
+        """The whole list is in; the view of this source is complete at `version`."""
+        entry = self.state[source]
+        entry.listed_once = entry.synced = True
+        entry.unsynced_since = None
+        entry.version = version or entry.version
+        self.on_change(source)
+
+    def progressed(self, source: R, version: str) -> None:
+        """A watch event or bookmark: the view of this source has reached `version`."""
+        entry = self.state[source]
+        if version and version_reached(version, entry.version):
+            entry.version = version
+            if entry.synced:
+                self.on_change(source)
+
+    # -- asked by the worker and the probes -------------------------------------------------------
+
+    def all_listed(self) -> bool:
+        """Every source has completed its first list: writes may start."""
+        return all(entry.listed_once for entry in self.state.values())
+
+    def synced(self, source: R) -> bool:
+        return self.state[source].synced
+
+    def behind(self, sources: Iterable[R], required: str) -> tuple[R, ...]:
+        """The sources that keep a deletion of an object at `required` waiting (none: go)."""
+        return tuple(
+            s
+            for s in sources
+            if not self.state[s].synced or not version_reached(self.state[s].version, required)
+        )
+
+    def stale(self) -> tuple[R, ...]:
+        """Rs that have been without a complete list for longer than `stale_after`."""
+        now = self.clock()
+        return tuple(
+            s
+            for s, e in self.state.items()
+            if e.unsynced_since is not None and now - e.unsynced_since > self.stale_after
+        )

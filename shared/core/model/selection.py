@@ -1,0 +1,285 @@
+"""The tenant's class selection: the `gpu.cozystack.io/classes` annotation (docs/contract.md 4.1).
+
+The application chart renders the tenant's `gpus` values list into the
+annotation as JSON. Parsing reports every problem with its path; it does not
+look classes up (that is :mod:`shared.core.admission.resolution`'s job).
+
+The work is bounded before the JSON is read: a selection of more than
+`MAX_SELECTION_BYTES` bytes is refused unparsed, and one of more than
+`MAX_SELECTION_ENTRIES` entries before any entry is judged (docs/contract.md 4.1,
+docs/decisions.md "Bounded work per review"). A legal annotation can be 256 KiB, some
+9,000 entries, and judging it cost a thousand normal reviews of the fail-closed VMI
+webhook; a real VM selects a handful of classes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import orjson
+
+from gpuclass.shared.core.base import k8s, names
+from gpuclass.shared.core.base.causes import Cause, invalid, json_kind
+
+ANNOTATION_PATH = f"metadata.annotations[{names.SELECTION_ANNOTATION}]"
+_KNOWN_KEYS = frozenset({"className", "name", "count"})
+
+
+@dataclass(frozen=True, slots=True)
+class ClassEntry:
+    class_name: str
+    count: int
+    index: int
+
+    @property
+    def path(self) -> str:
+        return f"{ANNOTATION_PATH}[{self.index}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """What the annotation says, and every problem with it.
+
+    `entries` are the valid class entries (empty when there is no selection).
+    `named` are the class entries whose className is valid, whatever their count:
+    the classes can be judged even when a count cannot (an invalid count counts 0
+    there, so a sum over them is a lower bound). `has_classes` says the list holds
+    a class entry, valid or not. `readable` is False when the annotation could not
+    be read as a list (not JSON, not a list, over the caps): nothing in it was judged.
+    """
+
+    entries: tuple[ClassEntry, ...]
+    causes: tuple[Cause, ...]
+    named: tuple[ClassEntry, ...] = ()
+    has_classes: bool = False
+    readable: bool = True
+
+
+NO_SELECTION = Selection((), ())
+
+MAX_SELECTION_BYTES = 2048
+"""Bytes (UTF-8) of the annotation read at most: 16 entries of the longest class name, pretty-printed."""
+MAX_SELECTION_ENTRIES = 16
+"""Entries judged at most: more than a host has GPUs. Counts, not repeated entries, ask for more."""
+UNCHECKED = "the classes it names were not checked"
+
+
+def _is_count(value: object) -> bool:
+    return type(value) is int and value >= 1
+
+
+def _entry(index: int, entry: object) -> tuple[str | None, ClassEntry | None, list[Cause]]:
+    """Kind of entry ('class', 'raw' or None), the class entry, and its causes.
+
+    The class entry is returned whenever its className is valid; its count is 0 when
+    the count is invalid (that cause is among the causes).
+    """
+    path = f"{ANNOTATION_PATH}[{index}]"
+    if not isinstance(entry, dict):
+        return (
+            None,
+            None,
+            [
+                invalid(
+                    path,
+                    "each entry must be an object with className (and count) or name "
+                    f"(got {json_kind(entry)})",
+                )
+            ],
+        )
+    if len(entry) > len(_KNOWN_KEYS):
+        # More keys than an entry can hold: one cause for the entry, not one per key.
+        causes = [
+            invalid(path, f"has {len(entry)} keys; an entry has className and count, or name only")
+        ]
+    else:
+        causes = [
+            invalid(f"{path}.{key}", "unknown key: an entry has className and count, or name")
+            for key in entry
+            if key not in _KNOWN_KEYS
+        ]
+    has_class, has_name = "className" in entry, "name" in entry
+    if has_class == has_name:
+        causes.append(invalid(path, "select exactly one of className and name"))
+        return None, None, causes
+    if has_name:
+        if not isinstance(entry["name"], str) or not entry["name"]:
+            causes.append(invalid(f"{path}.name", "must be a non-empty resource name"))
+        if "count" in entry:
+            causes.append(invalid(f"{path}.count", "count belongs to class entries only"))
+        return "raw", None, causes
+    class_name = entry["className"]
+    if not isinstance(class_name, str) or k8s.dns_label_error(class_name):
+        causes.append(
+            invalid(f"{path}.className", "must be a class name from the catalog (a DNS label)")
+        )
+        class_name = None
+    count = entry.get("count", 1)
+    if not _is_count(count):
+        causes.append(
+            invalid(f"{path}.count", f"must be a whole number of at least 1 (got {_show(count)})")
+        )
+        count = 0
+    if class_name is None:
+        return "class", None, causes
+    return "class", ClassEntry(class_name, count, index), causes
+
+
+def _show(value: object) -> str:
+    """The received value, short; integers beyond 64 bits too (orjson cannot dump those)."""
+    if isinstance(value, float | int) and not isinstance(value, bool):
+        text = repr(value)
+    else:
+        text = orjson.dumps(value).decode()
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+MAX_INT_DIGITS = 40
+"""Longer integer literals are read as 10**40: still "too many units", never a slow parse."""
+_HUGE = int("1" + "0" * MAX_INT_DIGITS)
+
+
+_LONG_NUMBER = re.compile(r"\d{20}")
+"""20 digits or more: possibly an integer of 2**64 or more."""
+
+
+def _load(raw: str) -> object:
+    """Parse the annotation, integers kept as integers.
+
+    orjson (fast) reads an integer of 2**64 or more as a float, so a count like
+    18446744073709551616 would be refused as "not a whole number"; it is a whole
+    number, and far too many units (the limit cause). When orjson's answer holds a
+    float where a rule looks (an entry, or a value of one) and the text has such a long
+    digit run, or when orjson refuses the text, the standard parser reads it again,
+    keeping them exact. The digit-run search runs only then: it costs more than the
+    parse. NaN and Infinity are not JSON for either.
+    """
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _load_exact(raw)
+    if _has_float(value) and _LONG_NUMBER.search(raw):
+        return _load_exact(raw)
+    return value
+
+
+def _has_float(value: object) -> bool:
+    """A float among the entries of a list, or among the values of an entry."""
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if isinstance(item, float):
+            return True
+        if isinstance(item, dict) and any(isinstance(v, float) for v in item.values()):
+            return True
+    return False
+
+
+def _load_exact(raw: str) -> object:
+    return json.loads(raw, parse_int=_parse_int, parse_constant=_no_constant)
+
+
+def _parse_int(text: str) -> int:
+    digits = text.lstrip("-")
+    if len(digits) > MAX_INT_DIGITS:
+        return -_HUGE if text.startswith("-") else _HUGE
+    return int(text)
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _unreadable(message: str) -> Selection:
+    return Selection((), (invalid(ANNOTATION_PATH, message),), readable=False)
+
+
+def _utf8_length(raw: str) -> int:
+    """Bytes of `raw` in UTF-8, what the API server counts (call it on short strings only)."""
+    if raw.isascii():
+        return len(raw)
+    return len(raw.encode("utf-8", "surrogatepass"))
+
+
+def size_cause(raw: str) -> Cause | None:
+    """The byte cap, on the raw string, before any parsing."""
+    if len(raw) <= MAX_SELECTION_BYTES and _utf8_length(raw) <= MAX_SELECTION_BYTES:
+        return None
+    # Exact for ASCII (the size is known for free); never encode a long string to say how long.
+    size = f"{len(raw)} bytes" if raw.isascii() else f"over {MAX_SELECTION_BYTES} bytes"
+    return invalid(
+        ANNOTATION_PATH,
+        f"is {size}; at most {MAX_SELECTION_BYTES} are read: list each class once with its "
+        f'count, e.g. [{{"className": "x", "count": 2}}]; {UNCHECKED}',
+        "SelectionTooLarge",
+    )
+
+
+def entries_cause(length: int) -> Cause | None:
+    """The entry cap, on the parsed list, before any entry is judged."""
+    if length <= MAX_SELECTION_ENTRIES:
+        return None
+    return invalid(
+        ANNOTATION_PATH,
+        f"has {length} entries; at most {MAX_SELECTION_ENTRIES}: list each class once with its "
+        f'count, e.g. [{{"className": "x", "count": 2}}]; {UNCHECKED}',
+        "SelectionTooLarge",
+    )
+
+
+def parse_selection(raw: str | None, *, capped: bool = True) -> Selection:
+    """Parse the annotation value. None or `[]` means no selection.
+
+    `capped` applies the byte and entry caps (admission, and everything that says what
+    admission would answer). Only a reader of VMIs already stored turns it off: one
+    admitted before the caps existed must keep its classes (:mod:`shared.core.model.vmiuse`).
+    """
+    if raw is None:
+        return NO_SELECTION
+    if capped and (too_large := size_cause(raw)):
+        return Selection((), (too_large,), readable=False)
+    try:
+        value = _load(raw)
+    except (ValueError, RecursionError):  # decode errors of both parsers; json's deep nesting
+        return _unreadable(
+            'must be a JSON list of GPU entries, e.g. [{"className": "x", "count": 1}]; '
+            + UNCHECKED
+        )
+    if not isinstance(value, list):
+        return _unreadable(
+            f"must be a JSON list of GPU entries (got {json_kind(value)}); {UNCHECKED}"
+        )
+    if capped and (too_many := entries_cause(len(value))):
+        return Selection((), (too_many,), readable=False)
+    return _judge_entries(value)
+
+
+def _judge_entries(value: list[object]) -> Selection:
+    entries: list[ClassEntry] = []
+    named: list[ClassEntry] = []
+    causes: list[Cause] = []
+    kinds: set[str] = set()
+    for index, item in enumerate(value):
+        kind, entry, entry_causes = _entry(index, item)
+        if kind:
+            kinds.add(kind)
+        if entry:
+            named.append(entry)
+            if not entry_causes:
+                entries.append(entry)
+        causes += entry_causes
+    if kinds == {"class", "raw"}:
+        causes.append(
+            invalid(
+                ANNOTATION_PATH, "a gpus list holds class entries or raw name entries, never both"
+            )
+        )
+    elif kinds == {"raw"}:
+        causes.append(
+            invalid(
+                ANNOTATION_PATH,
+                "raw name entries belong in spec.domain.devices.gpus, not in this annotation",
+            )
+        )
+    return Selection(tuple(entries), tuple(causes), tuple(named), "class" in kinds)

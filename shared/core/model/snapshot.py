@@ -1,0 +1,401 @@
+"""A typed, compact view of the cluster: only the fields the rules read.
+
+Raw API objects go in through :class:`SnapshotBuilder.add`; what stays is a few
+small records per object, so a 150,000-pod cluster fits in a fraction of its
+JSON. The builder is pure (dicts in, records out); reading files or watches is
+the caller's business. Secret payloads are wrapped in :class:`Redacted` so that
+no repr, log line or traceback can print a token.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpuclass.shared.core.base.k8s import Taint, quantity_units
+from gpuclass.shared.core.model.models import GPUClassSpec, GPUClassStatus
+from gpuclass.shared.core.model.validation import validate_class
+from gpuclass.shared.core.model.vmiuse import VMIUse, compact_vmi_use
+
+ACTIVE_POD_PHASES = frozenset({"Pending", "Running"})
+
+
+class Redacted:
+    """A secret value that never shows itself in repr or str."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "<redacted>"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Redacted) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+@dataclass(frozen=True, slots=True)
+class ClassRecord:
+    name: str
+    raw_spec: Mapping[str, Any]
+    spec: GPUClassSpec | None
+    status: GPUClassStatus | None
+    created: str = ""
+    deleting: bool = False
+    generation: int = 0
+    finalizers: tuple[str, ...] = ()
+    uid: str = ""
+    problems: tuple[str, ...] = ()
+    """Why the stored spec is invalid (each cause with its path); empty when `spec` is set."""
+
+    @property
+    def resource_name(self) -> str | None:
+        """The resource the class claims; for an invalid spec, its raw resourceName if a string.
+
+        An invalid class offers nothing (zero units, not selectable) but keeps its claim in
+        resource-name conflicts and the in-use finalizer, so that a broken edit neither hands
+        its pool to a younger class nor releases a class that VMs still use.
+        """
+        if self.spec is not None:
+            return self.spec.resource_name
+        source = self.raw_spec.get("source")
+        plugin = source.get("devicePlugin") if isinstance(source, dict) else None
+        name = plugin.get("resourceName") if isinstance(plugin, dict) else None
+        return name if isinstance(name, str) and name else None
+
+    @property
+    def mode(self) -> str | None:
+        mode = self.spec.mode if self.spec else self.raw_spec.get("mode")
+        return mode if isinstance(mode, str) else None
+
+    @property
+    def tolerations(self) -> tuple[Mapping[str, Any], ...]:
+        raw = self.raw_spec.get("tolerations")
+        return tuple(t for t in raw if isinstance(t, dict)) if isinstance(raw, list) else ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    name: str
+    ready: bool
+    unschedulable: bool
+    taints: tuple[Taint, ...]
+    allocatable: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    node: str
+    requests: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class SecretRecord:
+    namespace: str
+    name: str
+    labels: Mapping[str, str]
+    data: Mapping[str, Redacted]
+
+
+@dataclass(slots=True)
+class Snapshot:
+    classes: dict[str, ClassRecord] = field(default_factory=dict)
+    nodes: list[NodeRecord] = field(default_factory=list)
+    pods: list[PodRecord] = field(default_factory=list)
+    permitted: frozenset[str] | None = None
+    mediated: frozenset[str] = frozenset()
+    """The KubeVirt CR's mediated-device resourceNames: every one is a vGPU, class or not."""
+    namespaces: dict[str, Mapping[str, str]] = field(default_factory=dict)
+    secrets: dict[tuple[str, str], SecretRecord] = field(default_factory=dict)
+    vmis: list[VMIUse] = field(default_factory=list)
+
+
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _items(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return _dict(obj.get("metadata"))
+
+
+def _str_map(value: object) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _extended(resources: object) -> dict[str, int]:
+    """Extended resources (names with a '/') as whole units."""
+    if not isinstance(resources, dict):
+        return {}
+    try:  # most maps name only cpu and memory: one C-speed look at all their keys at once
+        if "/" not in "".join(resources):
+            return {}
+    except TypeError:  # a key that is not a string: look at each
+        pass
+    return {k: quantity_units(v) for k, v in resources.items() if isinstance(k, str) and "/" in k}
+
+
+def compact_class(obj: Mapping[str, Any]) -> ClassRecord | None:
+    meta = _meta(obj)
+    name = meta.get("name")
+    if not isinstance(name, str):
+        return None
+    raw_spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    verdict = validate_class(obj)  # the one verdict: admission, status and lint agree
+    try:
+        status = (
+            GPUClassStatus.model_validate(obj["status"])
+            if isinstance(obj.get("status"), dict)
+            else None
+        )
+    except ValidationError:
+        status = None
+    finalizers = meta.get("finalizers")
+    generation = meta.get("generation")
+    return ClassRecord(
+        name=name,
+        raw_spec=raw_spec,  # type: ignore[arg-type]
+        spec=verdict.model,
+        status=status,
+        created=str(meta.get("creationTimestamp") or ""),
+        deleting=bool(meta.get("deletionTimestamp")),
+        generation=generation if isinstance(generation, int) else 0,
+        finalizers=tuple(f for f in finalizers if isinstance(f, str))
+        if isinstance(finalizers, list)
+        else (),
+        uid=str(meta.get("uid") or ""),
+        problems=tuple(cause.render() for cause in verdict.causes),
+    )
+
+
+def compact_node(obj: Mapping[str, Any]) -> NodeRecord | None:
+    name = _meta(obj).get("name")
+    if not isinstance(name, str):
+        return None
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    ready = any(
+        isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+        for c in _items(status.get("conditions"))  # type: ignore[union-attr]
+    )
+    taints = tuple(
+        Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+        for t in _items(spec.get("taints"))  # type: ignore[union-attr]
+        if isinstance(t, dict)
+    )
+    return NodeRecord(
+        name=name,
+        ready=ready,
+        unschedulable=bool(spec.get("unschedulable")),  # type: ignore[union-attr]
+        taints=taints,
+        allocatable=_extended(status.get("allocatable")),  # type: ignore[union-attr]
+    )
+
+
+def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
+    """Effective Pod request per extended resource, exactly as the kube-scheduler counts it.
+
+    The rule of k8s.io/component-helpers `resource.PodRequests` (docs/decisions.md, "Status"):
+    sidecars (init containers with `restartPolicy: Always`) keep running beside the regular
+    containers, so they add to their sum; an ordinary init container runs alone beside the
+    sidecars started before it. The Pod holds the larger of the two, plus `spec.overhead`:
+
+        max(sum(containers) + sum(sidecars), max_i(init_i + sum(sidecars before i))) + overhead
+    """
+    total: dict[str, int] = {}
+    for container in _items(spec.get("containers")):
+        if isinstance(container, dict):
+            _add(total, _container_requests(container))
+    if not total and "initContainers" not in spec and "overhead" not in spec:
+        return total  # most pods: no extended resource and nothing else to add
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for container in _items(spec.get("initContainers")):
+        if not isinstance(container, dict):
+            continue
+        own = _container_requests(container)
+        if container.get("restartPolicy") == "Always":
+            _add(total, own)
+            _add(sidecars, own)
+            running = dict(sidecars)
+        else:
+            running = dict(own)
+            _add(running, sidecars)
+        for key, units in running.items():
+            init_peak[key] = max(init_peak.get(key, 0), units)
+    for key, units in init_peak.items():
+        total[key] = max(total.get(key, 0), units)
+    _add(total, _extended(spec.get("overhead")))
+    return {k: v for k, v in total.items() if v > 0}
+
+
+def _add(total: dict[str, int], more: Mapping[str, int]) -> None:
+    for key, units in more.items():
+        total[key] = total.get(key, 0) + units
+
+
+def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
+    resources = container.get("resources")
+    if not isinstance(resources, dict):
+        return {}
+    # Extended resources cannot be overcommitted: a limit alone implies an equal request.
+    merged = _extended(resources.get("limits"))
+    merged.update(_extended(resources.get("requests")))
+    return merged
+
+
+def compact_pod(obj: Mapping[str, Any]) -> PodRecord | None:
+    """A pod that holds units: bound to a node, Pending or Running, requesting any extended resource."""
+    spec = obj.get("spec")
+    status = obj.get("status")
+    if not isinstance(spec, dict):
+        return None
+    node = spec.get("nodeName")
+    phase = status.get("phase") if isinstance(status, dict) else None
+    if not isinstance(node, str) or not node or not isinstance(phase, str):
+        return None
+    if phase not in ACTIVE_POD_PHASES:
+        return None
+    requests = pod_requests(spec)
+    return PodRecord(node, requests) if requests else None
+
+
+def _host_device_names(obj: Mapping[str, Any], *keys: str) -> frozenset[str]:
+    permitted = _dict(
+        _dict(_dict(obj.get("spec")).get("configuration")).get("permittedHostDevices")
+    )
+    found: set[str] = set()
+    for key in keys:
+        for entry in _items(permitted.get(key)):
+            if isinstance(entry, dict) and isinstance(entry.get("resourceName"), str):
+                found.add(entry["resourceName"])
+    return frozenset(found)
+
+
+def permitted_resources(obj: Mapping[str, Any]) -> frozenset[str]:
+    """Every resourceName in the KubeVirt CR's permittedHostDevices, PCI and mediated alike."""
+    return _host_device_names(obj, "pciHostDevices", "mediatedDevices")
+
+
+def mediated_resources(obj: Mapping[str, Any]) -> frozenset[str]:
+    """The resourceNames of the KubeVirt CR's `mediatedDevices`: vGPUs, whether a class names them
+    or not (docs/contract.md 4.5: raw requests are no way around entitlement)."""
+    return _host_device_names(obj, "mediatedDevices")
+
+
+def compact_secret(obj: Mapping[str, Any]) -> SecretRecord | None:
+    meta = _meta(obj)
+    name, namespace = meta.get("name"), meta.get("namespace")
+    if not isinstance(name, str) or not isinstance(namespace, str):
+        return None
+    data = {k: Redacted(v) for k, v in _str_map(obj.get("data")).items()}
+    # stringData is write-only in the API (merged into data); hand-written files may still use it.
+    for key, text in _str_map(obj.get("stringData")).items():
+        data[key] = Redacted(base64.b64encode(text.encode()).decode())
+    return SecretRecord(namespace, name, _str_map(meta.get("labels")), data)
+
+
+ObjectKey = tuple[str, str]
+"""(namespace, name): one object of a kind; a later object with the same key replaces it."""
+
+
+def _object_key(obj: Mapping[str, Any], *, namespaced: bool) -> ObjectKey | None:
+    meta = _meta(obj)
+    name, namespace = meta.get("name"), meta.get("namespace")
+    if not isinstance(name, str) or not name:
+        return None
+    return (namespace if namespaced and isinstance(namespace, str) else "", name)
+
+
+class SnapshotBuilder:
+    """Folds raw objects of any supported kind into a Snapshot, one at a time.
+
+    Objects are keyed by (kind, namespace, name) as an API server keys them: the same
+    object given twice (two files, a file given twice) counts once, the later one
+    winning. Cluster-scoped kinds are keyed by name alone. A nameless object cannot
+    collide and always counts.
+    """
+
+    KINDS = frozenset(
+        {"GPUClass", "Node", "Pod", "KubeVirt", "Secret", "Namespace", "VirtualMachineInstance"}
+    )
+
+    def __init__(self) -> None:
+        self._snapshot = Snapshot()
+        self.skipped: list[str] = []
+        self._nodes: dict[object, NodeRecord] = {}
+        self._pods: dict[object, PodRecord | None] = {}
+        self._vmis: dict[object, VMIUse | None] = {}
+        self._kubevirts: dict[object, frozenset[str]] = {}
+        self._mediated: dict[object, frozenset[str]] = {}
+        self._anonymous = 0
+
+    @property
+    def snapshot(self) -> Snapshot:
+        snap = self._snapshot
+        snap.nodes = list(self._nodes.values())
+        snap.pods = [p for p in self._pods.values() if p is not None]
+        snap.vmis = [v for v in self._vmis.values() if v is not None]
+        snap.permitted = frozenset().union(*self._kubevirts.values()) if self._kubevirts else None
+        snap.mediated = frozenset().union(*self._mediated.values())
+        return snap
+
+    def _key(self, obj: Mapping[str, Any], *, namespaced: bool) -> object:
+        key = _object_key(obj, namespaced=namespaced)
+        if key is None:
+            self._anonymous += 1
+            return ("", self._anonymous)
+        return key
+
+    def add(self, obj: Mapping[str, Any]) -> None:
+        kind = obj.get("kind")
+        snap = self._snapshot
+        if kind == "GPUClass":
+            record = compact_class(obj)
+            if record:
+                snap.classes[record.name] = record
+        elif kind == "Node":
+            node = compact_node(obj)
+            if node:
+                self._nodes[node.name] = node
+        elif kind == "Pod":
+            self._pods[self._key(obj, namespaced=True)] = compact_pod(obj)
+        elif kind == "KubeVirt":
+            key = self._key(obj, namespaced=True)
+            self._kubevirts[key] = permitted_resources(obj)
+            self._mediated[key] = mediated_resources(obj)
+        elif kind == "Secret":
+            secret = compact_secret(obj)
+            if secret:
+                snap.secrets[(secret.namespace, secret.name)] = secret
+        elif kind == "Namespace":
+            name = _meta(obj).get("name")
+            if isinstance(name, str):
+                snap.namespaces[name] = _str_map(_meta(obj).get("labels"))
+        elif kind == "VirtualMachineInstance":
+            self._vmis[self._key(obj, namespaced=True)] = compact_vmi_use(obj)
+        else:
+            self.skipped.append(str(kind))
+
+    def add_all(self, objects: Iterable[Mapping[str, Any]]) -> Snapshot:
+        for obj in objects:
+            self.add(obj)
+        return self.snapshot

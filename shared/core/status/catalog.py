@@ -1,0 +1,98 @@
+"""The catalog as admission sees it: each class with what the rules derive about it.
+
+Built once per change of state, never per request. Two sources of capacity
+figures feed it through one function: offline, they are computed from nodes and
+pods by :mod:`shared.core.status.availability`; in a cluster, they are the reconciler's
+`status.maxUnitsPerNode` / `status.maxFreePerNode` (the webhook never watches pods).
+Conflicts and permission are always derived here from the catalog itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from gpuclass.shared.core.base import names
+from gpuclass.shared.core.model.snapshot import ClassRecord, Snapshot
+from gpuclass.shared.core.status.availability import (
+    UsageIndex,
+    class_state,
+    compute_figures,
+    conflict_winners,
+)
+from gpuclass.shared.core.status.capacity import effective_max_count
+from gpuclass.shared.core.status.entitlement import entitlement_problem
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Platform settings the decisions depend on."""
+
+    vgpu_entitled: bool = False
+    license_namespace: str = names.DEFAULT_LICENSE_NAMESPACE
+    kubevirt_controller_user: str = names.DEFAULT_KUBEVIRT_CONTROLLER_USER
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    record: ClassRecord
+    conflict_with: str | None
+    permitted: bool
+    max_units_per_node: int
+    max_free_per_node: int | None  # None: not known yet (no status written)
+
+    def effective_max_count(self) -> int | None:
+        """spec.maxCount; else 1 for vgpu; else the passthrough default (None = no check yet).
+
+        One rule, one place: the same function the Schedulable condition uses."""
+        return effective_max_count(self.record, self.max_units_per_node)
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    offers: Mapping[str, Offer] = field(default_factory=dict)
+    namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    policy: Policy = field(default_factory=Policy)
+    resources: frozenset[str] = frozenset()
+    """The resourceName of every catalog class (rule 4.2: no raw request of one beside classes)."""
+    vgpu_resources: frozenset[str] = frozenset()
+    """Every resource that is a vGPU (rule 4.5): the resourceName of every `mode: vgpu` class, valid
+    or not, and every `mediatedDevices` resourceName of the KubeVirt CR, whether a class names it
+    or not. Whoever asks for one, by class, raw VMI entry or plain Pod, needs entitlement."""
+
+    def resource_by_class(self) -> dict[str, str]:
+        return {n: o.record.resource_name for n, o in self.offers.items() if o.record.resource_name}
+
+    def vgpu_problem(self, namespace: str) -> str | None:
+        """Rule 4.5 for `namespace` under this platform's setting: None when it may take vGPUs."""
+        return entitlement_problem(
+            namespace, self.namespaces, vgpu_entitled=self.policy.vgpu_entitled
+        )
+
+
+def build_catalog(
+    snapshot: Snapshot, policy: Policy, *, figures: Literal["computed", "stored"]
+) -> Catalog:
+    winners = conflict_winners(snapshot.classes)
+    index = UsageIndex.build(snapshot) if figures == "computed" else None
+    offers = {}
+    for name, record in snapshot.classes.items():
+        state = class_state(record, snapshot, winners, policy.license_namespace)
+        free: int | None
+        if index is not None:
+            computed = compute_figures(record, index, conflict_lost=state.conflict_with is not None)
+            units, free = computed.max_units_per_node, computed.max_free_per_node
+        else:
+            stored = record.status
+            units = stored.max_units_per_node if stored else 0
+            free = stored.max_free_per_node if stored else None
+        offers[name] = Offer(record, state.conflict_with, state.permitted, units, free)
+    resources = frozenset(r.resource_name for r in snapshot.classes.values() if r.resource_name)
+    vgpu = snapshot.mediated | {
+        r.resource_name
+        for r in snapshot.classes.values()
+        # an invalid vGPU class's units need entitlement too
+        if r.mode == "vgpu" and r.resource_name
+    }
+    return Catalog(offers, dict(snapshot.namespaces), policy, resources, vgpu)

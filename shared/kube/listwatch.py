@@ -1,0 +1,225 @@
+"""The one list/watch loop both binaries use: list, then watch, each resource into a store.
+
+This is client-go's reflector, small: a (re-)list goes into the store page by
+page (a 150,000-pod list is never held whole) and `Store.sweep` drops what the
+list no longer holds only once the last page is in, so a re-list never looks like
+"everything was deleted". A watch the server ends normally (its timeout) resumes
+from the last version or bookmark; a 410 Gone re-lists at once; a dropped watch,
+a watch that ends at once or any other failure re-lists after an exponential
+backoff with jitter, which resets after a healthy watch. The caller may ask for a
+re-list of one resource (:meth:`Reflector.request_relist`). Per resource, a
+:class:`~shared.core.base.syncview.SyncView` records whether its view is complete
+(listed, not re-listing) and how recent it is. An object the store cannot take
+is skipped and logged once, never the end of a resource.
+
+The seam below is :class:`ListWatchClient` (pages and events of raw dicts, errors
+as :class:`ApiError`): `shared.kube.kubeclient.RawClient` over HTTP for both
+binaries, `reconciler.api.fake.MemoryKube` offline and in tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from gpuclass.shared.core.base.meta import Key, object_key, resource_version
+from gpuclass.shared.core.base.syncview import SyncView
+from gpuclass.shared.kube.backoff import jittered
+from gpuclass.shared.kube.errors import ApiError
+
+log = logging.getLogger("gpuclass.listwatch")
+
+RawObject = dict[str, Any]
+R = TypeVar("R", bound=str)
+R_contra = TypeVar("R_contra", bound=str, contravariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ListPage:
+    """One page of a list; the last page's `resource_version` is where the watch starts."""
+
+    items: list[RawObject]
+    resource_version: str = ""
+    last: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    type: str
+    """ADDED, MODIFIED, DELETED or BOOKMARK (errors are raised as ApiError)."""
+    object: RawObject = field(default_factory=dict)
+
+
+class ListWatchClient(Protocol[R_contra]):
+    def list_pages(self, resource: R_contra) -> AsyncIterator[ListPage]:
+        """Pages of the resource's collection (selectors applied), consistent at one version."""
+        ...
+
+    def watch(self, resource: R_contra, resource_version: str) -> AsyncIterator[WatchEvent]:
+        """Changes after `resource_version` until the server ends the stream."""
+        ...
+
+
+class Store(Protocol[R_contra]):
+    """The cache a reflector keeps (the watch is its only writer)."""
+
+    def upsert(self, resource: R_contra, obj: Mapping[str, Any]) -> None: ...
+
+    def delete(self, resource: R_contra, obj: Mapping[str, Any]) -> None: ...
+
+    def sweep(self, resource: R_contra, seen: set[Key]) -> None:
+        """After a complete list: forget what it no longer holds."""
+        ...
+
+
+class RelistRequested(Exception):
+    """A fresh list of this resource was asked for (e.g. a deletion waits for a newer view)."""
+
+
+class Reflector(Generic[R]):
+    """List, then watch, each resource into a :class:`Store`, forever (one task per resource)."""
+
+    def __init__(
+        self,
+        api: ListWatchClient[R],
+        state: Store[R],
+        *,
+        sync: SyncView[R],
+        on_change: Callable[[], None],
+        on_restart: Callable[[R, str], None],
+        on_store_error: Callable[[R], None],
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+        healthy_watch_seconds: float = 1.0,
+    ) -> None:
+        self.api, self.state = api, state
+        self.sync, self.on_change, self.on_restart = sync, on_change, on_restart
+        self.on_store_error = on_store_error
+        """Called when the store raised on an object: a bug in our code, counted by the binary."""
+        self.sleep, self.clock = sleep, clock
+        self.rng = rng or random.Random()
+        self.healthy_watch_seconds = healthy_watch_seconds
+        self._relist_wanted: dict[R, asyncio.Event] = {}
+        self._skipped: set[tuple[R, Key | None, str]] = set()
+
+    def request_relist(self, source: R) -> None:
+        """End the source's watch and list it again (the caller rate-limits)."""
+        self._relist_wanted.setdefault(source, asyncio.Event()).set()
+
+    async def relist(self, source: R) -> str:
+        """Replace the source's state with a fresh list; returns the version to watch from.
+
+        Pages go into the state as they come (a 150,000-pod list is never held
+        whole), but nothing is swept before the last page: until then the state
+        holds the previous view plus what the new list has shown, never less.
+        """
+        self.sync.relisting(source)
+        seen: set[Key] = set()
+        version = ""
+        async for page in self.api.list_pages(source):
+            for obj in page.items:
+                key = object_key(obj)
+                if key is not None:
+                    seen.add(key)
+                    self._apply(source, obj, deleted=False)
+            version = page.resource_version or version
+            self.on_change()
+        self.state.sweep(source, seen)
+        self.sync.listed(source, version)
+        self.on_change()
+        return version
+
+    async def follow(self, source: R, version: str) -> tuple[str, int]:
+        """Apply watch events until the server ends the stream; returns the last version and the count."""
+        count = 0
+        async for event in self.api.watch(source, version):
+            version = resource_version(event.object) or version
+            self.sync.progressed(source, version)
+            if event.type in ("ADDED", "MODIFIED", "DELETED"):
+                self._apply(source, event.object, deleted=event.type == "DELETED")
+            else:
+                continue
+            count += 1
+            self.on_change()
+        return version, count
+
+    def _apply(self, source: R, obj: RawObject, *, deleted: bool) -> None:
+        """Fold one object into the state.
+
+        The stores read raw objects through tolerant accessors and never raise on what a
+        client may send; an exception here is a bug in the store, not bad input. It is
+        logged as one (with its traceback, once per object version, no payload), counted
+        through `on_store_error`, and the object skipped, so one bug does not stop a source.
+        """
+        try:
+            if deleted:
+                self.state.delete(source, obj)
+            else:
+                self.state.upsert(source, obj)
+        except Exception:  # a store bug must not stop the whole source; see the docstring
+            self.on_store_error(source)
+            marker = (source, object_key(obj), resource_version(obj))
+            if marker not in self._skipped:
+                if len(self._skipped) > 10_000:  # bounded memory, at worst a repeated line
+                    self._skipped.clear()
+                self._skipped.add(marker)
+                log.exception(
+                    "store bug: object skipped (please report)",
+                    extra={"fields": {"resource": source, "object": str(marker[1])}},
+                )
+
+    async def run(self, source: R) -> None:
+        attempt = 0
+        while True:
+            try:
+                version = await self.relist(source)
+                while True:
+                    started = self.clock()
+                    version, count = await self._follow_unless_relist(source, version)
+                    if count == 0 and self.clock() - started < self.healthy_watch_seconds:
+                        raise ApiError(0, "WatchEnded", "the watch ended at once")
+                    attempt = 0
+            except asyncio.CancelledError:
+                raise
+            except (ApiError, RelistRequested) as exc:
+                attempt = await self._restart(source, exc, attempt)
+            except Exception as exc:  # a bug must not stop the loop; log it and re-list
+                log.exception("stream failed", extra={"fields": {"resource": source}})
+                attempt = await self._restart(source, exc, attempt)
+
+    async def _follow_unless_relist(self, source: R, version: str) -> tuple[str, int]:
+        wanted = self._relist_wanted.setdefault(source, asyncio.Event())
+        wanted.clear()
+        follow = asyncio.ensure_future(self.follow(source, version))
+        waiting = asyncio.ensure_future(wanted.wait())
+        try:
+            await asyncio.wait({follow, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (follow, waiting):
+                task.cancel()
+            await asyncio.gather(follow, waiting, return_exceptions=True)
+        if not follow.cancelled() and follow.exception() is None:
+            return follow.result()
+        if not follow.cancelled():
+            raise follow.exception()  # type: ignore[misc]
+        raise RelistRequested("a fresh list was asked for")
+
+    async def _restart(self, source: R, exc: Exception, attempt: int) -> int:
+        self.sync.relisting(source)  # the view stops at the break until a new list completes
+        requested = isinstance(exc, RelistRequested)
+        expired = requested or (isinstance(exc, ApiError) and exc.gone)
+        self.on_restart(source, "requested" if requested else "expired" if expired else "error")
+        delay = 0.0 if expired and attempt == 0 else jittered(attempt, self.rng)
+        log.info(
+            "re-listing" if expired else "list/watch failed; re-listing",
+            extra={"fields": {"resource": source, "error": str(exc), "retry_in": round(delay, 2)}},
+        )
+        if delay:
+            await self.sleep(delay)
+        return attempt + 1

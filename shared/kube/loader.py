@@ -1,0 +1,378 @@
+"""Read Kubernetes objects from YAML/JSON files or folders into a compact snapshot.
+
+JSON goes through orjson (snapshots can be 50 MB); YAML through PyYAML's C loader
+when present. Multi-document YAML and `kind: List` are accepted. Each object is
+folded into the snapshot as it is read, so only the compact records outlive the
+parse.
+
+The files are read as the cluster an API server would hold (:func:`as_stored`), the
+same way for `gpuclass review`/`status`, `gpuclass-webhook --objects` and the
+reconciler's offline twin, so their figures agree: namespaced objects without a
+namespace land in `default`, a KubeVirt CR without one in the KubeVirt namespace,
+and only the KubeVirt CRs in that namespace count (the reconciler watches no
+other); the same object given twice counts once (the snapshot keys objects by
+kind, namespace and name, the later one winning).
+
+A YAML mapping that names one key twice is refused with both lines (PyYAML would keep the
+last value silently; Kubernetes' strict decoder refuses it too): docs/decisions.md, CLI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import re
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from gpuclass.shared.core.base import names
+from gpuclass.shared.core.model.snapshot import Snapshot, SnapshotBuilder
+
+_SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
+
+
+class _YamlLoader(_SafeLoader):  # type: ignore[misc]
+    """PyYAML's safe loader, with timestamps kept as the strings Kubernetes keeps.
+
+    Kubernetes' YAML decoder keeps unquoted timestamps as strings; PyYAML would make them
+    datetimes, whose str() sorts differently from RFC 3339 (creationTimestamp orders classes).
+    """
+
+
+_YamlLoader.add_constructor("tag:yaml.org,2002:timestamp", _YamlLoader.construct_yaml_str)
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
+class DuplicateKey(yaml.YAMLError):
+    """A mapping that names one key twice: PyYAML would silently keep the last value."""
+
+    def __init__(self, key: object, line: int, first_line: int) -> None:
+        super().__init__(f"duplicate key {key!r}")
+        self.key, self.line, self.first_line = key, line, first_line
+
+
+def _construct_mapping(loader: Any, node: yaml.Node, deep: bool = False) -> Any:
+    """PyYAML's mapping constructor, refusing a key written twice in one mapping.
+
+    Kubernetes' strict decoder refuses them too; PyYAML would keep the last value silently.
+    Keys brought in by a `<<` merge may be overridden, as YAML's merge key intends.
+    """
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[object, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue
+            # String keys (nearly all) compare by their text; others as constructed.
+            plain = isinstance(key_node, yaml.ScalarNode) and key_node.tag == _STR_TAG
+            key = key_node.value if plain else loader.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                if key in seen:
+                    raise DuplicateKey(key, line, seen[key])
+                seen[key] = line
+            except TypeError:  # an unhashable key: the base constructor reports it
+                continue
+    return _BASE_CONSTRUCT_MAPPING(loader, node, deep)
+
+
+_BASE_CONSTRUCT_MAPPING = _YamlLoader.construct_mapping
+_YamlLoader.construct_mapping = _construct_mapping
+
+
+SUFFIXES = (".json", ".yaml", ".yml")
+MAX_DEPTH = 100
+"""Deepest nesting accepted in one object; real manifests stay far below (a CRD schema ~40)."""
+
+
+class LoadError(Exception):
+    """A file that cannot be read as Kubernetes objects; the message names the file.
+
+    `reason` is the message without the file, `code` a short word for machine-readable
+    output (`gpuclass validate -o json`), `line` the 1-based line when one is known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: Path | None = None,
+        reason: str | None = None,
+        code: str = "Unreadable",
+        line: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.path, self.reason, self.code, self.line = path, reason or message, code, line
+
+
+def _error(path: Path, reason: str, code: str, line: int | None = None) -> LoadError:
+    return LoadError(f"{path}: {reason}", path=path, reason=reason, code=code, line=line)
+
+
+def files_under(paths: Iterable[str | Path]) -> list[Path]:
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found += sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise _error(path, "no such file or folder", "NotFound")
+    return found
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    for key in keys:
+        if keys.count(key) > 1:
+            raise DuplicateKey(key, 0, 0)
+    return dict(pairs)
+
+
+def _json_document(path: Path, data: bytes, *, strict_keys: bool) -> object:
+    try:
+        document = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise _error(path, f"not valid JSON: {exc}", "InvalidJSON") from exc
+    if json_too_deep(data):
+        raise _too_deep(path)
+    if strict_keys:  # orjson keeps the last of duplicate keys; the stdlib can tell
+        try:
+            json.loads(data, object_pairs_hook=_unique_pairs)
+        except DuplicateKey as exc:
+            raise _error(
+                path, f"duplicate key {exc.key!r} in one object: remove one", "DuplicateKey"
+            ) from exc
+    return document
+
+
+def _documents(path: Path, *, strict_keys: bool = False) -> Iterator[object]:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise _error(path, str(exc.strerror or exc), "Unreadable") from exc
+    if path.suffix == ".json":
+        yield _json_document(path, data, strict_keys=strict_keys)
+        return
+    yield from _yaml_documents(path, data)
+
+
+def documents_from_bytes(data: bytes, source: str) -> list[object]:
+    """The documents of one input that may be JSON or YAML (a file or standard input):
+    JSON when it parses as JSON, YAML otherwise, with the file loader's checks (duplicate
+    keys, nesting depth)."""
+    path = Path(source)
+    try:
+        documents = [orjson.loads(data)]
+    except orjson.JSONDecodeError:
+        documents = list(_yaml_documents(path, data))
+        for document in documents:
+            _check_depth(path, document)
+        return documents
+    if json_too_deep(data):
+        raise _too_deep(path)
+    return documents
+
+
+def _yaml_documents(path: Path, data: bytes) -> Iterator[object]:
+    try:
+        yield from yaml.load_all(data, Loader=_YamlLoader)
+    except DuplicateKey as exc:
+        raise _error(
+            path,
+            f"line {exc.line}: duplicate key {exc.key!r} (first at line {exc.first_line}): "
+            "YAML would keep only the last value; remove one",
+            "DuplicateKey",
+            exc.line,
+        ) from exc
+    except RecursionError:
+        raise _error(path, "nests too deeply to be Kubernetes objects", "TooDeep") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        where = f" (line {line})" if line else ""
+        raise _error(
+            path, f"not valid YAML: {str(exc).splitlines()[0]}{where}", "InvalidYAML", line
+        ) from exc
+
+
+_QUOTED = re.compile(rb'"[^"]*"')
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)  # a backslash and the character it escapes
+_ONE_BRACKET = bytes.maketrans(b"{}", b"[]")
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')
+
+
+def json_too_deep(data: bytes, limit: int = MAX_DEPTH) -> bool:
+    """Whether valid JSON `data` nests deeper than `limit`, read from the bytes, not the tree.
+
+    Escape sequences are dropped first (each backslash with the character it escapes, one
+    regex pass, skipped when a C-speed search finds no backslash at all), so every quote
+    left delimits a string; then every byte but quotes and brackets, braces becoming
+    brackets (the input is valid JSON: pairs match whatever their kind). Adjacent quotes go next: an empty
+    string, or two strings with nothing between them merged into one, which moves no
+    bracket in or out of a string. What is left quoted (the rare string holding a bracket)
+    is cut out, and innermost pairs are removed one level a pass (`replace` does not see
+    the pairs its own removals make). Every step is a C-speed
+    pass, the later ones over the few structural bytes only, so the guard costs a fraction
+    of parsing (docs/decisions.md, "Nesting guard"). Only for input orjson parsed.
+    """
+    unescaped = _ESCAPE.sub(b"", data) if b"\\" in data else data
+    structure = unescaped.translate(_ONE_BRACKET, _NOT_STRUCTURE)
+    brackets = _QUOTED.sub(b"", structure.replace(b'""', b""))
+    for _ in range(limit):
+        if not brackets:
+            return False
+        brackets = brackets.replace(b"[]", b"")
+    return bool(brackets)
+
+
+def nesting_depth(value: object, limit: int = MAX_DEPTH) -> int:
+    """How deep `value` nests (stops counting past `limit`); iterative, so any depth is safe."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list) and depth <= limit:
+            deepest = max(deepest, depth)
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children)
+        elif isinstance(node, dict | list):
+            return depth
+    return deepest
+
+
+def _too_deep(path: Path) -> LoadError:
+    return _error(path, f"an object nests deeper than {MAX_DEPTH} levels", "TooDeep")
+
+
+def _check_depth(path: Path, document: object) -> None:
+    """The depth of a parsed YAML document (JSON is checked on its bytes, :func:`json_too_deep`)."""
+    if nesting_depth(document) > MAX_DEPTH:
+        raise _too_deep(path)
+
+
+def iter_objects(path: Path, *, strict_keys: bool = False) -> Iterator[Mapping[str, Any]]:
+    """Every object in one file, `kind: List` unpacked; empty documents skipped.
+
+    A YAML mapping with a duplicate key is always an error; `strict_keys` checks JSON
+    objects too (slower: `--objects` snapshots can be 50 MB, catalog manifests are small).
+    """
+    for document in _documents(path, strict_keys=strict_keys):
+        if path.suffix != ".json":  # JSON was checked on its bytes
+            _check_depth(path, document)
+        if document is None:
+            continue
+        if not isinstance(document, dict):
+            raise _error(
+                path, "each document must be a Kubernetes object (a mapping)", "NotAnObject"
+            )
+        kind = document.get("kind")
+        if isinstance(kind, str) and kind.endswith("List") and "items" in document:
+            items = document.get("items") or []
+            if not isinstance(items, list):
+                raise _error(path, "items of a List must be a list", "NotAnObject")
+            for item in items:
+                if isinstance(item, dict):
+                    if kind != "List":
+                        item.setdefault("kind", kind[: -len("List")])
+                    yield item
+        else:
+            yield document
+
+
+def iter_named_objects(paths: Iterable[str | Path]) -> Iterator[tuple[Path, Mapping[str, Any]]]:
+    for path in files_under(paths):
+        for obj in iter_objects(path):
+            yield path, obj
+
+
+NAMESPACED_DEFAULT = frozenset({"Pod", "Secret", "VirtualMachineInstance"})
+
+
+def as_stored(obj: Mapping[str, Any], index: int, *, kubevirt_namespace: str) -> dict[str, Any]:
+    """The object as an API server would hold it.
+
+    A KubeVirt CR written without a namespace counts as the one in the KubeVirt
+    namespace; other namespaced objects without one land in `default` (as
+    `kubectl apply` would put them); a nameless object gets a generated name
+    (`unnamed-<index>`), so that it is still counted. An object with nothing to fill in is
+    returned as it is, not copied.
+    """
+    raw_meta = obj.get("metadata")
+    kind = obj.get("kind")
+    if (
+        isinstance(obj, dict)
+        and isinstance(raw_meta, dict)
+        and isinstance(raw_meta.get("name"), str)
+        and raw_meta["name"]
+        and (raw_meta.get("namespace") or (kind != "KubeVirt" and kind not in NAMESPACED_DEFAULT))
+    ):
+        return obj  # already as stored (nearly every object of a large file): nothing to copy
+    stored = dict(obj)
+    meta = dict(raw_meta) if isinstance(raw_meta, dict) else {}
+    if not meta.get("namespace"):
+        if kind == "KubeVirt":
+            meta["namespace"] = kubevirt_namespace
+        elif kind in NAMESPACED_DEFAULT:
+            meta["namespace"] = "default"
+    if not isinstance(meta.get("name"), str) or not meta["name"]:
+        meta["name"] = f"unnamed-{index}"
+    stored["metadata"] = meta
+    return stored
+
+
+def iter_stored_objects(
+    paths: Iterable[str | Path], *, kubevirt_namespace: str = names.DEFAULT_KUBEVIRT_NAMESPACE
+) -> Iterator[dict[str, Any]]:
+    """Every object in the files, as stored (:func:`as_stored`)."""
+    for index, (_, raw) in enumerate(iter_named_objects(paths)):
+        yield as_stored(raw, index, kubevirt_namespace=kubevirt_namespace)
+
+
+_gc_pause_lock = threading.Lock()
+_gc_pauses = 0
+_gc_was_enabled = False
+
+
+@contextlib.contextmanager
+def cyclic_gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a large input is parsed and folded.
+
+    Parsed JSON and YAML are trees and the snapshot's records hold no cycles either, so the
+    collector finds nothing in them, yet every few hundred new dicts and lists it runs, and
+    its full passes walk every object made so far: on a 150,000-pod file they took about two
+    thirds of orjson's parse (docs/decisions.md, "Loading without the cyclic collector").
+    Reference counting still frees everything as usual. Nested and concurrent uses nest:
+    the collector comes back, if it was on, when the last one ends.
+    """
+    global _gc_pauses, _gc_was_enabled
+    with _gc_pause_lock:
+        if _gc_pauses == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pauses += 1
+    try:
+        yield
+    finally:
+        with _gc_pause_lock:
+            _gc_pauses -= 1
+            if _gc_pauses == 0 and _gc_was_enabled:
+                gc.enable()
+
+
+def load_snapshot(
+    paths: Iterable[str | Path], *, kubevirt_namespace: str = names.DEFAULT_KUBEVIRT_NAMESPACE
+) -> Snapshot:
+    builder = SnapshotBuilder()
+    with cyclic_gc_paused():
+        for obj in iter_stored_objects(paths, kubevirt_namespace=kubevirt_namespace):
+            if obj.get("kind") == "KubeVirt" and obj["metadata"]["namespace"] != kubevirt_namespace:
+                continue  # the reconciler and the webhook read only the CR in the KubeVirt namespace
+            builder.add(obj)
+        return builder.snapshot

@@ -1,0 +1,80 @@
+"""Logging setup for both binaries: one JSON object per line, or plain text.
+
+Structured fields are passed with `extra={"fields": {...}}`. Nothing here knows
+about secrets: callers never put payloads in log records (the core wraps secret
+values in `Redacted`, whose repr is `<redacted>`). What does come from a request
+(a uid, a name, an error message quoting input) can be of any size, so every
+string field and every message is cut to a bounded length before it is written:
+a 5 MB uid makes a short line, not a 5 MB one.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any
+
+import orjson
+
+MAX_FIELD_CHARS = 512
+MAX_MESSAGE_CHARS = 2048
+
+
+def clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f"...({len(text) - limit} more)"
+
+
+class BoundedRecords(logging.Filter):
+    """Cuts long strings in a record's message and fields (in place, before formatting)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if len(message) > MAX_MESSAGE_CHARS:
+            record.msg, record.args = clip(message, MAX_MESSAGE_CHARS), None
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            record.fields = {key: _bounded(value) for key, value in fields.items()}
+        return True
+
+
+def _bounded(value: object) -> object:
+    if isinstance(value, str):
+        return clip(value, MAX_FIELD_CHARS)
+    if isinstance(value, list | tuple):
+        return [_bounded(item) for item in value[:50]]
+    return value
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            entry.update(fields)
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry, default=str).decode()
+
+
+def setup_logging(level: str = "info", fmt: str = "json") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        formatter: logging.Formatter = JsonFormatter()
+        formatter.converter = time.gmtime
+    else:
+        formatter = logging.Formatter(
+            "%(asctime)s %(levelname)s %(name)s %(message)s %(fields)s", defaults={"fields": ""}
+        )
+    handler.setFormatter(formatter)
+    handler.addFilter(BoundedRecords())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for noisy in ("uvicorn.access",):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,0 +1,80 @@
+"""The shared reflector (shared/kube/listwatch.py): a store that raises is a bug, not bad input.
+
+The stores read raw objects through tolerant accessors; if one raises anyway, the
+reflector logs a `store bug` at error level with its traceback and no payload, counts it
+through `on_store_error`, skips the object and goes on with the rest of the source.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import pytest
+
+from gpuclass.shared.core.base.meta import Key, object_key
+from gpuclass.shared.core.base.syncview import SyncView
+from gpuclass.shared.kube.listwatch import ListPage, Reflector, WatchEvent
+
+SECRET = "s3cr3t-payload"
+
+
+def obj(name: str, **extra: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "t", "resourceVersion": "1"}, **extra}
+
+
+class OneListing:
+    def __init__(self, items: list[dict[str, Any]]) -> None:
+        self.items = items
+
+    async def list_pages(self, resource: str) -> AsyncIterator[ListPage]:
+        yield ListPage(self.items, "10")
+
+    async def watch(self, resource: str, resource_version: str) -> AsyncIterator[WatchEvent]:
+        await asyncio.sleep(3600)
+        yield WatchEvent("ADDED", {})  # never reached
+
+
+class BuggyStore:
+    """Keeps names; raises on an object carrying `boom` (a bug a future change could add)."""
+
+    def __init__(self) -> None:
+        self.names: set[Key] = set()
+
+    def upsert(self, resource: str, o: Mapping[str, Any]) -> None:
+        if "boom" in o:
+            raise KeyError("a bug")
+        key = object_key(o)
+        assert key is not None
+        self.names.add(key)
+
+    def delete(self, resource: str, o: Mapping[str, Any]) -> None:
+        self.names.discard(object_key(o))  # type: ignore[arg-type]
+
+    def sweep(self, resource: str, seen: set[Key]) -> None:
+        self.names &= seen
+
+
+def test_a_store_that_raises_is_logged_as_a_bug_counted_and_skipped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store, errors = BuggyStore(), []
+    reflector: Reflector[str] = Reflector(
+        OneListing([obj("a"), obj("b", boom={"data": SECRET}), obj("c")]),
+        store,
+        sync=SyncView(("things",), clock=lambda: 0.0),
+        on_change=lambda: None,
+        on_restart=lambda source, reason: None,
+        on_store_error=errors.append,
+    )
+    with caplog.at_level(logging.INFO):
+        asyncio.run(reflector.relist("things"))
+    assert store.names == {object_key(obj("a")), object_key(obj("c"))}
+    assert errors == ["things"]
+    bugs = [r for r in caplog.records if "store bug" in r.getMessage()]
+    assert len(bugs) == 1 and bugs[0].levelno == logging.ERROR and bugs[0].exc_info
+    assert all(
+        SECRET not in r.getMessage() and SECRET not in str(r.__dict__) for r in caplog.records
+    )
