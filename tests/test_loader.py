@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from gpuclass.shared.core.model.snapshot import Redacted
 from gpuclass.shared.core.status.availability import conflict_winners
 from gpuclass.shared.kube.loader import (
     LoadError,
+    as_stored,
+    cyclic_gc_paused,
     files_under,
     iter_named_objects,
     iter_objects,
@@ -281,7 +284,7 @@ json_values = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(-(2**63), 2**63 - 1)
-    | st.text(alphabet='[]{}"\\ab:,', max_size=6),
+    | st.text(alphabet='[]{}"\\ab:,\n/\u00e9', max_size=6),
     lambda children: (
         st.lists(children, max_size=3)
         | st.dictionaries(st.text(alphabet='[]{}"\\k', max_size=4), children, max_size=3)
@@ -294,5 +297,86 @@ json_values = st.recursive(
 def test_the_byte_scan_agrees_with_the_tree_walk(value: object, limit: int) -> None:
     """json_too_deep reads the depth from the bytes (strings with brackets and escaped quotes
     included) exactly as the walk of the parsed value counts it."""
-    data = orjson.dumps(value)
-    assert json_too_deep(data, limit) == (nesting_depth(value, limit) > limit)
+    expected = nesting_depth(value, limit) > limit
+    assert json_too_deep(orjson.dumps(value), limit) == expected
+    # The stdlib writes other escapes (`\u00e9`, `\n`) than orjson: the scan drops them alike.
+    assert json_too_deep(json.dumps(value).encode(), limit) == expected
+
+
+def test_loading_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) -> None:
+    """The loader parses with the cyclic collector off (trees hold no cycles) and gives it
+    back as it was: on when it was on, off when the caller had turned it off."""
+    path = write(tmp_path / "objects.json", json.dumps({"kind": "List", "items": []}))
+    enabled = gc.isenabled()
+    try:
+        gc.enable()
+        load_snapshot([path])
+        assert gc.isenabled()
+        with cyclic_gc_paused():
+            assert not gc.isenabled()
+            with cyclic_gc_paused():
+                load_snapshot([path])
+            assert not gc.isenabled()  # the outer pause still holds
+        assert gc.isenabled()
+        gc.disable()
+        load_snapshot([path])
+        assert not gc.isenabled()
+    finally:
+        (gc.enable if enabled else gc.disable)()
+
+
+@pytest.mark.parametrize(
+    ("obj", "copied", "metadata"),
+    [
+        pytest.param(
+            {"kind": "Pod", "metadata": {"name": "p", "namespace": "t"}},
+            False,
+            {"name": "p", "namespace": "t"},
+            id="complete-pod-as-is",
+        ),
+        pytest.param(
+            {"kind": "Node", "metadata": {"name": "n"}}, False, {"name": "n"}, id="node-as-is"
+        ),
+        pytest.param(
+            {"kind": "Pod", "metadata": {"name": "p"}},
+            True,
+            {"name": "p", "namespace": "default"},
+            id="pod-without-namespace",
+        ),
+        pytest.param(
+            {"kind": "KubeVirt", "metadata": {"name": "kv"}},
+            True,
+            {"name": "kv", "namespace": "cozy-kubevirt"},
+            id="kubevirt-without-namespace",
+        ),
+        pytest.param(
+            {"kind": "Node", "metadata": {"name": ""}},
+            True,
+            {"name": "unnamed-7"},
+            id="empty-name",
+        ),
+        pytest.param({"kind": "Node"}, True, {"name": "unnamed-7"}, id="no-metadata"),
+    ],
+)
+def test_as_stored_fills_in_on_a_copy_and_passes_complete_objects_through(
+    obj: dict[str, Any], copied: bool, metadata: dict[str, Any]
+) -> None:
+    before = json.loads(json.dumps(obj))
+    stored = as_stored(obj, 7, kubevirt_namespace="cozy-kubevirt")
+    assert stored["metadata"] == metadata
+    assert (stored is not obj) == copied
+    assert obj == before  # the input is never changed
+
+
+def test_a_resource_map_with_a_key_that_is_not_a_string_still_counts(tmp_path: Path) -> None:
+    """YAML may key a map by a number; the extended resources beside it still count."""
+    path = write(
+        tmp_path / "pod.yaml",
+        "kind: Pod\nmetadata: {name: p, namespace: t}\n"
+        "spec:\n  nodeName: n\n  containers:\n"
+        "  - name: c\n    resources:\n      limits: {1: 5, example.com/gpu: 2}\n"
+        "      requests: {7: x, cpu: 1}\n"
+        "status: {phase: Running}\n",
+    )
+    [pod] = load_snapshot([path]).pods
+    assert (pod.node, dict(pod.requests)) == ("n", {"example.com/gpu": 2})
