@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -326,7 +327,15 @@ def checkout(ref: str, folder: Path) -> tuple[list[str], dict[str, str]]:
     package.mkdir(parents=True)
     for part in ("shared", "reconciler", "webhook"):
         (package / part).symlink_to(tree / part)
-    run = "import sys; from gpuclass.shared.cli import main; sys.exit(main())"
+    pyproject = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{ref}:pyproject.toml"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    module, _, function = tomllib.loads(pyproject.decode())["project"]["scripts"][
+        "gpuclass"
+    ].partition(":")
+    run = f"import sys; from {module} import {function}; sys.exit({function}())"
     return [sys.executable, "-c", run], {**os.environ, "PYTHONPATH": str(folder / "path")}
 
 
