@@ -220,12 +220,20 @@ def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
 
         max(sum(containers) + sum(sidecars), max_i(init_i + sum(sidecars before i))) + overhead
     """
+    containers = spec.get("containers")
+    if (  # most pods: one container, no init containers, no overhead
+        "initContainers" not in spec
+        and "overhead" not in spec
+        and isinstance(containers, list)
+        and len(containers) == 1
+        and isinstance(containers[0], dict)
+    ):
+        only = _container_requests(containers[0])
+        return {k: v for k, v in only.items() if v > 0} if only else only
     total: dict[str, int] = {}
-    for container in _items(spec.get("containers")):
+    for container in _items(containers):
         if isinstance(container, dict):
             _add(total, _container_requests(container))
-    if not total and "initContainers" not in spec and "overhead" not in spec:
-        return total  # most pods: no extended resource and nothing else to add
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
     for container in _items(spec.get("initContainers")):
@@ -367,6 +375,9 @@ class SnapshotBuilder:
 
     def add(self, obj: Mapping[str, Any]) -> None:
         kind = obj.get("kind")
+        if kind == "Pod":  # most objects of a cluster
+            self._pods[self._key(obj, namespaced=True)] = compact_pod(obj)
+            return
         snap = self._snapshot
         if kind == "GPUClass":
             record = compact_class(obj)
@@ -376,8 +387,6 @@ class SnapshotBuilder:
             node = compact_node(obj)
             if node:
                 self._nodes[node.name] = node
-        elif kind == "Pod":
-            self._pods[self._key(obj, namespaced=True)] = compact_pod(obj)
         elif kind == "KubeVirt":
             key = self._key(obj, namespaced=True)
             self._kubevirts[key] = permitted_resources(obj)
