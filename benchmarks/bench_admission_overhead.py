@@ -4,7 +4,7 @@ with the Go floor, and with no webhook, in one run.
 Starts etcd + kube-apiserver (the test control plane), a `gpuclass-webhook` in
 cluster mode and the Go floor (`benchmarks/gofloor/`, a minimal controller-runtime
 webhook, given the patch gpuclass-webhook answers for the same VMI and the same
-certificate), and creates BENCH_VMIS (default 400) VMIs selecting a class with each
+certificate), and creates BENCH_VMIS (default 1,000) VMIs selecting a class with each
 webhook registered and twice as many with none, in blocks of 50 cycling gpuclass, none,
 Go floor, none (each switch is seen in effect before its block: a dry-run create comes
 back patched or not). Each create is timed from the client. Prints p50/p99 of each and
@@ -35,7 +35,7 @@ from tests.controlplane.plugin import GPUCLASS_CRD, KUBEVIRT_CRDS, WebhookRegist
 from tests.controlplane.webhooks import gpuclass_webhooks  # noqa: E402
 from tests.webhook_process import WebhookProcess  # noqa: E402
 
-COUNT = int(os.environ.get("BENCH_VMIS", "400"))
+COUNT = int(os.environ.get("BENCH_VMIS", "1000"))
 BLOCK = min(50, COUNT)
 GOAL_ADDED_P99_MS, GOAL_VS_GO = 5.0, 1.5
 CYCLE = ("gpuclass", "none", "gofloor", "none")
@@ -223,12 +223,13 @@ def main() -> int:
         f"gpuclass added p99 {ours:.2f} ms (goal <= {GOAL_ADDED_P99_MS:g} ms: "
         f"{'MET' if ours <= GOAL_ADDED_P99_MS else 'MISSED'})"
     )
-    # A floor that adds nothing measurable at p99 makes a ratio meaningless; 0.1 ms is the
-    # smallest difference these timings resolve.
+    # On a shared machine the Go floor's added p99 can come out at 0 or below (its tail lost in
+    # the API server's own); the ratio then divides by 0.1 ms, the least these timings resolve.
     ratio = ours / max(go, 0.1)
     print(
         f"gpuclass added p99 / Go floor added p99: {ratio:.2f}x (goal <= {GOAL_VS_GO}x: "
-        f"{'MET' if ours <= GOAL_VS_GO * max(go, 0.1) else 'MISSED'})"
+        f"{'MET' if ours <= GOAL_VS_GO * max(go, 0.1) else 'MISSED'}); at p50, steadier: "
+        f"{added['gpuclass'][0] / max(added['gofloor'][0], 0.1):.2f}x"
     )
     return 1 if wrong else 0
 
