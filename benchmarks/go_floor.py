@@ -17,6 +17,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -64,7 +65,8 @@ class GoFloor:
         path: str = "/mutate/virtualmachineinstances",
         cpus: str | None = None,
     ) -> None:
-        patch_file = cert_dir.parent / "gofloor-patch.json"
+        self._folder = Path(tempfile.mkdtemp(prefix="gpuclass-gofloor-"))
+        patch_file = self._folder / "patch.json"
         patch_file.write_bytes(patch)
         taskset = ["taskset", "-c", cpus] if cpus and shutil.which("taskset") else []
         self.port = port
@@ -103,3 +105,4 @@ class GoFloor:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        shutil.rmtree(self._folder, ignore_errors=True)
