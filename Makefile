@@ -41,6 +41,9 @@ demo: $(STAMP) ## run the offline CLI on examples/: status, explain, then sample
 	done
 	@echo "== gpuclass validate examples/catalog"
 	@$(BIN)/gpuclass validate examples/catalog && echo "catalog is valid"
+	@$(BIN)/python examples/propose_change.py build/proposed-catalog
+	@echo "== gpuclass plan --objects examples --objects tests/fixtures/usage build/proposed-catalog   (maxCount 1, a new model, a class removed)"
+	@$(BIN)/gpuclass plan --objects examples --objects tests/fixtures/usage build/proposed-catalog || echo "(exit $$?: the plan holds a refusal)"
 
 system-deps: ## install system tools the tests use (Debian prometheus for promtool) when missing
 	@command -v promtool >/dev/null || { \

@@ -10,6 +10,10 @@ from gpuclass.shared.kube.backoff import exponential
 
 
 class KeyedBackoff:
+    """Failures per key (a class's status, its finalizer, one copy, the record): each failure
+    doubles the wait from `base` up to `cap` seconds, a success forgets the key. Keys are only
+    remembered while failing."""
+
     def __init__(
         self, *, base: float = 1.0, cap: float = 300.0, clock: Callable[[], float] = time.monotonic
     ) -> None:
@@ -29,4 +33,6 @@ class KeyedBackoff:
         return count, delay
 
     def success(self, key: Hashable) -> None:
+        """The key's write went through: forget its failures, so the next failure starts from `base`
+        again."""
         self._failures.pop(key, None)

@@ -31,6 +31,9 @@ def event_body(
     now: str,
     instance: str,
 ) -> RawObject:
+    """A core/v1 Event about the class, in namespace `default` and named by the API server
+    (`generateName`); the message is cut to 1,024 characters and `uid` ties it to this
+    incarnation of the class ("" when the view no longer holds it)."""
     return {
         "apiVersion": "v1",
         "kind": "Event",
@@ -54,6 +57,9 @@ def event_body(
 
 
 class EventRecorder:
+    """Emits Events for the worker and the copy writer; the class's uid comes from the cache, the
+    time from `now`, `instance` names this replica."""
+
     def __init__(
         self, api: KubeAPI, state: ClusterCache, *, now: Callable[[], str], instance: str
     ) -> None:
@@ -62,6 +68,8 @@ class EventRecorder:
     async def emit(
         self, class_name: str, *, reason: str, message: str, type_: Literal["Normal", "Warning"]
     ) -> None:
+        """Log the event and create it; a refused create is logged and dropped (best effort, never
+        retried, never raised)."""
         entry = self.state.classes.get(class_name)
         body = event_body(
             class_name,

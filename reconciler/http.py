@@ -60,10 +60,15 @@ class Server(uvicorn.Server):
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
+        """uvicorn's signal capture, made a no-op: SIGTERM must reach the reconciler, which releases
+        its Lease before it sets `should_exit` here."""
         yield
 
 
 def server(app: Starlette, *, host: str, port: int) -> Server:
+    """The probe and metrics server on `host:port`: no uvicorn logging config, access log or
+    lifespan of its own, so it neither replaces the reconciler's logging nor adds a line per
+    scrape."""
     config = uvicorn.Config(
         app, host=host, port=port, log_config=None, access_log=False, lifespan="off"
     )

@@ -32,17 +32,27 @@ def micro_time() -> str:
 
 
 class Leadership(Protocol):
-    def is_leader(self) -> bool: ...
+    """What the worker asks before every write; :class:`LeaderElector` in a cluster,
+    :class:`AlwaysLeader` where one writer is certain."""
+
+    def is_leader(self) -> bool:
+        """Whether this replica may write now; asked before each write, never cached."""
+        ...
 
 
 class AlwaysLeader:
     """For a single writer by construction: the offline twin, or `--no-leader-elect`."""
 
     def is_leader(self) -> bool:
+        """Always: there is no other writer to fence off."""
         return True
 
 
 class LeaderElector:
+    """Holds the Lease `namespace/name` as `identity`, client-go's leaderelection in small:
+    durations in seconds (`lease_duration` > `renew_deadline` > `retry_period`),
+    `on_change(leading)` on each gain or loss, clocks injected for tests."""
+
     def __init__(
         self,
         api: KubeAPI,
@@ -72,6 +82,8 @@ class LeaderElector:
         self._observed_at = float("-inf")
 
     def is_leader(self) -> bool:
+        """We hold the Lease and renewed it less than `renew_deadline` ago; false at once when
+        renewals lag, before any other replica could take it."""
         return self._leading and self.clock() - self._renewed < self.renew_deadline
 
     async def run(self) -> None:
@@ -130,6 +142,9 @@ class LeaderElector:
             self.on_change(leading)
 
     async def try_acquire_or_renew(self) -> bool:
+        """One read and one write of the Lease: True when it is ours afterwards (created, renewed or
+        taken over after the holder let it expire), False while another holder's lease runs. The
+        write is pinned to the resourceVersion read, so a race raises 409."""
         lease = await self.api.get_lease(self.namespace, self.name)
         now = self.wall()
         if lease is None:

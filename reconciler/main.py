@@ -59,6 +59,9 @@ async def serve(settings: ReconcilerSettings) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The `gpuclass-reconciler` entry point: `--once` prints one pass's report, otherwise serves
+    until a signal. 2 for invalid settings or unreadable files, 1 when the API server or the
+    Lease fails it (or it cannot listen), else 0."""
     try:
         settings = parse_settings(ReconcilerSettings, argv, "gpuclass-reconciler")
     except ValidationError as exc:

@@ -36,6 +36,10 @@ log = logging.getLogger("gpuclass.reconciler")
 
 
 class Manager:
+    """One reconciler: the cache and sync view, the worker, one informer per source, the Lease, the
+    probes and the resync, run by :meth:`run` and stopped in order. `api` and `leadership` are
+    injected by the offline twin and tests; `serve_http=False` for in-process use."""
+
     def __init__(
         self,
         settings: ReconcilerSettings,
@@ -252,6 +256,8 @@ class Manager:
             stop.cancel()
 
     def stop(self) -> None:
+        """Ask :meth:`run` to return (the SIGTERM/SIGINT handler): it then stops writing, releases
+        the Lease and closes the API client."""
         self._stop.set()
 
     async def _shutdown(self) -> None:

@@ -29,6 +29,10 @@ OTHER = "_other"
 
 
 class ReconcilerMetrics:
+    """Every metric the reconciler exports, in its own registry (one per Manager, so tests and the
+    offline twin do not collide); names and labels are those docs/metrics.md lists and the
+    chart's alerts use."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -151,6 +155,9 @@ class ReconcilerMetrics:
         )
 
     def set_class(self, name: str, status: Mapping[str, Any], figures: Figures) -> None:
+        """The class's gauges from the status just computed (whether or not it is written, so a
+        follower's /metrics is current too): figures, per-condition status series, and the reason
+        series."""
         self.free.labels(name).set(status.get("free", 0))
         self.max_free.labels(name).set(status.get("maxFreePerNode", 0))
         self.max_units.labels(name).set(status.get("maxUnitsPerNode", 0))

@@ -48,12 +48,17 @@ def load_objects(settings: ReconcilerSettings) -> list[dict[str, Any]]:
 
 
 def memory_cluster(settings: ReconcilerSettings) -> MemoryKube:
+    """The files as an in-memory API server, scoped and paged as the settings say, so the informers
+    list and watch it as they would a cluster."""
     return MemoryKube(
         load_objects(settings), scope=settings.scope(), page_size=settings.list_page_size
     )
 
 
 def once_report(reconciler: Manager, recorder: RecordingKube) -> dict[str, Any]:
+    """The `--once` report: each class's computed status, and what the pass wrote (status writes by
+    class, licence copies with their content fingerprinted, finalizer patches, Events), taken
+    from the recorder."""
     state = reconciler.state
     context = state.status_context()
     now = reconciler.now()

@@ -123,4 +123,6 @@ class ReconcilerSettings(CommonSettings):
         )
 
     def identity(self) -> str:
+        """This replica's name as the Lease holder and the Events' reportingInstance: the Pod name,
+        else host and PID, so two local runs never share one."""
         return self.pod_name or f"{socket.gethostname()}_{os.getpid()}"

@@ -52,6 +52,16 @@ COPY_DELETE_DEPENDS_ON: tuple[Source, ...] = ("vmis", "pods", "namespaces")
 
 
 class Worker:
+    """The reconciler's only writer of classes and copies: it works off the cache's dirty marks in
+    coalesced passes, writing statuses and in-use finalizers itself and licence copies through
+    its :class:`CopyWriter`.
+
+    Every write asks `leadership` and the per-object `backoff`; nothing is written before every
+    source's first list, and a deletion waits for a recent enough view (`sync`, required, with
+    `request_relist` to ask for a newer one). `dry_run` means `api` records instead of sending,
+    so nothing is logged or counted as written.
+    """
+
     def __init__(
         self,
         api: KubeAPI,
@@ -101,10 +111,15 @@ class Worker:
         self._relist_asked: dict[Source, float] = {}
 
     def wake(self) -> None:
+        """Something was marked dirty: run a pass after the coalescing window (called per event, so
+        it only sets a flag and the queue-depth gauge)."""
         self.metrics.queue_depth.set(len(self.state.dirty))
         self._wake.set()
 
     async def run(self) -> None:
+        """The worker loop, until cancelled: wait for a wake, let a burst of events settle for
+        `coalesce_seconds`, reconcile. A pass that raises is logged and retried after a growing
+        pause with everything marked, so a bug cannot end the loop."""
         failures = 0
         while True:
             await self._wake.wait()
@@ -129,6 +144,8 @@ class Worker:
             self.wake()
 
     def view_complete(self) -> bool:
+        """Every source has completed its first list: before that, a pass writes nothing and the
+        marks wait."""
         return self.sync.all_listed()
 
     async def reconcile_once(self) -> None:

@@ -3,7 +3,7 @@
 - :mod:`gpuclass.shared.core`: every rule of the GPU class catalog, written once, with no I/O.
 - :mod:`gpuclass.shared.kube`: the I/O all three shells share (files, settings, logs, the
   HTTP client and the reflector).
-- :mod:`gpuclass.shared.cli`: the offline `gpuclass` command.
+- :mod:`gpuclass.shared.cli`: the `gpuclass` command (offline, but for `explain` against a cluster).
 
 The import contracts in pyproject.toml (docs/architecture.md) keep the arrows one way.
 """

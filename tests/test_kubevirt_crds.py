@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from tests.builders import changed_fields
-from tests.conftest import golden_cases
+from tests.conftest import NOT_KUBEVIRT, golden_cases
 from tests.controlplane import ControlPlane, unique_name
 from tests.controlplane.api import ApiError
 
@@ -241,14 +241,6 @@ def test_every_golden_vmi_patch_survives_kubevirts_schema(control_plane: Control
             assert _pointer(stored, field) == _pointer(patched, field), (case.name, field)
         checked += 1
     assert checked >= 10  # the fixtures hold that many VMI mutations
-
-
-# Golden VMI requests that are not valid KubeVirt objects on purpose, and why.
-NOT_KUBEVIRT = {
-    "vmi-4.6-unknown-fields-survive": "carries fields KubeVirt does not know, to show they survive",
-    "vmi-4.6-missing-containers-created": "no spec.domain.devices (KubeVirt requires it) and an "
-    "unknown field, to show the patch creates the containers",
-}
 
 
 def test_golden_vmi_requests_are_real_kubevirt_objects(control_plane: ControlPlane) -> None:

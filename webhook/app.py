@@ -60,6 +60,10 @@ LOGGED_STRING_CHARS = 128  # request-derived strings in decision lines (a uid is
 
 @dataclass
 class AppContext:
+    """What the routes share: the catalog state, the metrics, the body limits, whether TLS is loaded
+    (readiness), the background jobs the lifespan starts beside the catalog's, and `draining`,
+    set on SIGTERM so /readyz fails and answers close their connection."""
+
     state: CatalogState
     metrics: WebhookMetrics
     body: BodyLimits

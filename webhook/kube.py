@@ -21,6 +21,8 @@ FIELD_MANAGER = "gpuclass-webhook"
 
 
 def webhook_client(api: client.ApiClient, *, kubevirt_namespace: str) -> RawClient:
+    """The catalog cache's client: the three collections it watches (all GPUClasses and Namespaces,
+    the KubeVirt CRs of `kubevirt_namespace` only), under the webhook's field manager."""
     return RawClient(
         api,
         {
@@ -59,13 +61,17 @@ class CertAdapter(RawClient):
         return f"{WEBHOOK_CONFIGURATIONS}/{KINDS[kind]}/{quote(name, safe='')}"
 
     async def get_secret(self, namespace: str, name: str) -> RawObject:
+        """GET the certificate Secret (404 and 403 arrive as ApiError)."""
         return await self._json("GET", self._secret(namespace, name))
 
     async def replace_secret(self, namespace: str, name: str, body: RawObject) -> RawObject:
+        """PUT the Secret whole; the body carries the resourceVersion read, so a lost race is a 409."""
         return await self._json("PUT", self._secret(namespace, name), body=body)
 
     async def get_configuration(self, kind: str, name: str) -> RawObject:
+        """GET one webhook configuration; `kind` is `mutating` or `validating`."""
         return await self._json("GET", self._configuration(kind, name))
 
     async def replace_configuration(self, kind: str, name: str, body: RawObject) -> RawObject:
+        """PUT one webhook configuration whole, pinned to the resourceVersion read."""
         return await self._json("PUT", self._configuration(kind, name), body=body)

@@ -47,6 +47,8 @@ class BodyBudget:
         return self.used + size <= ceiling
 
     def take(self, size: int, *, body_so_far: int) -> bool:
+        """Reserve `size` more bytes for a body that has `body_so_far` bytes with this chunk; False
+        (nothing taken) when the budget is spent, and the request is answered 503."""
         ceiling = self.limit if body_so_far <= self.small_bytes else self.limit - self.reserve
         if self.used + size > ceiling:
             return False
@@ -54,11 +56,15 @@ class BodyBudget:
         return True
 
     def give(self, size: int) -> None:
+        """Return bytes taken, once the body has been read or refused."""
         self.used -= size
 
 
 @dataclass(frozen=True)
 class BodyLimits:
+    """Per-request limits on a body: `max_bytes` (413 beyond), `timeout` seconds to receive all of
+    it (408), and the budget shared by every request in flight (503 when spent)."""
+
     max_bytes: int
     timeout: float
     budget: BodyBudget

@@ -110,6 +110,9 @@ async def _certificates(
 
 
 async def serve(settings: WebhookSettings) -> int:
+    """Build the catalog source (files or the API), the TLS material and the server, then serve
+    until a signal ends it: 0 after a clean stop, 2 when the settings, files or certificates
+    cannot start it."""
     metrics = WebhookMetrics()
     certificates: SelfManagedCertificates | None = None
     try:
@@ -216,6 +219,8 @@ def _connection_limits(settings: WebhookSettings, metrics: WebhookMetrics) -> Co
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The `gpuclass-webhook` entry point: settings from flags and `GPUCLASS_*` variables, logging,
+    then :func:`serve`; 1 when no cluster configuration can be found."""
     settings = parse_settings(WebhookSettings, argv, "gpuclass-webhook")
     setup_logging(settings.log_level, settings.log_format)
     try:

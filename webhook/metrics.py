@@ -38,6 +38,9 @@ CUT_REASONS = (
 
 
 class WebhookMetrics:
+    """Every metric the webhook exports, in its own registry (so tests build as many as they like);
+    the names and labels are the ones docs/metrics.md lists and the chart's alerts use."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry

@@ -51,6 +51,10 @@ def shrink_tls_buffers() -> None:
 
 @dataclass
 class ConnectionLimits:
+    """The limits every connection of one server shares: connection and in-flight caps, the header
+    block's size, and the header and TLS handshake timeouts in seconds. `busy` is the live count
+    of connections reading a body or being answered."""
+
     max_connections: int
     max_in_flight: int
     max_header_bytes: int
@@ -97,6 +101,8 @@ class GuardedProtocol(H11Protocol):
     # -- connection life -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        """uvicorn's hook for a new connection: at the cap, the longest-idle connection is cut to
+        make room, or this one is refused when none is idle; then its header deadline starts."""
         if len(self.connections) >= self.limits.max_connections:
             victim = self._oldest(self.connections, (_IDLE, _HEADERS))
             if victim is None:
@@ -110,11 +116,14 @@ class GuardedProtocol(H11Protocol):
         self._arm(self.limits.header_timeout, "header_timeout")
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """Stop its deadline and leave the busy count before uvicorn forgets the connection."""
         self._disarm()
         self._enter(_IDLE)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        """Refuse a header block over the cap before h11 parses it, then follow h11's state: a
+        header deadline for each new request, the in-flight count once its headers are in."""
         if self.conn.their_state is h11.IDLE and self._headers_too_large(data):
             self._refuse(431, "request headers too large", "headers_too_large")
             return
@@ -131,6 +140,7 @@ class GuardedProtocol(H11Protocol):
             self._enter(_ANSWERING)
 
     def on_response_complete(self) -> None:
+        """The answer is sent: the connection is idle again and no longer counts as in flight."""
         self._enter(_IDLE)  # uvicorn arms its keep-alive timer for the idle time
         super().on_response_complete()
 
@@ -227,6 +237,8 @@ class WebhookServer(uvicorn.Server):
         self._drain_logged = False
 
     async def startup(self, sockets: list[Any] | None = None) -> None:
+        """Listen as uvicorn's startup does, but with :class:`GuardedProtocol`, our TLS context and
+        the handshake and TLS shutdown timeouts; a failed lifespan startup or listen exits 2."""
         await self.lifespan.startup()
         if self.lifespan.should_exit:
             raise SystemExit(2)
@@ -256,6 +268,9 @@ class WebhookServer(uvicorn.Server):
         self.started = True
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """uvicorn's signal hook: the first SIGTERM/SIGINT starts the drain (readiness fails,
+        answers close their connection); a second one, or any when `drain_seconds` is 0, stops as
+        uvicorn does. The signal is not re-raised at exit."""
         # A signal handler: set flags only (no logging, no I/O); on_tick does the rest.
         if self.drain_started is None and self.drain_seconds > 0 and not self.should_exit:
             self.drain_started = time.monotonic()
@@ -265,6 +280,8 @@ class WebhookServer(uvicorn.Server):
         self._captured_signals.clear()
 
     async def on_tick(self, counter: int) -> bool:
+        """uvicorn's periodic hook: log the drain once, and end it after `drain_seconds` by letting
+        uvicorn's graceful shutdown begin."""
         if self.drain_started is not None:
             if not self._drain_logged:
                 self._drain_logged = True

@@ -131,6 +131,8 @@ class WebhookSettings(CommonSettings):
         return [part for part in value.split(",") if part] if isinstance(value, str) else value
 
     def cert_policy(self) -> CertPolicy:
+        """The rotation plan's lifetimes and hosts from the `--cert-*` seconds; the caller checks
+        `problems()` before serving, as lifetimes that cannot overlap would never rotate safely."""
         return CertPolicy(
             ca_validity=timedelta(seconds=self.cert_ca_validity_seconds),
             ca_renew_before=timedelta(seconds=self.cert_ca_renew_before_seconds),
@@ -142,6 +144,8 @@ class WebhookSettings(CommonSettings):
         )
 
     def cert_secret_namespace(self) -> str:
+        """Where the certificate Secret lives: `--cert-namespace`, else the Pod's own namespace from
+        its service account; outside a Pod without the flag, a ValueError (the webhook exits 2)."""
         if self.cert_namespace:
             return self.cert_namespace
         try:

@@ -34,13 +34,23 @@ log = logging.getLogger(__name__)
 
 
 class CatalogState(Protocol):
+    """What the routes and probes read, whichever source feeds it: `catalog` for every review,
+    `synced` for /readyz, `updated_at` (epoch seconds, 0 before the first build) for the
+    catalog-age metric."""
+
     catalog: Catalog
     synced: bool
     updated_at: float
 
-    async def run(self) -> None: ...
+    async def run(self) -> None:
+        """The background work that keeps the catalog current, started in the app's lifespan and
+        meant to run until the app cancels it."""
+        ...
 
-    def healthy(self) -> bool: ...
+    def healthy(self) -> bool:
+        """Whether that background work is still running: /healthz fails when it has stopped, so the
+        kubelet restarts the Pod."""
+        ...
 
 
 class FileState:
@@ -64,6 +74,8 @@ class FileState:
         self.load()
 
     def load(self) -> None:
+        """Rebuild the catalog when the files changed (computed figures); on a bad file the last
+        good catalog stays (only the first load may raise)."""
         if self._source.refresh():
             self.catalog = build_catalog(self._source.snapshot, self._policy, figures="computed")
             self.updated_at = time.time()
@@ -73,6 +85,7 @@ class FileState:
             )
 
     async def run(self) -> None:
+        """Poll the files every `poll_seconds` for as long as the server runs."""
         try:
             while True:
                 await asyncio.sleep(self._poll)
@@ -81,17 +94,21 @@ class FileState:
             self._task_alive = False
 
     def healthy(self) -> bool:
+        """False once the poll loop has ended (it only ends by an error or cancellation)."""
         return self._task_alive
 
 
 class CatalogCache:
     """The catalog from list+watch caches of GPUClasses, Namespaces and the KubeVirt CR.
 
-    The cache is a :class:`shared.kube.listwatch.Store` kept by the shared
-    reflector (the reconciler's loop): paged lists swapped in whole, 410 re-lists,
-    backoff with jitter, a sync state per resource. The catalog is rebuilt once every
-    resource has been listed, then on each change. Capacity figures are the
-    reconciler's stored status; the webhook does not watch Pods.
+    The cache is a :class:`shared.kube.listwatch.Store` kept by the shared reflector,
+    the loop the reconciler's informers run too, and nothing else writes it. A (re-)list
+    goes in page by page, and what the list no longer holds is swept only after its last
+    page, so mid-re-list the cache holds the previous view plus what the new list has
+    shown, never less. 410 Gone re-lists at once, other failures after a backoff with
+    jitter; each resource has its own sync state. The catalog is rebuilt once every
+    resource has completed its first list, then after each page and each event.
+    Capacity figures are the reconciler's stored status; the webhook does not watch Pods.
     """
 
     def __init__(
@@ -139,17 +156,21 @@ class CatalogCache:
     # -- the Store the reflector keeps ---------------------------------------------------------
 
     def upsert(self, resource: str, obj: Mapping[str, Any]) -> None:
+        """Keep the compact form of a listed or watched object; an object without a name, or a class
+        record that cannot be made, is not kept."""
         key = object_key(obj)
         compact = self._compact(resource, obj) if key is not None else None
         if key is not None and compact is not None:
             self._objects[resource][key] = compact
 
     def delete(self, resource: str, obj: Mapping[str, Any]) -> None:
+        """Forget a deleted object."""
         key = object_key(obj)
         if key is not None:
             self._objects[resource].pop(key, None)
 
     def sweep(self, resource: str, seen: set[Key]) -> None:
+        """After a complete list of `resource`: forget every object it did not hold."""
         store = self._objects[resource]
         for key in [k for k in store if k not in seen]:
             del store[key]
@@ -185,6 +206,7 @@ class CatalogCache:
         self.synced = True
 
     async def run(self) -> None:
+        """One reflector task per resource until cancelled; cancelling this cancels them all."""
         self._tasks = [
             asyncio.create_task(self._reflector.run(resource), name=f"watch-{resource}")
             for resource in self._resources
@@ -196,4 +218,6 @@ class CatalogCache:
                 task.cancel()
 
     def healthy(self) -> bool:
+        """Every watch task has started and none has ended (a reflector only ends on a bug or
+        cancellation)."""
         return bool(self._tasks) and not any(t.done() for t in self._tasks)

@@ -69,6 +69,9 @@ class KubeAdapter(RawClient):
 
     @classmethod
     async def connect(cls, settings: ReconcilerSettings) -> KubeAdapter:
+        """The adapter for these settings: the cluster configuration (`--kubeconfig`, `--context`,
+        in-cluster), the page size, watch timeout and client-side rate limit; no usable
+        configuration is an ApiError with status 0."""
         from gpuclass.shared.kube.clusterconfig import ClusterConfigError
         from gpuclass.shared.kube.kubeclient import api_client
 
@@ -95,10 +98,14 @@ class KubeAdapter(RawClient):
         return sorted(self.scope.license_secret_names)
 
     def list_pages(self, source: str) -> AsyncIterator[ListPage]:
+        """As RawClient's, except a `by_name` source with names configured: one list per name,
+        folded into one page at the newest of their versions."""
         names = self._names(source)
         return super().list_pages(source) if names is None else self._list_named(source, names)
 
     def watch(self, source: str, resource_version: str) -> AsyncIterator[WatchEvent]:
+        """As RawClient's, except a `by_name` source with names configured: every name's watch
+        merged, each from its own version (the `resource_version` given is not used)."""
         names = self._names(source)
         if names is None:
             return super().watch(source, resource_version)
@@ -158,9 +165,11 @@ class KubeAdapter(RawClient):
     # -- writes -----------------------------------------------------------------------------------------
 
     async def get_class(self, name: str) -> RawObject:
+        """GET of the GPUClass."""
         return await self._json("GET", GPUCLASSES.item(name))
 
     async def patch_class_status(self, name: str, patch: RawObject) -> RawObject | None:
+        """Merge patch of the status subresource (`application/merge-patch+json`)."""
         return await self._json(
             "PATCH", f"{GPUCLASSES.item(name)}/status", body=patch, content_type=MERGE_PATCH
         )
@@ -168,15 +177,19 @@ class KubeAdapter(RawClient):
     async def patch_class_finalizers(
         self, name: str, finalizers: list[str], resource_version: str
     ) -> RawObject | None:
+        """Merge patch of the class's finalizers, with the resourceVersion in the body as the
+        precondition."""
         body = {"metadata": {"finalizers": finalizers, "resourceVersion": resource_version}}
         return await self._json("PATCH", GPUCLASSES.item(name), body=body, content_type=MERGE_PATCH)
 
     async def create_secret(self, namespace: str, body: RawObject) -> RawObject | None:
+        """POST of the copy Secret."""
         return await self._json("POST", SECRETS.at(namespace), body=body)
 
     async def patch_secret(
         self, namespace: str, name: str, patch: list[RawObject]
     ) -> RawObject | None:
+        """JSON patch (`application/json-patch+json`) of the copy Secret, its label test first."""
         return await self._json(
             "PATCH",
             SECRETS.item(name, namespace),
@@ -185,24 +198,29 @@ class KubeAdapter(RawClient):
         )
 
     async def delete_secret(self, namespace: str, name: str) -> None:
+        """DELETE of the copy Secret; the Status the server answers with is not kept."""
         # The answer is a Status (Secrets do not return the deleted object): no payload read.
         await self._json("DELETE", SECRETS.item(name, namespace))
 
     async def create_config_map(self, namespace: str, body: RawObject) -> RawObject | None:
+        """POST of the record ConfigMap."""
         return await self._json("POST", CONFIGMAPS.at(namespace), body=body)
 
     async def replace_config_map(
         self, namespace: str, name: str, body: RawObject
     ) -> RawObject | None:
+        """PUT of the record ConfigMap, its body carrying the resourceVersion read."""
         return await self._json("PUT", CONFIGMAPS.item(name, namespace), body=body)
 
     async def create_event(self, namespace: str, body: RawObject) -> None:
+        """POST of the Event; the answer is not kept."""
         await self._json("POST", EVENTS.at(namespace), body=body)
 
     def _lease(self, namespace: str, name: str = "") -> str:
         return LEASES.item(name, namespace) if name else LEASES.at(namespace)
 
     async def get_lease(self, namespace: str, name: str) -> RawObject | None:
+        """GET of the Lease; 404 becomes None, any other failure is raised."""
         try:
             return await self._json("GET", self._lease(namespace, name))
         except ApiError as exc:
@@ -211,7 +229,9 @@ class KubeAdapter(RawClient):
             raise
 
     async def create_lease(self, namespace: str, body: RawObject) -> RawObject:
+        """POST of the Lease."""
         return await self._json("POST", self._lease(namespace), body=body)
 
     async def replace_lease(self, namespace: str, name: str, body: RawObject) -> RawObject:
+        """PUT of the Lease, its body carrying the resourceVersion read."""
         return await self._json("PUT", self._lease(namespace, name), body=body)

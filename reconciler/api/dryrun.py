@@ -37,6 +37,8 @@ def redact_value(key: str, value: object) -> str:
 
 
 def redact_secret(body: RawObject) -> RawObject:
+    """A licence copy's body as recorded: where, its labels, and its data through
+    :func:`redact_value` (gridd.conf in clear, the token only as a fingerprint)."""
     data = body.get("data")
     meta = body.get("metadata")
     data = data if isinstance(data, dict) else {}
@@ -50,6 +52,11 @@ def redact_secret(body: RawObject) -> RawObject:
 
 
 class RecordingKube:
+    """Wraps another KubeAPI: reads and the Lease pass through, every other write is recorded in
+    `writes` (kind, object, redacted content) and sent only when `forward` is true; a forwarded
+    write that fails raises before it is recorded. `--dry-run` wraps the real adapter with
+    `forward=False`; `--once` reads `writes` for its report."""
+
     def __init__(self, inner: KubeAPI, *, forward: bool) -> None:
         self.inner, self.forward = inner, forward
         self.writes: list[dict[str, Any]] = []
@@ -61,15 +68,19 @@ class RecordingKube:
             log.info("dry run: not written", extra={"fields": entry})
 
     def list_pages(self, source: Source) -> AsyncIterator[ListPage]:
+        """Passed through."""
         return self.inner.list_pages(source)
 
     def watch(self, source: Source, resource_version: str) -> AsyncIterator[WatchEvent]:
+        """Passed through."""
         return self.inner.watch(source, resource_version)
 
     async def get_class(self, name: str) -> RawObject:
+        """Passed through."""
         return await self.inner.get_class(name)
 
     async def patch_class_status(self, name: str, patch: RawObject) -> RawObject | None:
+        """Recorded with the status patch; sent only when forwarding (else returns None)."""
         result = await self.inner.patch_class_status(name, patch) if self.forward else None
         self._record("status", name=name, status=patch.get("status"))
         return result
@@ -77,6 +88,7 @@ class RecordingKube:
     async def patch_class_finalizers(
         self, name: str, finalizers: list[str], resource_version: str
     ) -> RawObject | None:
+        """Recorded with the new list; sent only when forwarding (else returns None)."""
         result = (
             await self.inner.patch_class_finalizers(name, finalizers, resource_version)
             if self.forward
@@ -86,6 +98,7 @@ class RecordingKube:
         return result
 
     async def create_secret(self, namespace: str, body: RawObject) -> RawObject | None:
+        """Recorded as a licence-copy create, content redacted; sent only when forwarding."""
         result = await self.inner.create_secret(namespace, body) if self.forward else None
         self._record("licence-copy", action="create", **redact_secret(body))
         return result
@@ -93,6 +106,8 @@ class RecordingKube:
     async def patch_secret(
         self, namespace: str, name: str, patch: list[RawObject]
     ) -> RawObject | None:
+        """Recorded as a licence-copy update with the patch's new `data`, redacted; sent only when
+        forwarding."""
         result = await self.inner.patch_secret(namespace, name, patch) if self.forward else None
         data: Any = next((op["value"] for op in patch if op.get("path") == "/data"), {})
         body = {"metadata": {"namespace": namespace, "name": name, "labels": dict(MANAGED_LABELS)}}
@@ -100,11 +115,13 @@ class RecordingKube:
         return result
 
     async def delete_secret(self, namespace: str, name: str) -> None:
+        """Recorded as a licence-copy delete; sent only when forwarding."""
         if self.forward:
             await self.inner.delete_secret(namespace, name)
         self._record("licence-copy", action="delete", namespace=namespace, name=name)
 
     async def create_config_map(self, namespace: str, body: RawObject) -> RawObject | None:
+        """Recorded as a copy-record write (namespace only); sent only when forwarding."""
         result = await self.inner.create_config_map(namespace, body) if self.forward else None
         self._record("copy-record", namespace=namespace)
         return result
@@ -112,6 +129,7 @@ class RecordingKube:
     async def replace_config_map(
         self, namespace: str, name: str, body: RawObject
     ) -> RawObject | None:
+        """Recorded as a copy-record write (namespace only); sent only when forwarding."""
         result = (
             await self.inner.replace_config_map(namespace, name, body) if self.forward else None
         )
@@ -119,6 +137,7 @@ class RecordingKube:
         return result
 
     async def create_event(self, namespace: str, body: RawObject) -> None:
+        """Recorded with the class, type, reason and message; sent only when forwarding."""
         involved = body.get("involvedObject") or {}
         if self.forward:
             await self.inner.create_event(namespace, body)
@@ -131,13 +150,18 @@ class RecordingKube:
         )
 
     async def get_lease(self, namespace: str, name: str) -> RawObject | None:
+        """Passed through: leader election is off under `--dry-run`, so only a forwarding run uses
+        the Lease."""
         return await self.inner.get_lease(namespace, name)
 
     async def create_lease(self, namespace: str, body: RawObject) -> RawObject:
+        """Passed through, as :meth:`get_lease`."""
         return await self.inner.create_lease(namespace, body)
 
     async def replace_lease(self, namespace: str, name: str, body: RawObject) -> RawObject:
+        """Passed through, as :meth:`get_lease`."""
         return await self.inner.replace_lease(namespace, name, body)
 
     async def close(self) -> None:
+        """Closes the wrapped API."""
         await self.inner.close()

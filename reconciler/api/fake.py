@@ -7,8 +7,11 @@ preconditions (409), AlreadyExists (409), NotFound (404), no new finalizers on a
 deleting object (422), deletion held by finalizers, no-op writes that keep the
 resourceVersion, and the chart's ValidatingAdmissionPolicy on Secrets (403).
 `tests/test_kubeapi_contract.py` runs one script of requests against it and against a
-real kube-apiserver with the chart applied, and expects the same answers. Tests inject failures through `errors`; every write is recorded in
-`writes` (the offline `--once` output is built from it).
+real kube-apiserver with the chart applied, and expects the same answers. Tests inject
+failures through `errors` and assert on `writes`, where the status, finalizer and Secret
+writes are recorded (Events go to `events`; record ConfigMap and Lease writes only change
+the store). The offline `--once` report is not built from `writes` but from the
+:class:`~reconciler.api.dryrun.RecordingKube` wrapped around this fake.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ COPY_ANNOTATION_PREFIX = "gpuclass.cozystack.io/"
 
 @dataclass(frozen=True, slots=True)
 class Change:
+    """One entry of the change history a watch replays: the kind, the object before and after (None
+    for a create or a delete) and the version stamped."""
+
     version: int
     kind: str
     old: RawObject | None
@@ -63,6 +69,10 @@ def apply_merge_patch(target: Any, patch: Any) -> Any:
 
 
 class MemoryKube:
+    """The in-memory API server; `scope` applies the sources' namespaces and names as the real
+    server's selectors would, `page_size` is the list page. Single event loop, no locking: a test
+    or the offline twin owns it."""
+
     def __init__(
         self,
         objects: Iterable[Mapping[str, Any]] = (),
@@ -126,6 +136,8 @@ class MemoryKube:
         self.oldest = self.version
 
     def expire_watches(self) -> None:
+        """End every open watch with 410 Gone, as a server that compacted past them does; `load` uses
+        it so the reflectors re-list the new objects at once."""
         for _, queue in self.watchers:
             queue.put_nowait(ApiError(410, "Expired", "too old resource version"))
 
@@ -161,6 +173,8 @@ class MemoryKube:
         return selected(SPECS[source], obj, self.scope)
 
     async def list_pages(self, source: Source) -> AsyncIterator[ListPage]:
+        """Served from the dict, filtered by the source's selectors, in pages of `page_size`; the
+        last page carries the current version (an empty list is one empty page)."""
         self._check("list")
         items = [
             copy.deepcopy(o)
@@ -174,6 +188,9 @@ class MemoryKube:
             await asyncio.sleep(0)
 
     async def watch(self, source: Source, resource_version: str) -> AsyncIterator[WatchEvent]:
+        """Replays the history after `resource_version`, then follows live changes (410 when the
+        version is older than the history kept); an object moving in or out of the selectors is
+        ADDED or DELETED, as the real server reports it."""
         self._check("watch")
         since = int(resource_version or 0)
         if since < self.oldest:
@@ -248,10 +265,13 @@ class MemoryKube:
             )
 
     async def get_class(self, name: str) -> RawObject:
+        """A copy of the stored class (404 when absent)."""
         self._check("get_class")
         return copy.deepcopy(self._get(names.KIND, ("", name)))
 
     async def patch_class_status(self, name: str, patch: RawObject) -> RawObject | None:
+        """Merge patch of `status` with the resourceVersion precondition; recorded in `writes`. A
+        patch that changes nothing keeps the version and sends no event."""
         self._check("patch_class_status")
         current = self._get(names.KIND, ("", name))
         self._precondition(current, _meta(patch).get("resourceVersion"))
@@ -264,6 +284,8 @@ class MemoryKube:
     async def patch_class_finalizers(
         self, name: str, finalizers: list[str], resource_version: str
     ) -> RawObject | None:
+        """Sets the finalizers with the precondition; refuses a new finalizer on a deleting class
+        (422) and deletes the class when its last finalizer goes."""
         self._check("patch_class_finalizers")
         current = self._get(names.KIND, ("", name))
         self._precondition(current, resource_version)
@@ -333,6 +355,8 @@ class MemoryKube:
             raise ApiError(404, "NotFound", f"namespaces {namespace!r} not found")
 
     async def create_secret(self, namespace: str, body: RawObject) -> RawObject | None:
+        """Creates a copy after the checks the server and the chart's policy make (404 when namespaces
+        are loaded and this one is not, 409 AlreadyExists, 403 from the policy); recorded in `writes`."""
         self._check("create_secret")
         name = str(_meta(body).get("name"))
         self._namespace_exists(namespace)
@@ -383,6 +407,8 @@ class MemoryKube:
         return self._put("Secret", (namespace, name), new)
 
     async def delete_secret(self, namespace: str, name: str) -> None:
+        """Deletes a copy the policy lets go (403 when not labelled ours, 404 when absent); recorded
+        in `writes`."""
         self._check("delete_secret")
         current = self._get("Secret", (namespace, name))
         self._admit_secret(namespace, name, None, current)
@@ -390,6 +416,7 @@ class MemoryKube:
         self._put("Secret", (namespace, name), None)
 
     async def create_config_map(self, namespace: str, body: RawObject) -> RawObject | None:
+        """Creates the record ConfigMap (409 AlreadyExists); not recorded in `writes`."""
         self._check("create_config_map")
         name = str(_meta(body).get("name"))
         if (namespace, name) in self.store["ConfigMap"]:
@@ -401,6 +428,8 @@ class MemoryKube:
     async def replace_config_map(
         self, namespace: str, name: str, body: RawObject
     ) -> RawObject | None:
+        """Replaces the record ConfigMap with the resourceVersion precondition (409 when stale, 404
+        when absent)."""
         self._check("replace_config_map")
         current = self._get("ConfigMap", (namespace, name))
         self._precondition(current, _meta(body).get("resourceVersion"))
@@ -409,17 +438,20 @@ class MemoryKube:
         return self._put("ConfigMap", (namespace, name), new)
 
     async def create_event(self, namespace: str, body: RawObject) -> None:
+        """Appends the Event to `events`; Events are not stored or watched."""
         self._check("create_event")
         self.events.append(
             {**copy.deepcopy(body), "metadata": {**_meta(body), "namespace": namespace}}
         )
 
     async def get_lease(self, namespace: str, name: str) -> RawObject | None:
+        """A copy of the Lease, None when absent."""
         self._check("get_lease")
         lease = self.store["Lease"].get((namespace, name))
         return copy.deepcopy(lease) if lease else None
 
     async def create_lease(self, namespace: str, body: RawObject) -> RawObject:
+        """Creates the Lease (409 AlreadyExists)."""
         self._check("create_lease")
         key = (namespace, str(_meta(body).get("name")))
         if key in self.store["Lease"]:
@@ -428,6 +460,7 @@ class MemoryKube:
         return copy.deepcopy(self.store["Lease"][key])
 
     async def replace_lease(self, namespace: str, name: str, body: RawObject) -> RawObject:
+        """Replaces the Lease with the resourceVersion precondition (409 when stale)."""
         self._check("replace_lease")
         current = self._get("Lease", (namespace, name))
         self._precondition(current, _meta(body).get("resourceVersion"))
@@ -435,4 +468,5 @@ class MemoryKube:
         return copy.deepcopy(self.store["Lease"][(namespace, name)])
 
     async def close(self) -> None:
+        """Ends the open watches normally, as a closed client's streams end."""
         self.end_watches()

@@ -21,7 +21,11 @@ __all__ = ["ApiError", "KubeAPI", "ListPage", "RawObject", "WatchEvent"]
 
 
 class KubeAPI(Protocol):
-    """What the reconciler asks of the API server, and nothing more."""
+    """What the reconciler asks of the API server, and nothing more.
+
+    A write returns the object as the server stored it, which the caller folds into its
+    cache through `ClusterCache.absorb`; None means nothing was sent (the dry run).
+    """
 
     def list_pages(self, source: Source) -> AsyncIterator[ListPage]:
         """Pages of the source's collection (selectors applied), consistent at one version."""
@@ -31,7 +35,10 @@ class KubeAPI(Protocol):
         """Changes after `resource_version` until the server ends the stream."""
         ...
 
-    async def get_class(self, name: str) -> RawObject: ...
+    async def get_class(self, name: str) -> RawObject:
+        """The class as stored now (404 when gone): read after a 409, so the worker decides again on
+        what the server holds."""
+        ...
 
     async def patch_class_status(self, name: str, patch: RawObject) -> RawObject | None:
         """JSON merge patch of the status subresource (`patch` may pin metadata.resourceVersion)."""
@@ -39,7 +46,10 @@ class KubeAPI(Protocol):
 
     async def patch_class_finalizers(
         self, name: str, finalizers: list[str], resource_version: str
-    ) -> RawObject | None: ...
+    ) -> RawObject | None:
+        """Merge patch of the whole `metadata.finalizers` list, pinned to `resource_version` (409
+        when stale, 422 when adding one to a deleting class)."""
+        ...
 
     async def create_secret(self, namespace: str, body: RawObject) -> RawObject | None:
         """Create a licence copy; 409 AlreadyExists when a Secret of that name exists."""
@@ -66,14 +76,23 @@ class KubeAPI(Protocol):
         """Replace the copy record, pinned to `metadata.resourceVersion` of `body` (409 if stale)."""
         ...
 
-    async def create_event(self, namespace: str, body: RawObject) -> None: ...
+    async def create_event(self, namespace: str, body: RawObject) -> None:
+        """Create a core/v1 Event; the caller treats a failure as best effort."""
+        ...
 
     async def get_lease(self, namespace: str, name: str) -> RawObject | None:
         """The Lease, or None when it does not exist."""
         ...
 
-    async def create_lease(self, namespace: str, body: RawObject) -> RawObject: ...
+    async def create_lease(self, namespace: str, body: RawObject) -> RawObject:
+        """Create the Lease (409 AlreadyExists when another replica was first)."""
+        ...
 
-    async def replace_lease(self, namespace: str, name: str, body: RawObject) -> RawObject: ...
+    async def replace_lease(self, namespace: str, name: str, body: RawObject) -> RawObject:
+        """Replace the Lease, pinned to `metadata.resourceVersion` of `body` (409 when another
+        replica wrote it since)."""
+        ...
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Release connections and end open watches; the Manager calls it last on shutdown."""
+        ...

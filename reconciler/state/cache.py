@@ -122,6 +122,8 @@ class VMIUsage:
     changed: bool = True
 
     def add(self, vmi: VMIUse, sign: int) -> None:
+        """Count a VMI in (`sign` 1) or out (-1): its units while its launcher is bound, one waiting
+        VMI per class before; other phases (Succeeded, Failed) count nowhere."""
         if not vmi.units:
             return
         if vmi.phase in HOLDING_PHASES:
@@ -191,11 +193,14 @@ class ClusterCache:
     # -- events in ---------------------------------------------------------------------------
 
     def upsert(self, source: Source, obj: Mapping[str, Any]) -> None:
+        """The reflector's ADDED/MODIFIED (or listed) object: its source's handler stores the
+        compact record and marks what it can affect."""
         key = object_key(obj)
         if key is not None:
             self._handlers[source](key, obj)
 
     def delete(self, source: Source, obj: Mapping[str, Any]) -> None:
+        """The reflector's DELETED object: its handler drops the record and marks what it affected."""
         key = object_key(obj)
         if key is not None:
             self._handlers[source](key, None)
@@ -251,10 +256,14 @@ class ClusterCache:
         return key[1] if SPECS[source].cluster_scoped else key
 
     def take_dirty(self) -> Dirty:
+        """Hand the worker everything marked so far and start a fresh set, so marks made during the
+        pass wait for the next one."""
         taken, self.dirty = self.dirty, Dirty()
         return taken
 
     def mark_all(self) -> None:
+        """Mark every class and the copies, with a full verify of every copy: the periodic resync,
+        and the repair after a failed pass or a regained Lease."""
         self.dirty.statuses |= set(self.classes)
         self.dirty.finalizers |= set(self.classes)
         self.dirty.copies = True
@@ -445,6 +454,8 @@ class ClusterCache:
     # -- decisions out ---------------------------------------------------------------------------
 
     def status_context(self) -> StatusContext:
+        """The snapshot and conflict winners a pass computes every status against, built once per
+        pass rather than per class."""
         snapshot = Snapshot(
             classes=self.records, permitted=self.permitted, secrets=self.license_secrets
         )
@@ -462,16 +473,23 @@ class ClusterCache:
         )
 
     def figures(self, name: str, context: StatusContext) -> Figures:
+        """The class's figures from the live counters, for the per-class usage metrics (the status
+        itself comes from :meth:`compute_status`)."""
         record = self.records[name]
         winner = context.winners.get(record.resource_name) if record.resource_name else None
         return compute_figures(record, self.usage.index, conflict_lost=winner not in (None, name))
 
     def in_use(self, name: str) -> bool:
+        """Whether a VMI the view holds passed admission with this class: what keeps the in-use
+        finalizer on. Only as complete as the VMI view; the worker's sync gate decides when a
+        False may release it."""
         if name not in self.records:
             return False
         return any(uses_class(self.vmis[key], name) for key in self._vmis_by_class.get(name, ()))
 
     def copy_actions(self, *, vgpu_entitled: bool, verify: bool = False) -> list[CopyAction]:
+        """The licence-copy writes that would bring the recorded copies to what the view wants now
+        (creates, updates, deletes); `verify` writes every wanted copy again."""
         plan = desired_copies(
             self._license_vmis.values(),
             self.records,

@@ -24,6 +24,8 @@ from gpuclass.shared.core.model.vmiuse import VMIUse
 
 
 def uses_class(vmi: VMIUse, class_name: str) -> bool:
+    """Whether the VMI passed admission with the class (its admitted set), which alone holds the
+    finalizer; the class's current resourceName plays no part."""
     return class_name in vmi.admitted
 
 
@@ -40,6 +42,9 @@ def classes_in_use(vmis: Iterable[VMIUse], classes: Mapping[str, ClassRecord]) -
 
 @dataclass(frozen=True, slots=True)
 class FinalizerChange:
+    """One finalizer write: add ours or remove it, with the whole list to patch in, pinned to the
+    class's resourceVersion by the worker."""
+
     action: Literal["add", "remove"]
     finalizers: tuple[str, ...]
     """The complete new `metadata.finalizers` list (other owners' entries kept, in order)."""

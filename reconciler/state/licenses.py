@@ -52,6 +52,9 @@ MAX_RECORD_BYTES = 900 * 1024
 
 @dataclass(frozen=True, slots=True)
 class DesiredCopy:
+    """A licence copy that should exist now: where, for which class, and its full `data` (token and
+    gridd.conf), wrapped so it never prints."""
+
     namespace: str
     name: str
     class_name: str
@@ -60,11 +63,17 @@ class DesiredCopy:
 
     @property
     def digest(self) -> str:
+        """The fingerprint the record keeps for this content: a changed digest means the copy must
+        be written again."""
         return copy_digest(self.data)
 
 
 @dataclass(frozen=True, slots=True)
 class CopyPlan:
+    """What the view wants: `desired` copies with their content, and `held` copies that are wanted
+    but cannot be made now (class invalid or gone, source Secret missing or empty), which are
+    left as they are rather than deleted."""
+
     desired: Mapping[SecretKey, DesiredCopy]
     held: frozenset[SecretKey]
 
@@ -82,14 +91,18 @@ class CopyAction:
 
     @property
     def key(self) -> SecretKey:
+        """(namespace, name) of the copy, the record's key and the backoff's."""
         return (self.namespace, self.name)
 
     @property
     def class_name(self) -> str:
+        """The class the copy is named after (`gpuclass-license-<class>`), for Events and metrics."""
         return self.name.removeprefix(names.LICENSE_COPY_PREFIX)
 
 
 def gridd_conf(feature_type: int) -> str:
+    """The copy's gridd.conf: the one line `FeatureType=<featureType>` (contract table, licence
+    copy)."""
     return f"FeatureType={feature_type}\n"
 
 
@@ -98,6 +111,8 @@ def _b64(text: str) -> str:
 
 
 def is_copy_name(name: str) -> bool:
+    """A name of our copies: `gpuclass-license-` and something after it; no other Secret is ever
+    planned, written or deleted."""
     return name.startswith(names.LICENSE_COPY_PREFIX) and len(name) > len(names.LICENSE_COPY_PREFIX)
 
 

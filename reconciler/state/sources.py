@@ -51,6 +51,8 @@ class Scope:
     namespace (offline files, or an install that grants that)."""
 
     def namespace(self, which: str) -> str | None:
+        """The namespace a spec's `namespace` word stands for ("licence", "kubevirt" or "record");
+        None for "" (the whole cluster)."""
         return {
             "licence": self.license_namespace,
             "kubevirt": self.kubevirt_namespace,

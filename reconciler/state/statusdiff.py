@@ -53,6 +53,9 @@ def status_patch(
 
 @dataclass(frozen=True, slots=True)
 class Transition:
+    """One condition that flipped, as the Event it becomes: `type` Warning when the new state is a
+    problem, Normal otherwise (a recovery, or a sold-out class)."""
+
     condition: str
     status: str
     reason: str

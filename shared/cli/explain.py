@@ -45,6 +45,10 @@ _RANK = {v: i for i, v in enumerate(get_args(RowVerdict))}
 
 @dataclass(frozen=True, slots=True)
 class NodeRow:
+    """One line of the node table: the node, its free and allocatable units of the class's resource,
+    and the verdict with its reason (the contract's node verdicts of 6.8, with `fits` and
+    `tooFewFree` split by the VM's count)."""
+
     node: str
     free: int
     allocatable: int
@@ -311,6 +315,9 @@ def explain_manifest(
     license_namespace: str = names.DEFAULT_LICENSE_NAMESPACE,
     now: str = "",
 ) -> ManifestExplanation:
+    """The answer for a VM or VMI manifest: admission's refusals first (capacity cannot help a VM
+    the webhook refuses), then each selected class at its total count, then whether one node
+    holds all of them at once. `now` is only for the conditions' timestamps."""
     kind, name, raw = selection_of(manifest)
     catalog = admission_catalog(snapshot, license_namespace)
     causes = manifest_refusals(manifest, catalog)

@@ -8,8 +8,11 @@
   its selection at once.
 
 It prints a node table and a one-line answer (`-o json`: the same as JSON) and exits 0
-when the VM can start now, 1 when it cannot, 2 on unusable input. Like `cli.py`, this
-module is I/O edge, not core (tests/test_layers.py); `cli.py` only registers it.
+when the VM can start now, 1 when it cannot, 2 on unusable input. Like `shared/cli/main.py`,
+this module does I/O (files, and for a cluster asyncio and the HTTP client of
+`shared.kube.kubeclient`, which is imported only when a cluster is read), so it sits in the
+CLI, not in the core (import-linter's `pure-core` contract); the judging is
+`shared.cli.explain`'s, and `main.py` only registers the subcommand.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,8 @@ from gpuclass.shared.core.base.collections import (
     KUBEVIRTS,
     NODES,
     SECRETS,
+    VMS,
+    Collection,
 )
 from gpuclass.shared.core.model.selection import parse_selection
 from gpuclass.shared.core.model.snapshot import Redacted, SecretRecord, Snapshot, SnapshotBuilder
@@ -71,6 +76,8 @@ def add_parser(sub: Any, objects_arg: Any) -> None:
 
 
 def run_explain(args: argparse.Namespace) -> int:
+    """The `explain` subcommand: 0 when the VM can start now, 1 when it cannot, 2 on unusable input
+    (bad flags, unreadable files, a cluster that cannot be read), with the reason on stderr."""
     try:
         manifest = _manifest(args.manifest) if args.manifest else None
         if manifest is None and not args.class_name:
@@ -144,8 +151,13 @@ async def read_cluster(
     license_namespace: str,
     kubevirt_namespace: str,
     classes: frozenset[str] | None = None,
+    more: Sequence[Collection] = (),
+    kept: list[Mapping[str, Any]] | None = None,
 ) -> Snapshot:
     """One list of each collection the answer needs, folded into a snapshot.
+
+    `more` adds collections (`gpuclass plan` reads VMIs, VirtualMachines and Namespaces);
+    objects of a kind the snapshot does not hold (VirtualMachines) are appended to `kept`.
 
     Secrets are never listed: only the source Secret (`spec.license.secretName`) of each
     licensed class in `classes` (None: every class) is read, by name, so the caller needs
@@ -163,6 +175,7 @@ async def read_cluster(
         "Pod": (BOUND_PODS.at(), BOUND_PODS.params()),
         names.KIND: (GPUCLASSES.at(), GPUCLASSES.params()),
         "KubeVirt": (KUBEVIRTS.at(kubevirt_namespace), KUBEVIRTS.params()),
+        **{c.kind: (c.at(), c.params()) for c in more},
     }
     try:  # --kubeconfig, else KUBECONFIG, else ~/.kube/config, as kubectl finds them
         api = await api_client(kubeconfig, binary="gpuclass", context=context)
@@ -176,7 +189,10 @@ async def read_cluster(
             try:
                 async for page in raw.list_pages(kind):
                     for item in page.items:
-                        builder.add({**item, "kind": kind})
+                        if kept is not None and kind == VMS.kind:
+                            kept.append({**item, "kind": kind})
+                        else:
+                            builder.add({**item, "kind": kind})
             except ApiError as exc:
                 if kind == "KubeVirt" and exc.not_found:
                     continue  # no KubeVirt CRD: the classes say NoKubeVirt
@@ -236,6 +252,9 @@ ELIGIBLE_VERDICTS = frozenset({"fits", "tooFewFree", "noFreeUnits"})
 
 
 def render_class(e: Explanation, *, label: str = "answer") -> str:
+    """The node table and answer of one class as text; FREE is shown only for nodes that could take
+    the VM, and `label` names the last line (`answer`, or `this class` inside a manifest's
+    answer)."""
     units = "unit" if e.count == 1 else "units"
     lines = [
         f"class {e.class_name} ({e.resource or 'no resource'}), a VM needing {e.count} {units}"
@@ -261,6 +280,8 @@ def render_class(e: Explanation, *, label: str = "answer") -> str:
 
 
 def render_manifest(m: ManifestExplanation) -> str:
+    """A manifest's answer as text: admission's problems, each class's table, the count of nodes
+    that fit all classes at once, then the answer."""
     lines = [f"{m.kind} {m.name}"]
     lines += [f"  {p}" for p in m.problems]
     text = "\n".join(lines) + "\n"

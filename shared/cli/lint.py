@@ -32,6 +32,9 @@ class Finding:
 
 @dataclass(slots=True)
 class ObjectReport:
+    """One manifest's findings: its errors (causes) and warnings. Only GPUClasses and near-miss
+    kinds are reported; other objects of a GitOps folder are skipped."""
+
     kind: str
     name: str
     causes: list[Finding] = field(default_factory=list)
@@ -49,6 +52,9 @@ class FileError:
 
 @dataclass(slots=True)
 class FileReport:
+    """One file: the reports of its objects, or `error` when the file could not be read (then its
+    objects are unknown, not valid)."""
+
     path: str
     objects: list[ObjectReport] = field(default_factory=list)
     error: FileError | None = None
@@ -66,24 +72,34 @@ class Line:
 
 @dataclass(slots=True)
 class LintReport:
+    """The whole run, the one value every output format renders: per-file reports, and `lines`,
+    every error in the order `-o text` prints them."""
+
     files: list[FileReport]
     lines: list[Line]
 
     @property
     def errors(self) -> int:
+        """Every error: each cause line plus each unreadable file (the exit code is 1 when this is
+        not 0)."""
         return len(self.lines) + sum(1 for f in self.files if f.error)
 
     @property
     def warnings(self) -> int:
+        """Warnings over all objects; they fail the run only with `--fail-on-warn`."""
         return sum(len(o.warnings) for f in self.files for o in f.objects)
 
     @property
     def objects(self) -> int:
+        """Objects reported on; 0 with 0 errors makes the CLI say no GPUClass was found."""
         return sum(len(f.objects) for f in self.files)
 
 
 @dataclass(frozen=True, slots=True)
 class FileInput:
+    """One file as read by the CLI: its objects, or why it could not be read; `lint` itself reads
+    nothing."""
+
     path: str
     objects: Sequence[Mapping[str, Any]] = ()
     error: FileError | None = None

@@ -31,11 +31,15 @@ PROG = "gpuclass validate"
 
 @dataclass(frozen=True, slots=True)
 class Rendered:
+    """What to write where: `out` to stdout (the report), `err` to stderr (`-o text` puts file
+    errors and warnings there, so stdout holds only cause lines)."""
+
     out: str
     err: str
 
 
 def render(report: LintReport, output: Format) -> Rendered:
+    """The report in `output`'s format; every format but text writes the whole report to stdout."""
     if output == "json":
         return Rendered(render_json(report), "")
     if output == "junit":
@@ -46,6 +50,8 @@ def render(report: LintReport, output: Format) -> Rendered:
 
 
 def render_text(report: LintReport) -> Rendered:
+    """`FILE: NAME: FIELD: message`, one line per cause on stdout (contract 7.1); unreadable files
+    and warnings on stderr."""
     out = [
         f"{line.path}: {line.name}: {line.finding.field}: {line.finding.message}\n"
         for line in report.lines
@@ -81,6 +87,8 @@ def _file_json(file: FileReport) -> dict[str, Any]:
 
 
 def render_json(report: LintReport) -> str:
+    """The report as one JSON document (schema `version` 1, stable for CI scripts): a summary, then
+    per file its error and its objects with causes and warnings."""
     document = {
         "version": JSON_SCHEMA_VERSION,
         "valid": report.errors == 0,
@@ -147,8 +155,10 @@ def escape_property(value: str) -> str:
 
 
 def workflow_command(
-    command: Literal["error", "warning"], message: str, **properties: str | int | None
+    command: Literal["error", "warning", "notice"], message: str, **properties: str | int | None
 ) -> str:
+    """One GitHub Actions workflow command (`::error file=...,line=...::message`), message and
+    properties escaped as the Actions toolkit does, properties that are None left out."""
     props = ",".join(
         f"{key}={escape_property(str(value))}"
         for key, value in properties.items()
@@ -158,6 +168,8 @@ def workflow_command(
 
 
 def render_github(report: LintReport) -> str:
+    """Workflow commands GitHub shows as annotations on the pull request: an error per unreadable
+    file and per cause, a warning per warning."""
     lines = []
     for file in report.files:
         if file.error:

@@ -1,4 +1,9 @@
-"""`gpuclass`: the offline command line (docs/contract.md section 7). No cluster needed.
+"""`gpuclass`: the command line (docs/contract.md section 7), offline by default.
+
+`validate`, `review` and `status` read only files and never contact a cluster. `explain`
+reads files with `--objects`, but with `--kubeconfig` or `--context` it lists a cluster
+(read-only: Nodes, Pods, GPUClasses, the KubeVirt CR, and each licensed class's source
+Secret by name), so it needs credentials that may read them.
 
 - `validate [-o text|json|junit|github] [--fail-on-warn] FILE...`: lint catalog manifests
   for a GitOps repository (checks in :mod:`shared.cli.lint`, formats in :mod:`shared.cli.lintformat`).
@@ -6,6 +11,8 @@
   REVIEW`: the webhook's answer to a review.
 - `status [--objects PATH]...`: each class's status, computed from the objects.
 - `explain CLASS|--manifest FILE ...`: can a VM start now, and why not (`shared/cli/explaincmd.py`).
+- `plan [--objects PATH|--context CTX] [-o text|json|markdown|github] [--fail-on ...]
+  MANIFEST_OR_DIR...`: what a catalog change will do to tenants (`shared/cli/plancmd.py`).
 
 `review` calls :func:`shared.core.admission.review.review`, the same function the webhook calls. The
 options the servers share read the same `GPUCLASS_*` variables as theirs (flags win).
@@ -28,6 +35,8 @@ from gpuclass.shared.cli.explaincmd import add_parser as add_explain_parser
 from gpuclass.shared.cli.explaincmd import run_explain
 from gpuclass.shared.cli.lint import FileError, FileInput, lint
 from gpuclass.shared.cli.lintformat import FORMATS, Format, render
+from gpuclass.shared.cli.plancmd import add_parser as add_plan_parser
+from gpuclass.shared.cli.plancmd import run_plan
 from gpuclass.shared.cli.reviewtext import render_review_text
 from gpuclass.shared.core.admission.decisions import encode_response
 from gpuclass.shared.core.admission.envelope import wrap_manifest
@@ -121,6 +130,8 @@ TOP_EPILOG = (
 
 
 def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    """The `gpuclass` parser; `environ` (default: os.environ) supplies the `GPUCLASS_*` defaults,
+    read here so `--help` shows them and tests pass their own."""
     env = os.environ if environ is None else environ
     parser = argparse.ArgumentParser(
         prog="gpuclass",
@@ -233,6 +244,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     )
     _objects_arg(s, env)
     add_explain_parser(sub, lambda p: _objects_arg(p, env))
+    add_plan_parser(sub, lambda p: _objects_arg(p, env))
     return parser
 
 
@@ -269,6 +281,8 @@ def _read_inputs(paths: Sequence[str]) -> list[FileInput]:
 def run_validate(
     files: Sequence[str], output: Format = "text", *, fail_on_warn: bool = False
 ) -> int:
+    """`gpuclass validate`: 1 when any file or object has an error (or, with `fail_on_warn`, a
+    warning), else 0; finding no GPUClass at all is said on stderr but is not a failure."""
     report = lint(_read_inputs(files))
     rendered = render(report, output)
     sys.stdout.write(rendered.out)
@@ -295,6 +309,8 @@ def offline_catalog(
     *,
     kubevirt_namespace: str = names.DEFAULT_KUBEVIRT_NAMESPACE,
 ) -> Catalog:
+    """The admission catalog of the `--objects` files, figures computed from their nodes and pods as
+    the webhook's `--objects` mode computes them."""
     snapshot = load_snapshot(objects, kubevirt_namespace=kubevirt_namespace)
     return build_catalog(snapshot, policy, figures="computed")
 
@@ -335,6 +351,9 @@ def _manifest_hint(body: object) -> str:
 
 
 def run_review(args: argparse.Namespace) -> int:
+    """`gpuclass review`: the webhook's response on stdout; 2 when the input is unusable (not a
+    review, flags or variables that do not fit, objects that cannot be read), 1 with
+    `--fail-on-deny` on a denial, else 0."""
     try:
         body = _review_body(args)
         entitled = args.vgpu_entitled
@@ -361,6 +380,8 @@ def run_review(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    """`gpuclass status`: each class's status computed from the objects (a stored status in the
+    files is ignored), as JSON on stdout; 2 when the files cannot be read."""
     try:
         snapshot = load_snapshot(_objects(args), kubevirt_namespace=args.kubevirt_namespace)
     except LoadError as exc:
@@ -376,6 +397,8 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """The `gpuclass` entry point: migrate deprecated spellings, parse, run one subcommand and
+    return its exit code (`argv`/`environ` default to the process's, tests pass their own)."""
     raw = sys.argv[1:] if argv is None else list(argv)
     env = dict(os.environ if environ is None else environ)
     migrated = migrate_deprecated(raw, env, "gpuclass")  # before the parser reads env
@@ -387,6 +410,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return run_review(args)
     if args.command == "explain":
         return run_explain(args)
+    if args.command == "plan":
+        return run_plan(args, _objects(args))
     return run_status(args)
 
 

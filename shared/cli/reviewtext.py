@@ -79,4 +79,7 @@ def review_lines(review: Mapping[str, Any]) -> list[str]:
 
 
 def render_review_text(review: Mapping[str, Any]) -> str:
+    """`gpuclass review -o text`: the response as lines a person reads (decision, causes, warnings,
+    each patch operation), one per line; built from the rendered JSON, so it shows exactly what
+    the webhook would send."""
     return "".join(line + "\n" for line in review_lines(review))

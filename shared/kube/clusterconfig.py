@@ -1,5 +1,6 @@
-"""Which cluster configuration the servers use: the order of `--kubeconfig`, `KUBECONFIG`,
-the Pod's service account and `~/.kube/config` (docs/operations.md, "Which cluster").
+"""Which cluster configuration the servers (and `gpuclass explain --kubeconfig/--context`) use:
+the order of `--kubeconfig`, `KUBECONFIG`, the Pod's service account and `~/.kube/config`
+(docs/operations.md, "Which cluster").
 
 No Kubernetes client here: `shared/kube/kubeclient.py` loads what this chooses, and a
 binary can name the error without importing the client.
@@ -29,6 +30,7 @@ class ClusterConfig:
     source: str
 
     def describe(self) -> str:
+        """The chosen configuration and why it was chosen, for the error when it cannot be loaded."""
         return self.source if self.kubeconfig is None else f"{self.kubeconfig} ({self.source})"
 
 

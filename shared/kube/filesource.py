@@ -1,8 +1,12 @@
 """`--objects` as a live source: re-read the files when they change.
 
-Both binaries run from files when given `--objects`; this polls the files'
-modification times and sizes and rebuilds the snapshot when any changed, keeping
-the last good snapshot when a file is briefly unreadable (mid-write).
+Both servers run from files when given `--objects`, and both notice a change the same
+way, by :func:`stamp_of` (every file's modification time and size). What they rebuild
+differs: :class:`FileSource`, used by the webhook alone (`webhook.state.FileState`),
+reloads the snapshot when the stamp moved, keeping the last good snapshot when a file is
+briefly unreadable (mid-write); the reconciler's offline twin (`reconciler.offline`)
+imports only `stamp_of` and reloads its in-memory API server itself. The `gpuclass`
+CLI reads its files once, through the loader, and does not import this module.
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ def stamp_of(paths: Sequence[str | Path]) -> Stamp:
 
 
 class FileSource:
+    """The webhook's `--objects` source: `snapshot` as last read successfully, `error` the last
+    failed reload (None after a good one). The first load must succeed: a bad file at start
+    raises, later it only keeps the old snapshot."""
+
     def __init__(
         self, paths: Sequence[str | Path], *, kubevirt_namespace: str = DEFAULT_KUBEVIRT_NAMESPACE
     ) -> None:

@@ -1,4 +1,5 @@
-"""The Kubernetes API client both binaries use: the factory, and raw requests, lists and watches.
+"""The Kubernetes API client both binaries (and `gpuclass explain` against a cluster) use: the
+factory, and raw requests, lists and watches.
 
 `api_client` builds a kubernetes_asyncio ApiClient from a kubeconfig or the
 in-cluster service account (the order: :func:`choose_cluster_config`), naming the
@@ -199,10 +200,14 @@ class RawClient:
     # -- list and watch ------------------------------------------------------------------------------
 
     def list_pages(self, source: str) -> AsyncIterator[ListPage]:
+        """The :class:`ListWatchClient` side: pages of the collection named `source`, with the
+        selectors it was given."""
         path, selectors = self.paths[source]
         return self.list_collection(path, selectors)
 
     def watch(self, source: str, resource_version: str) -> AsyncIterator[WatchEvent]:
+        """The :class:`ListWatchClient` side: the watch of the collection named `source` from
+        `resource_version`."""
         path, selectors = self.paths[source]
         return self.watch_collection(path, selectors, resource_version)
 
@@ -265,6 +270,7 @@ class RawClient:
             response.release()
 
     async def close(self) -> None:
+        """Close the underlying ApiClient's connections (its aiohttp session)."""
         await self.api.close()
 
 

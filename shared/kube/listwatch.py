@@ -50,12 +50,19 @@ class ListPage:
 
 @dataclass(frozen=True, slots=True)
 class WatchEvent:
+    """One event of a watch; for a BOOKMARK only the object's resourceVersion counts (where to
+    resume)."""
+
     type: str
     """ADDED, MODIFIED, DELETED or BOOKMARK (errors are raised as ApiError)."""
     object: RawObject = field(default_factory=dict)
 
 
 class ListWatchClient(Protocol[R_contra]):
+    """What a :class:`Reflector` reads from: `shared.kube.kubeclient.RawClient` over HTTP,
+    `reconciler.api.fake.MemoryKube` offline and in tests, or a scripted client that ends streams
+    and raises 410 on cue."""
+
     def list_pages(self, resource: R_contra) -> AsyncIterator[ListPage]:
         """Pages of the resource's collection (selectors applied), consistent at one version."""
         ...
@@ -66,11 +73,25 @@ class ListWatchClient(Protocol[R_contra]):
 
 
 class Store(Protocol[R_contra]):
-    """The cache a reflector keeps (the watch is its only writer)."""
+    """The cache a reflector keeps: it calls `upsert`, `delete` and `sweep` with what lists and
+    watches bring.
 
-    def upsert(self, resource: R_contra, obj: Mapping[str, Any]) -> None: ...
+    The reflector is not always the store's only writer. The webhook's catalog cache has no
+    other; the reconciler's `reconciler.state.cache.ClusterCache` also takes the responses to
+    its own writes (the worker's status and finalizer patches and its re-reads after a 409, the
+    CopyWriter's record ConfigMap) through `ClusterCache.absorb`, which keeps such an object only
+    when it is newer than the version the cache holds, so a write moves the view forward, never
+    back.
+    """
 
-    def delete(self, resource: R_contra, obj: Mapping[str, Any]) -> None: ...
+    def upsert(self, resource: R_contra, obj: Mapping[str, Any]) -> None:
+        """An object of a list page or an ADDED/MODIFIED event: replace what the store holds under
+        its key."""
+        ...
+
+    def delete(self, resource: R_contra, obj: Mapping[str, Any]) -> None:
+        """A DELETED event: forget the object (the event carries its last state)."""
+        ...
 
     def sweep(self, resource: R_contra, seen: set[Key]) -> None:
         """After a complete list: forget what it no longer holds."""
@@ -175,6 +196,8 @@ class Reflector(Generic[R]):
                 )
 
     async def run(self, source: R) -> None:
+        """The loop of one source, forever: list, watch until the stream ends, then re-list after a
+        410 or a request at once, after any failure with backoff. Only cancellation ends it."""
         attempt = 0
         while True:
             try:

@@ -116,6 +116,9 @@ def _error(path: Path, reason: str, code: str, line: int | None = None) -> LoadE
 
 
 def files_under(paths: Iterable[str | Path]) -> list[Path]:
+    """The object files the paths name: a file as given, a folder's .yaml/.yml/.json files
+    recursively in sorted order (a stable order, so the later of two equal objects is always the
+    same one). A path that does not exist raises LoadError (NotFound)."""
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)
@@ -287,6 +290,7 @@ def iter_objects(path: Path, *, strict_keys: bool = False) -> Iterator[Mapping[s
 
 
 def iter_named_objects(paths: Iterable[str | Path]) -> Iterator[tuple[Path, Mapping[str, Any]]]:
+    """Every object of every file under `paths`, with the file it came from."""
     for path in files_under(paths):
         for obj in iter_objects(path):
             yield path, obj
@@ -369,6 +373,9 @@ def cyclic_gc_paused() -> Iterator[None]:
 def load_snapshot(
     paths: Iterable[str | Path], *, kubevirt_namespace: str = names.DEFAULT_KUBEVIRT_NAMESPACE
 ) -> Snapshot:
+    """The files as one snapshot, read as an API server would store them (:func:`as_stored`);
+    KubeVirt CRs outside `kubevirt_namespace` are left out, as the binaries watch only that
+    namespace."""
     builder = SnapshotBuilder()
     with cyclic_gc_paused():
         for obj in iter_stored_objects(paths, kubevirt_namespace=kubevirt_namespace):

@@ -22,6 +22,8 @@ MAX_MESSAGE_CHARS = 2048
 
 
 def clip(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, saying how many were dropped, so a log line stays bounded
+    whatever a request held."""
     return text if len(text) <= limit else text[:limit] + f"...({len(text) - limit} more)"
 
 
@@ -29,6 +31,7 @@ class BoundedRecords(logging.Filter):
     """Cuts long strings in a record's message and fields (in place, before formatting)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Cut the record's message and string fields in place; never drops a record."""
         message = record.getMessage()
         if len(message) > MAX_MESSAGE_CHARS:
             record.msg, record.args = clip(message, MAX_MESSAGE_CHARS), None
@@ -47,7 +50,11 @@ def _bounded(value: object) -> object:
 
 
 class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts (UTC, milliseconds), level, logger, msg, then the record's
+    `fields` at the top level and `exc` for a traceback."""
+
     def format(self, record: logging.LogRecord) -> str:
+        """The record as one line of JSON; values orjson cannot encode are written with str()."""
         entry: dict[str, Any] = {
             "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
@@ -63,6 +70,9 @@ class JsonFormatter(logging.Formatter):
 
 
 def setup_logging(level: str = "info", fmt: str = "json") -> None:
+    """Route every logger to stderr in `fmt` (`json` or `text`) at `level`, with records bounded;
+    replaces any handler set before, and quiets uvicorn's access log (the webhook logs each
+    review itself)."""
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         formatter: logging.Formatter = JsonFormatter()

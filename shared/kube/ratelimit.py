@@ -15,6 +15,9 @@ from collections.abc import Awaitable, Callable
 
 
 class TokenBucket:
+    """One bucket per client, shared by its lists, watches and writes: `burst` requests at once,
+    then `qps` per second; `qps <= 0` lets everything through."""
+
     def __init__(
         self,
         qps: float,

@@ -1,5 +1,7 @@
 """Settings both binaries share: one pydantic-settings object per binary extends this.
 
+The `gpuclass` CLI parses its own flags (argparse) and borrows only `migrate_deprecated`.
+
 Every field is a `--kebab-case` flag and a `GPUCLASS_*` environment variable
 (flags win). List fields accept repeated flags, or a comma-separated variable.
 `--help` is written for people (:func:`parse_settings`): each option with a metavar
@@ -28,6 +30,10 @@ S = TypeVar("S", bound="CommonSettings")
 
 
 class CommonSettings(BaseSettings):
+    """The options the webhook and the reconciler share (files or cluster, the platform policy,
+    namespaces, logging); each binary's settings class extends it. Every field reads a
+    `GPUCLASS_*` variable and a flag, the flag winning."""
+
     model_config = SettingsConfigDict(
         env_prefix="GPUCLASS_",
         cli_kebab_case=True,
@@ -81,6 +87,7 @@ class CommonSettings(BaseSettings):
         return value
 
     def policy(self) -> Policy:
+        """The platform policy these settings describe, as the core's rules take it."""
         return Policy(self.vgpu_entitled, self.license_namespace, self.kubevirt_controller_user)
 
 
@@ -148,6 +155,8 @@ def _default_text(info: FieldInfo) -> str:
 
 
 def env_var(name: str) -> str:
+    """The environment variable that sets field `name` (`GPUCLASS_` and the name in upper case), as
+    shown in `--help`."""
     return f"GPUCLASS_{name.upper()}"
 
 

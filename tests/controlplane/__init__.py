@@ -2,7 +2,9 @@
 
 `cluster.ControlPlane` runs the processes, `pki` makes the throwaway certificates,
 `api.Api` is the small synchronous client set-up code uses, `webhooks` builds
-webhook configurations, and `plugin` is the pytest plugin with the session fixture.
+webhook configurations, `components` and `kubevirt_parts` start what runs beside the
+plane (kube-scheduler, controllers, kwok; KubeVirt's own webhooks and launcher renderer),
+and `plugin` is the pytest plugin with the fixtures.
 """
 
 from tests.controlplane.api import Api, ApiError, manifests, status_causes

@@ -4,14 +4,19 @@
 #   kube-apiserver, kube-scheduler, kube-controller-manager, kubectl  (k8s.io/kubernetes)
 #   etcd                                                               (go.etcd.io/etcd/server/v3)
 #   kwok                                                               (sigs.k8s.io/kwok)
+# and then runs kubevirt/build.sh, which builds kubevirt-parts (KubeVirt's admission
+# webhooks and launcher renderer, kubevirt.io/kubevirt) into its own cache folder; a
+# failure there is reported and the tests that need it skip (or fail in CI).
 #
 # Idempotent and incremental: each binary that is already in the cache folder is
 # reused; the missing ones are built under a lock into a temporary folder and moved
 # into place one by one, so an interrupted build keeps what it finished.
 #
-# Prints the folder holding the binaries on its last line.
+# Prints the folder holding the binaries on its last line (not kubevirt-parts, which
+# kubevirt/build.sh locates).
 # KUBEBUILDER_ASSETS, when it names a folder with every binary, wins.
-# GPUCLASS_CONTROLPLANE_BINARIES (space-separated) narrows what is required.
+# GPUCLASS_CONTROLPLANE_BINARIES (space-separated) narrows what is required; kubevirt-parts
+# is built when it is unset or names it.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -19,7 +24,22 @@ kube_version=$(awk '/^require k8s.io\/kubernetes /{print $3}' "$here/kube/go.mod
 etcd_version=$(awk '/^require go.etcd.io\/etcd\/server\/v3 /{print $3}' "$here/etcd/go.mod")
 kwok_version=$(awk '/^require sigs.k8s.io\/kwok /{print $3}' "$here/kwok/go.mod")
 kube_bins=(kube-apiserver kube-scheduler kube-controller-manager kubectl)
-read -r -a wanted <<<"${GPUCLASS_CONTROLPLANE_BINARIES:-${kube_bins[*]} etcd kwok}"
+read -r -a wanted <<<"${GPUCLASS_CONTROLPLANE_BINARIES:-${kube_bins[*]} etcd kwok kubevirt-parts}"
+with_kubevirt=false
+for i in "${!wanted[@]}"; do
+  [[ "${wanted[$i]}" == kubevirt-parts ]] && { with_kubevirt=true; unset 'wanted[i]'; }
+done
+wanted=("${wanted[@]}")
+
+# Print the folder and stop, once kubevirt-parts is built (or reported as not buildable).
+finish() {
+  if $with_kubevirt; then
+    bash "$here/kubevirt/build.sh" >/dev/null ||
+      echo "controlplane: kubevirt-parts was not built; the tests that run KubeVirt's code skip (fail under GPUCLASS_REQUIRE_CONTROL_PLANE=1)" >&2
+  fi
+  echo "$1"
+  exit 0
+}
 
 have_all() {
   local dir=$1 bin
@@ -27,8 +47,7 @@ have_all() {
 }
 
 if [[ -n "${KUBEBUILDER_ASSETS:-}" ]] && have_all "$KUBEBUILDER_ASSETS"; then
-  echo "$KUBEBUILDER_ASSETS"
-  exit 0
+  finish "$KUBEBUILDER_ASSETS"
 fi
 
 command -v go >/dev/null || { echo "controlplane: no Go toolchain on PATH; install Go >= 1.26 or set KUBEBUILDER_ASSETS" >&2; exit 3; }
@@ -38,16 +57,14 @@ cache_root=${GPUCLASS_ASSETS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuclass/ass
 dest="$cache_root/${kube_version}-etcd${etcd_version}-kwok${kwok_version}-${go_version}"
 
 if have_all "$dest"; then
-  echo "$dest"
-  exit 0
+  finish "$dest"
 fi
 
 mkdir -p "$cache_root" "$dest"
 exec 9>"$cache_root/.lock"
 flock 9
 if have_all "$dest"; then
-  echo "$dest"
-  exit 0
+  finish "$dest"
 fi
 
 work=$(mktemp -d "$cache_root/.build.XXXXXX")
@@ -84,4 +101,4 @@ if missing kwok; then
   (cd "$work/kwok" && nice -n 10 go build -trimpath -ldflags "-s -w" -o "$work/out/kwok" sigs.k8s.io/kwok/cmd/kwok)
   install_bin kwok
 fi
-echo "$dest"
+finish "$dest"

@@ -17,6 +17,10 @@ GPUCLASS_REQUIRE_CONTROL_PLANE=1 (CI). Every test using the fixture is marked
 `controlplane`, so `-m "not controlplane"` leaves them out.
 
 `kubectl` (session scope) is the path of the kubectl built with the control plane.
+
+`kubevirt_parts` (module scope) runs KubeVirt's own admission webhooks and launcher
+renderer (tests/controlplane/kubevirt_parts.py) for KubeVirt installed in `cozy-kubevirt`;
+its binary is located (or built) with the others, and skips or fails the same way.
 """
 
 from __future__ import annotations
@@ -35,6 +39,12 @@ from tests.controlplane import components
 from tests.controlplane.api import Api, RawObject
 from tests.controlplane.cluster import AssetsUnavailable, ControlPlane, find_assets
 from tests.controlplane.components import Component, missing_binaries
+from tests.controlplane.kubevirt_parts import (
+    find_kubevirt_parts,
+    install_kubevirt_cr,
+    start_kubevirt_parts,
+    stop_kubevirt_parts,
+)
 from tests.controlplane.webhooks import register_webhooks, remove_webhooks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,8 +52,13 @@ GPUCLASS_CRD = ROOT / "charts" / "gpuclass" / "templates" / "crd-gpuclass.yaml"
 KUBEVIRT_CRDS = tuple(sorted((Path(__file__).resolve().parent / "crds").glob("*.yaml")))
 REQUIRE_ENV = "GPUCLASS_REQUIRE_CONTROL_PLANE"
 FIXTURE = "control_plane"
+KUBEVIRT_FIXTURE = "kubevirt_parts"
+KUBEVIRT_NAMESPACE = "cozy-kubevirt"
+KUBEVIRT_CR = "kubevirt-e2e"
+LAUNCHER_IMAGE = "quay.io/kubevirt/virt-launcher:v1.8.4"
 
 _ASSETS = pytest.StashKey[Path | AssetsUnavailable]()
+_KUBEVIRT_PARTS = pytest.StashKey[Path | AssetsUnavailable]()
 _STARTUP = pytest.StashKey[float]()
 _WORKER_STARTUPS = pytest.StashKey[list[float]]()
 
@@ -74,11 +89,20 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     capture = config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
         config.stash[_ASSETS] = _locate()
+        if any(KUBEVIRT_FIXTURE in getattr(item, "fixturenames", ()) for item in session.items):
+            config.stash[_KUBEVIRT_PARTS] = _locate_kubevirt_parts()
 
 
 def _locate() -> Path | AssetsUnavailable:
     try:
         return find_assets()
+    except AssetsUnavailable as exc:
+        return exc
+
+
+def _locate_kubevirt_parts() -> Path | AssetsUnavailable:
+    try:
+        return find_kubevirt_parts()
     except AssetsUnavailable as exc:
         return exc
 
@@ -223,3 +247,43 @@ def garbage_collector(control_plane: ControlPlane) -> Iterator[Component]:
         roles=("system:controller:generic-garbage-collector",),
     ) as process:
         yield process
+
+
+@pytest.fixture(scope="module")
+def kubevirt_configuration() -> dict[str, Any]:
+    """`spec.configuration` of the KubeVirt CR `kubevirt_parts` installs: KubeVirt's defaults
+    unless a test module overrides this fixture."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def kubevirt_parts(
+    control_plane: ControlPlane,
+    kubevirt_configuration: dict[str, Any],
+    request: pytest.FixtureRequest,
+) -> Iterator[Component]:
+    """KubeVirt's virt-api webhooks (VMIs, VMs, launcher Pods) and virt-controller's launcher
+    renderer, for KubeVirt installed in `cozy-kubevirt` and configured by a deployed KubeVirt
+    CR named `kubevirt-e2e` (spec from `kubevirt_configuration`), for one test module.
+
+    KubeVirt reads only a CR with `status.phase` set; other modules' KubeVirt CRs have none, so
+    KubeVirt's code ignores them (ours reads them all, which is why this one is removed after
+    the module, with KubeVirt's webhook configurations)."""
+    binary = request.config.stash.get(_KUBEVIRT_PARTS, None) or _locate_kubevirt_parts()
+    if isinstance(binary, AssetsUnavailable):
+        _unavailable(str(binary))
+        raise AssertionError("unreachable")  # pragma: no cover - skip/fail raise
+    api = control_plane.admin
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUBEVIRT_NAMESPACE}}
+    api.apply([namespace])
+    cr = install_kubevirt_cr(api, KUBEVIRT_NAMESPACE, KUBEVIRT_CR, kubevirt_configuration)
+    try:
+        process = start_kubevirt_parts(
+            control_plane, binary, namespace=KUBEVIRT_NAMESPACE, launcher_image=LAUNCHER_IMAGE
+        )
+        try:
+            yield process
+        finally:
+            stop_kubevirt_parts(control_plane, process)
+    finally:
+        api.delete(cr)

@@ -65,6 +65,9 @@ _PEM_END = b"-----END CERTIFICATE-----"
 
 @dataclass(frozen=True, slots=True)
 class Pair:
+    """A certificate and its private key, both PEM (the key PKCS#8, unencrypted: it lives in a
+    Secret or a mode-0600 file)."""
+
     cert: bytes
     key: bytes
 
@@ -266,6 +269,8 @@ def inspect_bundle(pem: bytes) -> BundleEntry:
 
 
 def bundle_pem(certs: Iterable[CertRef]) -> bytes:
+    """The certificates concatenated as one PEM bundle, in the order given: the `caBundle` a
+    configuration trusts and the Secret's `ca.crt`."""
     return "".join(c.pem for c in certs).encode()
 
 

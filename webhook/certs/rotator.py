@@ -43,10 +43,25 @@ MAX_STEPS = 12  # a fresh install takes three writes, a CA rotation step one or 
 
 
 class CertAPI(Protocol):
-    async def get_secret(self, namespace: str, name: str) -> RawObject: ...
-    async def replace_secret(self, namespace: str, name: str, body: RawObject) -> RawObject: ...
-    async def get_configuration(self, kind: str, name: str) -> RawObject: ...
-    async def replace_configuration(self, kind: str, name: str, body: RawObject) -> RawObject: ...
+    """What the rotator needs of the API server, one Secret and the webhook configurations by name:
+    `webhook.kube.CertAdapter` in a cluster, an in-memory one in the tests. Writes are
+    whole-object updates pinned to the resourceVersion read."""
+
+    async def get_secret(self, namespace: str, name: str) -> RawObject:
+        """The certificate Secret as stored."""
+        ...
+
+    async def replace_secret(self, namespace: str, name: str, body: RawObject) -> RawObject:
+        """Replace the Secret; a stale resourceVersion is a 409 ApiError."""
+        ...
+
+    async def get_configuration(self, kind: str, name: str) -> RawObject:
+        """One webhook configuration (`kind` is `mutating` or `validating`)."""
+        ...
+
+    async def replace_configuration(self, kind: str, name: str, body: RawObject) -> RawObject:
+        """Replace that configuration; a stale resourceVersion is a 409 ApiError."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,9 @@ MODERN_TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 
 @dataclass(frozen=True)
 class CertFiles:
+    """The paths :func:`self_signed` wrote: the serving pair the webhook loads, and the CA a client
+    must trust."""
+
     cert: Path
     key: Path
     ca: Path

@@ -14,6 +14,9 @@ from gpuclass.shared.core.status.catalog import Catalog
 
 
 def admit(request: AdmissionRequest, catalog: Catalog) -> Decision:
+    """`/validate/gpuclasses`: CREATE and UPDATE get the stored-class verdict (all causes at once,
+    shared-resource and changed-field warnings kept); DELETE passes, since the in-use finalizer,
+    not admission, holds a used class."""
     if request.operation not in ("CREATE", "UPDATE"):
         return Allowed()
     old = request.old_object if request.operation == "UPDATE" else None

@@ -21,6 +21,9 @@ from gpuclass.shared.core.status.catalog import Catalog
 
 
 def is_launcher(request: AdmissionRequest, catalog: Catalog) -> bool:
+    """A launcher Pod being created by KubeVirt's controller user (label and username both): the
+    only Pods this admitter touches, so a tenant cannot borrow a class's tolerations by labelling
+    a Pod."""
     meta = request.object.get("metadata") if request.object is not None else None
     labels = meta.get("labels") if isinstance(meta, dict) else None
     return (
@@ -32,6 +35,9 @@ def is_launcher(request: AdmissionRequest, catalog: Catalog) -> bool:
 
 
 def admit(request: AdmissionRequest, catalog: Catalog) -> Decision:
+    """`/mutate/pods`: append the tolerations of every class the launcher's selection names, each
+    once. Always allows, with a warning for an unreadable selection or a missing class: refusing
+    a launcher would strand a VM already admitted."""
     if request.object is None or not is_launcher(request, catalog):
         return Allowed()
     obj: Mapping[str, Any] = request.object

@@ -22,6 +22,7 @@ from typing import Any
 from gpuclass.shared.core.admission.decisions import Allowed, Decision, Denied
 from gpuclass.shared.core.admission.envelope import AdmissionRequest
 from gpuclass.shared.core.base.causes import Cause, forbidden, invalid
+from gpuclass.shared.core.base.fieldpath import FieldPath
 from gpuclass.shared.core.status.catalog import Catalog
 
 CONTAINER_LISTS = ("initContainers", "containers")
@@ -50,7 +51,7 @@ def judge_pod(pod: Mapping[str, Any], namespace: str, catalog: Catalog) -> Decis
     return Denied(tuple(_cause(path, name, namespace, problem) for path, name in wanted))
 
 
-def resource_names(pod: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+def resource_names(pod: Mapping[str, Any]) -> Iterator[tuple[FieldPath, str]]:
     """(field path, resource name) of every request and limit of every (init) container."""
     spec = pod.get("spec")
     if not isinstance(spec, dict):
@@ -68,10 +69,16 @@ def resource_names(pod: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
                 if isinstance(names, dict):
                     for name in names:
                         if isinstance(name, str):
-                            yield f"spec.{kind}[{i}].resources.{section}[{name}]", name
+                            yield (
+                                FieldPath.of("spec", kind)
+                                .index(i)
+                                .child("resources", section)
+                                .key(name),
+                                name,
+                            )
 
 
-def _cause(path: str, resource: str, namespace: str, problem: str) -> Cause:
+def _cause(path: FieldPath, resource: str, namespace: str, problem: str) -> Cause:
     return forbidden(
         path,
         f"{resource} is a vGPU resource, and namespace {namespace or '(none)'} may not take "

@@ -30,7 +30,7 @@ from gpuclass.shared.core.admission.vmtemplate import (
     template_of,
     template_view,
     tenant_cause,
-    tenant_field,
+    tenant_path,
 )
 from gpuclass.shared.core.base.causes import invalid
 from gpuclass.shared.core.status.catalog import Catalog
@@ -39,6 +39,9 @@ RECHECKED = "the classes are checked again when the VM starts: the VM is stored"
 
 
 def admit(request: AdmissionRequest, catalog: Catalog) -> Decision:
+    """`/validate/virtualmachines`: judge the template on CREATE and on an UPDATE that changes it;
+    an update that leaves it alone (KubeVirt's finalizers, run strategy) and DELETE pass. Never
+    patches."""
     obj = request.object
     if request.operation not in ("CREATE", "UPDATE"):
         return Allowed()
@@ -61,9 +64,7 @@ def judge_template(view: Mapping[str, Any], namespace: str, catalog: Catalog) ->
     # One line per cause, in full (a warning is cut at 120 characters), then one that says why
     # it is only a warning.
     later = [
-        f"{tenant_field(c.field)}: {c.message}"
-        for c in judged.causes
-        if c.code in CLASS_STATE_CODES
+        f"{tenant_path(c.path)}: {c.message}" for c in judged.causes if c.code in CLASS_STATE_CODES
     ]
     if later:
         later.append(RECHECKED)

@@ -27,6 +27,9 @@ from gpuclass.shared.core.status.catalog import Catalog
 
 
 def admit(request: AdmissionRequest, catalog: Catalog) -> Decision:
+    """`/mutate/virtualmachineinstances`: CREATE resolves the selection into GPU entries (every rule
+    of section 4), UPDATE checks immutability and licence mounts only, DELETE and CONNECT pass. A
+    CREATE or UPDATE that carries no object is refused as invalid, never passed unjudged."""
     obj = request.object
     if obj is None:
         if request.operation in ("CREATE", "UPDATE"):
@@ -50,6 +53,9 @@ def admit_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> De
 
 
 def admit_update(obj: Mapping[str, Any], old: Mapping[str, Any], catalog: Catalog) -> Decision:
+    """A running VMI's selection may not change at all, and no new reference to a licence copy may
+    appear; references the stored object had, and its own licence volume, stay allowed so
+    KubeVirt's updates pass."""
     before, after = annotation(old), annotation(obj)
     if before != after:
         verb = "added" if before is None else "removed" if after is None else "changed"

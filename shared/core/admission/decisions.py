@@ -23,17 +23,24 @@ MAX_LISTED_CAUSES = 20
 
 @dataclass(frozen=True, slots=True)
 class Allowed:
+    """Admit, with the JSON patch operations to apply (empty: nothing to change) and warnings for
+    the user."""
+
     operations: tuple[dict[str, Any], ...] = ()
     warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Denied:
+    """Refuse, with every cause at once; warnings still reach the user beside the denial."""
+
     causes: tuple[Cause, ...]
     warnings: tuple[str, ...] = field(default=())
 
     @property
     def code(self) -> int:
+        """422 when any cause is invalid input, 403 when all are policy refusals: a tenant can tell
+        a typo from a rule."""
         return 422 if any(c.kind == "invalid" for c in self.causes) else 403
 
 
@@ -41,6 +48,8 @@ Decision = Allowed | Denied
 
 
 def denial_message(causes: tuple[Cause, ...]) -> str:
+    """The status message naming each cause with its field path, the first MAX_LISTED_CAUSES only,
+    then "and N more" (a hostile request cannot grow the response without bound)."""
     listed = "; ".join(c.render() for c in causes[:MAX_LISTED_CAUSES])
     extra = len(causes) - MAX_LISTED_CAUSES
     if extra > 0:

@@ -22,6 +22,9 @@ OPERATIONS: Final[tuple[Operation, ...]] = ("CREATE", "UPDATE", "DELETE", "CONNE
 
 
 class GroupKind(NamedTuple):
+    """The request's `kind` without its version: endpoints dispatch on group and kind alone, so
+    every served version of a kind reaches the same admitter."""
+
     group: str  # "" for the core group
     kind: str
 

@@ -15,6 +15,7 @@ _MISSING = object()
 
 
 def pointer(path: Sequence[str]) -> str:
+    """An RFC 6901 JSON pointer for the path, `~` and `/` escaped (annotation keys hold slashes)."""
     return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in path)
 
 

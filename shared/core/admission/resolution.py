@@ -18,6 +18,7 @@ from gpuclass.shared.core.admission.patches import PatchBuilder
 from gpuclass.shared.core.admission.secretrefs import secret_refs
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.causes import Cause, forbidden, invalid
+from gpuclass.shared.core.base.fieldpath import FieldPath
 from gpuclass.shared.core.model.selection import (
     ANNOTATION_PATH,
     MAX_INT_DIGITS,
@@ -29,6 +30,7 @@ from gpuclass.shared.core.status.catalog import Catalog, Offer
 
 GPUS = ("spec", "domain", "devices", "gpus")
 HOST_DEVICES = ("spec", "domain", "devices", "hostDevices")
+DEVICES = FieldPath.of("spec", "domain", "devices")
 DISKS = ("spec", "domain", "devices", "disks")
 VOLUMES = ("spec", "volumes")
 TOLERATIONS = ("spec", "tolerations")
@@ -48,11 +50,16 @@ def _list(obj: object, *path: str) -> list[Any]:
 
 
 def annotation(obj: object) -> str | None:
+    """The selection annotation as written, None when the object has none (or a non-string one):
+    what the parser reads and what UPDATE compares old with new."""
     value = _dig(obj, "metadata", "annotations", names.SELECTION_ANNOTATION)
     return value if isinstance(value, str) else None
 
 
 def license_volume(class_name: str) -> dict[str, Any]:
+    """The licence volume of contract section 1 for `class_name`: the class's copy mounted with the
+    GPULICENSE label (never `optional`), exactly what rule 6 appends and rule 8 recognises as the
+    VMI's own."""
     return {
         "name": names.LICENSE_VOLUME,
         "secret": {
@@ -63,6 +70,8 @@ def license_volume(class_name: str) -> dict[str, Any]:
 
 
 def license_disk() -> dict[str, Any]:
+    """The disk that exposes the licence volume to the guest (serial GPULICENSE, virtio), appended
+    beside :func:`license_volume`."""
     return {"name": names.LICENSE_VOLUME, "serial": names.LICENSE_SERIAL, "disk": {"bus": "virtio"}}
 
 
@@ -74,6 +83,9 @@ class Plan:
     offers: dict[str, Offer]
 
     def gpu_entries(self) -> list[dict[str, Any]]:
+        """The `spec.domain.devices.gpus` entries of rule 4.6: per class in order, `total` entries
+        of its resourceName, named gpu1..gpuN across the VMI; classes that did not resolve are
+        skipped (the request is refused anyway)."""
         entries: list[dict[str, Any]] = []
         for name, total in self.totals.items():
             if name not in self.offers:  # unresolved: the request is refused anyway
@@ -111,7 +123,7 @@ def class_causes(
         if entry.class_name in judged:
             continue
         judged.add(entry.class_name)
-        path = f"{entry.path}.className"
+        path = entry.path.child("className")
         offer = catalog.offers.get(entry.class_name)
         if offer is None:
             causes.append(
@@ -233,7 +245,7 @@ def policy_causes(
         offer = offers.get(entry.class_name)
         if offer is None or not offer.record.spec or offer.record.spec.mode != "vgpu":
             continue
-        path = f"{entry.path}.className"
+        path = entry.path.child("className")
         if worker_pool:
             causes.append(
                 forbidden(
@@ -262,7 +274,7 @@ def raw_request_causes(
     problem: str | None = None
     checked_entitlement = False
 
-    def check(path: str, resource: object) -> None:
+    def check(path: FieldPath, resource: object) -> None:
         nonlocal problem, checked_entitlement
         if not isinstance(resource, str):
             return
@@ -284,15 +296,15 @@ def raw_request_causes(
                 )
 
     for i, dev in enumerate(_list(obj, *HOST_DEVICES)):
-        check(f"spec.domain.devices.hostDevices[{i}].deviceName", _dig(dev, "deviceName"))
+        check(DEVICES.child("hostDevices").index(i).child("deviceName"), _dig(dev, "deviceName"))
     if not with_classes:
         for i, gpu in enumerate(_list(obj, *GPUS)):
-            check(f"spec.domain.devices.gpus[{i}].deviceName", _dig(gpu, "deviceName"))
+            check(DEVICES.child("gpus").index(i).child("deviceName"), _dig(gpu, "deviceName"))
     for section in ("requests", "limits"):
         resources = _dig(obj, "spec", "domain", "resources", section)
         if isinstance(resources, dict):
             for key in resources:
-                check(f"spec.domain.resources.{section}[{key}]", key)
+                check(FieldPath.of("spec", "domain", "resources", section).key(key), key)
     return causes
 
 

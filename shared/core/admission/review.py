@@ -77,6 +77,8 @@ class Review:
     decision: Decision
 
     def response(self) -> dict[str, Any]:
+        """The AdmissionReview response for this decision, with the request's uid and apiVersion
+        echoed (section 3)."""
         return render_response(
             self.decision, uid=self.request.uid, api_version=self.request.api_version
         )

@@ -33,6 +33,9 @@ NAME_KEYS = frozenset({"secretName", "imagePullSecret"})
 
 @dataclass(frozen=True, slots=True)
 class SecretRef:
+    """One Secret a VMI spec names: its field path (for the cause that refuses it) and the Secret's
+    name (to tell a licence copy from a tenant's own Secret)."""
+
     path: str
     name: str
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.causes import Cause
-from gpuclass.shared.core.model.selection import ANNOTATION_PATH
+from gpuclass.shared.core.base.fieldpath import FieldPath
+from gpuclass.shared.core.model.selection import SELECTION_PATH
 
 TENANT_LIST = "gpus"
 """The tenant's list in the application charts, rendered verbatim into the annotation."""
@@ -46,14 +47,17 @@ def template_view(vm: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return {"metadata": metadata, "spec": template.get("spec") or {}}
 
 
-def tenant_field(field: str) -> str:
+TEMPLATE_PATH = FieldPath.of("spec", "template")
+TENANT_PATH = FieldPath.of(TENANT_LIST)
+
+
+def tenant_path(path: FieldPath) -> FieldPath:
     """`gpus[0].className` for an entry of the selection; `spec.template.<path>` for the rest."""
-    if field == ANNOTATION_PATH:
-        return TENANT_LIST
-    if field.startswith(ANNOTATION_PATH + "["):
-        return TENANT_LIST + field[len(ANNOTATION_PATH) :]
-    return f"spec.template.{field}" if field else "spec.template"
+    if path.under(SELECTION_PATH):
+        return path.rebase(SELECTION_PATH, TENANT_PATH)
+    return FieldPath(TEMPLATE_PATH.steps + path.steps)
 
 
 def tenant_cause(cause: Cause) -> Cause:
-    return Cause(tenant_field(cause.field), cause.message, cause.kind, cause.code)
+    """The cause, its field named as the tenant wrote it in the VirtualMachine."""
+    return Cause(tenant_path(cause.path), cause.message, cause.kind, cause.code)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from gpuclass.shared.core.base.fieldpath import FieldPath
+
 CauseKind = Literal["invalid", "forbidden"]
 MAX_WARNING_CHARS = 119
 
@@ -20,21 +22,37 @@ MAX_WARNING_CHARS = 119
 class Cause:
     """One reason for a refusal: where (field path), what to do (message), and its class."""
 
-    field: str
+    path: FieldPath
     message: str
     kind: CauseKind = "invalid"
     code: str = "Invalid"
 
+    @property
+    def field(self) -> str:
+        """The path as the API server writes it in `details.causes[].field`."""
+        return str(self.path)
+
     def render(self) -> str:
-        return f"{self.field}: {self.message}" if self.field else self.message
+        """`field: message`, or the message alone for a cause about the whole object."""
+        return f"{self.field}: {self.message}" if self.path else self.message
+
+    def moved(self, prefix: FieldPath, new: FieldPath) -> Cause:
+        """The same cause, its path re-rooted from `prefix` to `new` (see `FieldPath.rebase`)."""
+        return Cause(self.path.rebase(prefix, new), self.message, self.kind, self.code)
 
 
-def invalid(path: str, message: str, code: str = "Invalid") -> Cause:
-    return Cause(path, message, "invalid", code)
+def _path(path: FieldPath | str) -> FieldPath:
+    return path if isinstance(path, FieldPath) else FieldPath.parse(path)
 
 
-def forbidden(path: str, message: str, code: str = "Forbidden") -> Cause:
-    return Cause(path, message, "forbidden", code)
+def invalid(path: FieldPath | str, message: str, code: str = "Invalid") -> Cause:
+    """A cause the client can fix in its input (a 422 when it refuses)."""
+    return Cause(_path(path), message, "invalid", code)
+
+
+def forbidden(path: FieldPath | str, message: str, code: str = "Forbidden") -> Cause:
+    """A cause that is policy, not a malformed input (a 403 when every cause is one)."""
+    return Cause(_path(path), message, "forbidden", code)
 
 
 _JSON_KINDS: tuple[tuple[type, str], ...] = (

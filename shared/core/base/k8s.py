@@ -93,6 +93,8 @@ def extended_resource_error(value: str) -> str | None:
 
 
 def label_value_error(value: str) -> str | None:
+    """Why `value` is not a Kubernetes label value (apimachinery's IsValidLabelValue), or None when
+    it is; the message is for the person who wrote it."""
     if len(value) > MAX_LABEL_VALUE:
         return f"must be at most {MAX_LABEL_VALUE} characters (has {len(value)})"
     if not _LABEL_VALUE.fullmatch(value):
@@ -164,6 +166,9 @@ def _units_of_text(value: str) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Taint:
+    """A node taint as the capacity rules read it: the three fields `tolerates` compares (timeAdded
+    is not kept)."""
+
     key: str
     value: str
     effect: str

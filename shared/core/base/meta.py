@@ -14,6 +14,8 @@ Key = tuple[str, str]
 
 
 def object_key(obj: Mapping[str, Any]) -> Key | None:
+    """The store key of a raw object; None when it has no string metadata.name, so callers skip it
+    instead of keying it under a made-up name."""
     meta = obj.get("metadata")
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
         return None
@@ -22,6 +24,8 @@ def object_key(obj: Mapping[str, Any]) -> Key | None:
 
 
 def resource_version(obj: Mapping[str, Any]) -> str:
+    """metadata.resourceVersion as an opaque string, "" when absent; compare versions only with
+    :func:`version_reached`."""
     meta = obj.get("metadata")
     value = meta.get("resourceVersion") if isinstance(meta, dict) else None
     return value if isinstance(value, str) else ""

@@ -39,6 +39,9 @@ R = TypeVar("R", bound=str)
 
 @dataclass(slots=True)
 class SourceSync:
+    """One source's entry: listed at least once, synced now, the newest version seen, and since when
+    (clock seconds) it has been without a complete view."""
+
     listed_once: bool = False
     synced: bool = False
     version: str = ""
@@ -47,6 +50,13 @@ class SourceSync:
 
 @dataclass(slots=True)
 class SyncView(Generic[R]):
+    """The sync state of every source, written by the reflector and read by the write gates and
+    probes.
+
+    `stale_after` is in seconds of `clock`; `on_change` is called with the source on each change
+    of its state (the reconciler wakes its worker, whose deletions may wait on it).
+    """
+
     sources: tuple[R, ...]
     clock: Callable[[], float]
     stale_after: float = 120.0
@@ -91,6 +101,7 @@ class SyncView(Generic[R]):
         return all(entry.listed_once for entry in self.state.values())
 
     def synced(self, source: R) -> bool:
+        """The source's view is complete now (listed, and no re-list under way since)."""
         return self.state[source].synced
 
     def behind(self, sources: Iterable[R], required: str) -> tuple[R, ...]:

@@ -55,6 +55,9 @@ def _whole_number(value: object) -> object:
 
 
 class DevicePlugin(_Strict):
+    """`source.devicePlugin`: the extended resource (e.g. nvidia.com/GA102GL_A10) whose allocatable
+    count on a node is this class's units there."""
+
     resource_name: NonEmpty
 
 
@@ -65,11 +68,17 @@ class Source(_Strict):
 
 
 class License(_Strict):
+    """`spec.license`: the platform licence. `secretName` names the source Secret in the licence
+    namespace; `featureType` (1 or 4) becomes the copy's gridd.conf line (contract 5.4)."""
+
     secret_name: NonEmpty
     feature_type: Annotated[FeatureType, BeforeValidator(_whole_number)] = 1
 
 
 class GPUClassSpec(_Strict):
+    """`spec` of a GPUClass (contract section 5); cross-field rules (vgpu needs a profile,
+    passthrough no licence) are checked in :mod:`shared.core.model.validation`, not here."""
+
     display_name: str | None = None
     vendor: NonEmpty
     model: NonEmpty
@@ -83,6 +92,7 @@ class GPUClassSpec(_Strict):
 
     @property
     def resource_name(self) -> str:
+        """The one resource this class counts, so callers need not walk `source.devicePlugin`."""
         return self.source.device_plugin.resource_name
 
 

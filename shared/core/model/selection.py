@@ -22,20 +22,27 @@ import orjson
 
 from gpuclass.shared.core.base import k8s, names
 from gpuclass.shared.core.base.causes import Cause, invalid, json_kind
+from gpuclass.shared.core.base.fieldpath import FieldPath
 
-ANNOTATION_PATH = f"metadata.annotations[{names.SELECTION_ANNOTATION}]"
+SELECTION_PATH = FieldPath.of("metadata", "annotations").key(names.SELECTION_ANNOTATION)
+"""Where the selection is, on a VMI or a Pod (a VM's template puts `spec.template.` before it)."""
+ANNOTATION_PATH = str(SELECTION_PATH)
 _KNOWN_KEYS = frozenset({"className", "name", "count"})
 
 
 @dataclass(frozen=True, slots=True)
 class ClassEntry:
+    """One `{className, count}` entry of the annotation; `index` is its place in the list, kept so
+    every cause about it points at the right element."""
+
     class_name: str
     count: int
     index: int
 
     @property
-    def path(self) -> str:
-        return f"{ANNOTATION_PATH}[{self.index}]"
+    def path(self) -> FieldPath:
+        """The entry's path in the selection, `metadata.annotations[...][i]`."""
+        return SELECTION_PATH.index(self.index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +83,7 @@ def _entry(index: int, entry: object) -> tuple[str | None, ClassEntry | None, li
     The class entry is returned whenever its className is valid; its count is 0 when
     the count is invalid (that cause is among the causes).
     """
-    path = f"{ANNOTATION_PATH}[{index}]"
+    path = SELECTION_PATH.index(index)
     if not isinstance(entry, dict):
         return (
             None,
@@ -96,7 +103,7 @@ def _entry(index: int, entry: object) -> tuple[str | None, ClassEntry | None, li
         ]
     else:
         causes = [
-            invalid(f"{path}.{key}", "unknown key: an entry has className and count, or name")
+            invalid(path.child(key), "unknown key: an entry has className and count, or name")
             for key in entry
             if key not in _KNOWN_KEYS
         ]
@@ -106,20 +113,22 @@ def _entry(index: int, entry: object) -> tuple[str | None, ClassEntry | None, li
         return None, None, causes
     if has_name:
         if not isinstance(entry["name"], str) or not entry["name"]:
-            causes.append(invalid(f"{path}.name", "must be a non-empty resource name"))
+            causes.append(invalid(path.child("name"), "must be a non-empty resource name"))
         if "count" in entry:
-            causes.append(invalid(f"{path}.count", "count belongs to class entries only"))
+            causes.append(invalid(path.child("count"), "count belongs to class entries only"))
         return "raw", None, causes
     class_name = entry["className"]
     if not isinstance(class_name, str) or k8s.dns_label_error(class_name):
         causes.append(
-            invalid(f"{path}.className", "must be a class name from the catalog (a DNS label)")
+            invalid(path.child("className"), "must be a class name from the catalog (a DNS label)")
         )
         class_name = None
     count = entry.get("count", 1)
     if not _is_count(count):
         causes.append(
-            invalid(f"{path}.count", f"must be a whole number of at least 1 (got {_show(count)})")
+            invalid(
+                path.child("count"), f"must be a whole number of at least 1 (got {_show(count)})"
+            )
         )
         count = 0
     if class_name is None:

@@ -33,6 +33,8 @@ class Redacted:
         self._value = value
 
     def reveal(self) -> str:
+        """The secret itself, for the few places that must use it (the licence check, the copy's
+        body and fingerprint); never for a message or a log."""
         return self._value
 
     def __repr__(self) -> str:
@@ -49,6 +51,10 @@ class Redacted:
 
 @dataclass(frozen=True, slots=True)
 class ClassRecord:
+    """A GPUClass as the rules read it: the validated spec (None when invalid, with `problems`
+    saying why), the raw spec kept so an invalid class still holds its resourceName claim, the
+    stored status and the metadata the finalizer and conflict rules need."""
+
     name: str
     raw_spec: Mapping[str, Any]
     spec: GPUClassSpec | None
@@ -78,17 +84,24 @@ class ClassRecord:
 
     @property
     def mode(self) -> str | None:
+        """`passthrough` or `vgpu`, read from the raw spec when the spec is invalid (so a broken
+        vGPU class still counts as a vGPU for entitlement); None when not a string."""
         mode = self.spec.mode if self.spec else self.raw_spec.get("mode")
         return mode if isinstance(mode, str) else None
 
     @property
     def tolerations(self) -> tuple[Mapping[str, Any], ...]:
+        """The raw spec's tolerations that are objects, copied onto launcher Pods and matched
+        against node taints; read raw so an invalid class keeps its placement rules."""
         raw = self.raw_spec.get("tolerations")
         return tuple(t for t in raw if isinstance(t, dict)) if isinstance(raw, list) else ()
 
 
 @dataclass(frozen=True, slots=True)
 class NodeRecord:
+    """A node as capacity reads it (contract 6.2): Ready, cordoned, its taints, and its extended
+    resources' allocatable in whole units."""
+
     name: str
     ready: bool
     unschedulable: bool
@@ -98,12 +111,17 @@ class NodeRecord:
 
 @dataclass(frozen=True, slots=True)
 class PodRecord:
+    """A Pod that holds units: its node and its effective request per extended resource
+    (:func:`pod_requests`), nothing else."""
+
     node: str
     requests: Mapping[str, int]
 
 
 @dataclass(frozen=True, slots=True)
 class SecretRecord:
+    """A Secret as a record: its labels and every data value wrapped in :class:`Redacted`."""
+
     namespace: str
     name: str
     labels: Mapping[str, str]
@@ -112,6 +130,12 @@ class SecretRecord:
 
 @dataclass(slots=True)
 class Snapshot:
+    """The cluster as the pure rules see it, one value for the CLI, the webhook and the reconciler.
+
+    `permitted` is the union of the KubeVirt CRs' permittedHostDevices, None when there is no CR
+    (the classes then say NoKubeVirt); `secrets` are keyed by (namespace, name).
+    """
+
     classes: dict[str, ClassRecord] = field(default_factory=dict)
     nodes: list[NodeRecord] = field(default_factory=list)
     pods: list[PodRecord] = field(default_factory=list)
@@ -154,6 +178,9 @@ def _extended(resources: object) -> dict[str, int]:
 
 
 def compact_class(obj: Mapping[str, Any]) -> ClassRecord | None:
+    """A GPUClass's record, validated once by :func:`validate_class` (admission, status and lint
+    share that verdict); an invalid spec is kept with its problems, an unreadable status dropped.
+    None when the object has no name."""
     meta = _meta(obj)
     name = meta.get("name")
     if not isinstance(name, str):
@@ -187,6 +214,8 @@ def compact_class(obj: Mapping[str, Any]) -> ClassRecord | None:
 
 
 def compact_node(obj: Mapping[str, Any]) -> NodeRecord | None:
+    """A node's record: Ready condition, unschedulable flag, taints and extended allocatable. None
+    when the object has no name."""
     name = _meta(obj).get("name")
     if not isinstance(name, str):
         return None
@@ -310,6 +339,8 @@ def mediated_resources(obj: Mapping[str, Any]) -> frozenset[str]:
 
 
 def compact_secret(obj: Mapping[str, Any]) -> SecretRecord | None:
+    """A Secret's record, values wrapped in :class:`Redacted`; `stringData` (only hand-written files
+    carry it) is folded into `data` as the API server would. None without a name and a namespace."""
     meta = _meta(obj)
     name, namespace = meta.get("name"), meta.get("namespace")
     if not isinstance(name, str) or not isinstance(namespace, str):
@@ -358,6 +389,8 @@ class SnapshotBuilder:
 
     @property
     def snapshot(self) -> Snapshot:
+        """The snapshot of what was added so far; the lists and the KubeVirt resource sets are
+        rebuilt from the keyed maps on each read, so read it once after the adds."""
         snap = self._snapshot
         snap.nodes = list(self._nodes.values())
         snap.pods = [p for p in self._pods.values() if p is not None]
@@ -374,6 +407,8 @@ class SnapshotBuilder:
         return key
 
     def add(self, obj: Mapping[str, Any]) -> None:
+        """Fold one raw object in by its `kind`; a kind the rules do not read is noted in `skipped`,
+        never refused."""
         kind = obj.get("kind")
         if kind == "Pod":  # most objects of a cluster
             self._pods[self._key(obj, namespaced=True)] = compact_pod(obj)
@@ -405,6 +440,7 @@ class SnapshotBuilder:
             self.skipped.append(str(kind))
 
     def add_all(self, objects: Iterable[Mapping[str, Any]]) -> Snapshot:
+        """Add every object, then return the snapshot (files and one-shot lists, read whole)."""
         for obj in objects:
             self.add(obj)
         return self.snapshot

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from gpuclass.shared.core.base import k8s
 from gpuclass.shared.core.base.causes import Cause, clip_warning, invalid, json_kind
+from gpuclass.shared.core.base.fieldpath import FieldPath
 from gpuclass.shared.core.model.models import IDENTITY_FIELDS, GPUClassSpec
 
 _TYPE_MESSAGES = {
@@ -47,10 +48,11 @@ class Verdict:
     model: GPUClassSpec | None = None
 
 
-def field_path(prefix: str, loc: Iterable[int | str]) -> str:
-    path = prefix
+def field_path(prefix: str, loc: Iterable[int | str]) -> FieldPath:
+    """The path of a pydantic error location below `prefix`: list indexes, then fields."""
+    path = FieldPath.of(prefix) if prefix else FieldPath()
     for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        path = path.index(part) if isinstance(part, int) else path.child(str(part))
     return path
 
 
@@ -81,28 +83,28 @@ def _toleration_causes(tolerations: object) -> tuple[list[Cause], list[str]]:
     for i, tol in enumerate(tolerations):
         if not isinstance(tol, dict):
             continue
-        path = f"spec.tolerations[{i}]"
+        path = FieldPath.of("spec", "tolerations").index(i)
         key, value = _str(tol.get("key")) or "", _str(tol.get("value")) or ""
         operator = tol.get("operator") or "Equal"
         if key:
             error = k8s.qualified_name_error(key)
             if error:
-                causes.append(invalid(f"{path}.key", error))
+                causes.append(invalid(path.child("key"), error))
         elif operator != "Exists":
-            causes.append(invalid(f"{path}.key", "may be empty only with operator Exists"))
+            causes.append(invalid(path.child("key"), "may be empty only with operator Exists"))
         else:
             warnings.append(
                 f"{path}: a key-less Exists tolerates every taint, control-plane ones too"
             )
         if operator == "Exists" and value:
-            causes.append(invalid(f"{path}.value", "must be empty when operator is Exists"))
+            causes.append(invalid(path.child("value"), "must be empty when operator is Exists"))
         elif value:
             error = k8s.label_value_error(value)
             if error:
-                causes.append(invalid(f"{path}.value", error))
+                causes.append(invalid(path.child("value"), error))
         if tol.get("tolerationSeconds") is not None and tol.get("effect") != "NoExecute":
             causes.append(
-                invalid(f"{path}.tolerationSeconds", "applies only with effect NoExecute")
+                invalid(path.child("tolerationSeconds"), "applies only with effect NoExecute")
             )
     return causes, warnings
 

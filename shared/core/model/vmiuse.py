@@ -27,6 +27,9 @@ from gpuclass.shared.core.model.selection import parse_selection
 
 @dataclass(frozen=True, slots=True)
 class VMIUse:
+    """One VMI reduced to what holds a class and a licence copy, and the units it takes; built once
+    per event by :func:`compact_vmi_use`, so the reconciler never keeps the raw VMI."""
+
     namespace: str
     name: str
     classes: tuple[str, ...]

@@ -21,6 +21,9 @@ from gpuclass.shared.core.status.capacity import Capacity, Survey, schedulable, 
 
 @dataclass(frozen=True, slots=True)
 class Figures:
+    """The contract's figures of one class (6.3): free units, maxFreePerNode, maxUnitsPerNode, and
+    the eligible-node count; all zero for a conflict loser or an invalid spec."""
+
     free: int = 0
     max_free_per_node: int = 0
     max_units_per_node: int = 0
@@ -38,6 +41,8 @@ class UsageIndex:
 
     @classmethod
     def build(cls, snapshot: Snapshot) -> UsageIndex:
+        """Walk every pod and node of the snapshot once (offline and the CLI; the reconciler keeps
+        the same index incrementally in :mod:`reconciler.state.usage`)."""
         used: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         for pod in snapshot.pods:
             for resource, units in pod.requests.items():
@@ -85,6 +90,7 @@ def survey(record: ClassRecord, index: UsageIndex, *, conflict_lost: bool) -> Su
 
 
 def figures_of(found: Survey) -> Figures:
+    """The figures part of a survey, dropping the per-verdict node counts."""
     return Figures(
         found.free,
         found.max_free_per_node,
@@ -260,6 +266,8 @@ class ClassState:
 def class_state(
     record: ClassRecord, snapshot: Snapshot, winners: Mapping[str, str], license_namespace: str
 ) -> ClassState:
+    """The class's conflict winner, permission and licence problem, for the conditions and the
+    admission catalog alike."""
     resource = record.resource_name
     winner = winners.get(resource) if resource else None
     return ClassState(

@@ -113,6 +113,8 @@ class Capacity:
     """Nodes of `untolerated` that carry none of the listed keys (only past MAX_TAINT_KEYS keys)."""
 
     def to_status(self) -> dict[str, Any]:
+        """The camelCase `status.capacity` object the reconciler writes and `gpuclass status`
+        prints."""
         return {
             "advertising": self.advertising,
             "hosts": self.hosts,
@@ -143,6 +145,8 @@ class Survey:
     taint_keys: list[frozenset[str]] = field(default_factory=list)
 
     def capacity(self) -> Capacity:
+        """The node counts of 6.8 from this survey: taint keys ranked by how many untolerated nodes
+        carry them, the first MAX_TAINT_KEYS listed, the rest counted in `other_taint_nodes`."""
         per_key = Counter(key for keys in self.taint_keys for key in keys)
         listed = sorted(per_key.items(), key=lambda item: (-item[1], item[0]))[:MAX_TAINT_KEYS]
         shown = {key for key, _ in listed}

@@ -36,6 +36,10 @@ class Policy:
 
 @dataclass(frozen=True, slots=True)
 class Offer:
+    """One class as admission judges it: its record, the class it lost a resource-name conflict to
+    (None: it owns its resource), whether KubeVirt permits its resource, and the per-node figures
+    behind the default limit and the shortage warning."""
+
     record: ClassRecord
     conflict_with: str | None
     permitted: bool
@@ -51,6 +55,9 @@ class Offer:
 
 @dataclass(frozen=True, slots=True)
 class Catalog:
+    """Everything admission reads, built once per change of state by :func:`build_catalog`: the
+    offers by class name, namespace labels (for entitlement) and the platform policy."""
+
     offers: Mapping[str, Offer] = field(default_factory=dict)
     namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     policy: Policy = field(default_factory=Policy)
@@ -62,6 +69,8 @@ class Catalog:
     or not. Whoever asks for one, by class, raw VMI entry or plain Pod, needs entitlement."""
 
     def resource_by_class(self) -> dict[str, str]:
+        """className -> resourceName of every class that claims one (invalid classes too): what
+        GPUClass admission compares a new class with to warn of a shared resource (5.8)."""
         return {n: o.record.resource_name for n, o in self.offers.items() if o.record.resource_name}
 
     def vgpu_problem(self, namespace: str) -> str | None:
@@ -74,6 +83,9 @@ class Catalog:
 def build_catalog(
     snapshot: Snapshot, policy: Policy, *, figures: Literal["computed", "stored"]
 ) -> Catalog:
+    """The admission view of a snapshot. `figures="computed"` derives the per-node figures from the
+    snapshot's nodes and pods (offline); `"stored"` reads the reconciler's `status` (the webhook,
+    which never watches pods): None free until a status is written."""
     winners = conflict_winners(snapshot.classes)
     index = UsageIndex.build(snapshot) if figures == "computed" else None
     offers = {}
