@@ -218,13 +218,13 @@ def json_too_deep(data: bytes, limit: int = MAX_DEPTH) -> bool:
     Escape sequences are dropped first (each backslash with the character it escapes, one
     regex pass, skipped when a C-speed search finds no backslash at all), so every quote
     left delimits a string; then every byte but quotes and brackets, braces becoming
-    brackets (the input is valid JSON: pairs match whatever their kind). Adjacent quotes go next: an empty
-    string, or two strings with nothing between them merged into one, which moves no
-    bracket in or out of a string. What is left quoted (the rare string holding a bracket)
-    is cut out, and innermost pairs are removed one level a pass (`replace` does not see
-    the pairs its own removals make). Every step is a C-speed
-    pass, the later ones over the few structural bytes only, so the guard costs a fraction
-    of parsing (docs/decisions.md, "Nesting guard"). Only for input orjson parsed.
+    brackets (the input is valid JSON: pairs match whatever their kind). Adjacent quotes go
+    next: an empty string, or two strings with nothing between them merged into one, which
+    moves no bracket in or out of a string. What is left quoted (the rare string holding a
+    bracket) is cut out, and innermost pairs are removed one level a pass (`replace` does
+    not see the pairs its own removals make). Every step is a C-speed pass, the later ones
+    over the few structural bytes only, so the guard costs a fraction of parsing
+    (docs/decisions.md, "Nesting guard"). Only for input orjson parsed.
     """
     unescaped = _ESCAPE.sub(b"", data) if b"\\" in data else data
     structure = unescaped.translate(_ONE_BRACKET, _NOT_STRUCTURE)
