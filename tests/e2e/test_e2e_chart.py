@@ -82,7 +82,7 @@ def secret(name: str, namespace: str, *, labels: dict[str, str] | None = None) -
 
 
 # Cilium's CiliumNetworkPolicy kind, served without its schema: the dry run shows the object is
-# accepted by name and kind; tests/test_chart.py checks its fields.
+# accepted by name and kind; tests/chart/test_networkpolicy.py checks its fields.
 CILIUM_NETWORK_POLICY_CRD: RawObject = {
     "apiVersion": "apiextensions.k8s.io/v1",
     "kind": "CustomResourceDefinition",
