@@ -25,6 +25,7 @@ MONITORING_ON = {
 CERT_MANAGER = {"tls": {"certManager": {"enabled": True}}}
 HELM_TLS = {"tls": {"mode": "helm"}}  # certificates made by the chart (the mode before "webhook")
 
+# Every switch of the chart: the whole-chart checks render each variant.
 VARIANTS = [
     pytest.param({}, id="defaults"),
     pytest.param(HELM_TLS, id="helm-certificates"),
@@ -76,6 +77,7 @@ VARIANTS = [
 
 
 def cel(celpy: Any, expression: str, activation: dict[str, Any]) -> bool:
+    """The verdict of a matchCondition or validation on `activation`; it must be a bool."""
     env = celpy.Environment()
     result = env.program(env.compile(expression)).evaluate(celpy.json_to_cel(activation))
     if not isinstance(result, celpy.celtypes.BoolType):
@@ -84,10 +86,12 @@ def cel(celpy: Any, expression: str, activation: dict[str, Any]) -> bool:
 
 
 def pem_certificate(b64: str) -> x509.Certificate:
+    """The certificate of a Secret's base64 PEM value (`tls.crt`, `ca.crt`)."""
     return x509.load_pem_x509_certificate(base64.b64decode(b64))
 
 
 def mounted_secret(obj: RawObject) -> str:
+    """The Secret a workload mounts as `tls`; its container must pass that pair as flags."""
     [tls] = [v for v in pod_spec(obj)["volumes"] if v["name"] == "tls"]
     [container] = pod_spec(obj)["containers"]
     [mount] = [m for m in container["volumeMounts"] if m["name"] == "tls"]
@@ -98,6 +102,7 @@ def mounted_secret(obj: RawObject) -> str:
 
 
 def licence_policy(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The licence-copy ValidatingAdmissionPolicy of a render."""
     [policy] = [
         o
         for o in of_kind(objects, "ValidatingAdmissionPolicy")
