@@ -5,6 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # mypy reads the source under its installed name, gpuclass.*: a folder of links maps it.
 TYPECHECK := build/typecheck/gpuclass
+# Line and branch coverage of gpuclass.* ([tool.coverage] in pyproject.toml): the lines and
+# branches left out are printed, and a total under fail_under fails the run (docs/testing.md).
+COVERAGE := --cov --cov-report=term-missing:skip-covered
 
 .DEFAULT_GOAL := help
 .PHONY: help venv system-deps demo test test-fast lint format types fixtures controlplane bench clean
@@ -55,12 +58,12 @@ system-deps: ## install system tools the tests use (Debian prometheus for promto
 # Test worker processes (pytest-xdist), whole files per worker: docs/testing.md, "Parallel run".
 TEST_WORKERS ?= 4
 
-test: $(STAMP) system-deps $(TYPECHECK) ## install what the tests need, lint, type-check and run every test (what CI runs)
+test: $(STAMP) system-deps $(TYPECHECK) ## install what the tests need, lint, type-check and run every test with coverage and its floor (what CI runs)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
-	KUBEBUILDER_ASSETS="$$(bash tests/controlplane/build.sh)" $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	KUBEBUILDER_ASSETS="$$(bash tests/controlplane/build.sh)" $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(COVERAGE)
 
 test-fast: $(STAMP) ## the tests that need no control plane
 	$(BIN)/python -m pytest -m "not controlplane"
@@ -96,5 +99,5 @@ bench: $(STAMP) ## print the benchmark figures (needs wrk for the webhook one; t
 	$(BIN)/python benchmarks/bench_scale_e2e.py
 
 clean: ## remove the virtualenv, caches and every build output (not the control-plane cache)
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage .coverage.* build dist *.egg-info
 	find . -name __pycache__ -type d -prune -not -path './.git/*' -exec rm -rf {} +
