@@ -5,6 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # mypy reads the source under its installed name, gpuclass.*: a folder of links maps it.
 TYPECHECK := build/typecheck/gpuclass
+# Line and branch coverage of gpuclass.* ([tool.coverage] in pyproject.toml): the lines and
+# branches left out are printed, and a total under fail_under fails the run (docs/testing.md).
+COVERAGE := --cov --cov-report=term-missing:skip-covered
 
 .DEFAULT_GOAL := help
 .PHONY: help venv system-deps demo test test-fast lint format types fixtures controlplane bench clean
@@ -41,6 +44,9 @@ demo: $(STAMP) ## run the offline CLI on examples/: status, explain, then sample
 	done
 	@echo "== gpuclass validate examples/catalog"
 	@$(BIN)/gpuclass validate examples/catalog && echo "catalog is valid"
+	@$(BIN)/python examples/propose_change.py build/proposed-catalog
+	@echo "== gpuclass plan --objects examples --objects tests/fixtures/usage build/proposed-catalog   (maxCount 1, a new model, a class removed)"
+	@$(BIN)/gpuclass plan --objects examples --objects tests/fixtures/usage build/proposed-catalog || echo "(exit $$?: the plan holds a refusal)"
 
 system-deps: ## install system tools the tests use (Debian prometheus for promtool) when missing
 	@command -v promtool >/dev/null || { \
@@ -49,12 +55,15 @@ system-deps: ## install system tools the tests use (Debian prometheus for promto
 	    (apt-get install -y -q prometheus >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q prometheus >/dev/null)); \
 	  else echo "promtool missing: install the prometheus package (alert tests will be skipped)"; fi; }
 
-test: $(STAMP) system-deps $(TYPECHECK) ## install what the tests need, lint, type-check and run every test (what CI runs)
+# Test worker processes (pytest-xdist), whole files per worker: docs/testing.md, "Parallel run".
+TEST_WORKERS ?= 4
+
+test: $(STAMP) system-deps $(TYPECHECK) ## install what the tests need, lint, type-check and run every test with coverage and its floor (what CI runs)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
-	KUBEBUILDER_ASSETS="$$(bash tests/controlplane/build.sh)" $(BIN)/python -m pytest
+	KUBEBUILDER_ASSETS="$$(bash tests/controlplane/build.sh)" $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(COVERAGE)
 
 test-fast: $(STAMP) ## the tests that need no control plane
 	$(BIN)/python -m pytest -m "not controlplane"
@@ -90,5 +99,5 @@ bench: $(STAMP) ## print the benchmark figures (needs wrk for the webhook one; t
 	$(BIN)/python benchmarks/bench_scale_e2e.py
 
 clean: ## remove the virtualenv, caches and every build output (not the control-plane cache)
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage .coverage.* build dist *.egg-info
 	find . -name __pycache__ -type d -prune -not -path './.git/*' -exec rm -rf {} +

@@ -30,7 +30,7 @@ that kwok runs. Then it prints:
    checked (patched with the class's GPUs with the webhook, untouched without);
    p50/p99 and the difference (goal: <= 10 ms added at p99).
 
-Not run by pytest (tests/test_bench_scale_e2e.py runs it once at a tiny scale).
+Not run by pytest (tests/e2e/test_bench_scale_e2e.py runs it once at a tiny scale).
 Exits 1 when a goal is missed. `.venv/bin/python benchmarks/bench_scale_e2e.py`
 """
 

@@ -1,7 +1,7 @@
 """Object builders and small helpers shared by several test files.
 
 Test modules import from here (or from the e2e plumbing modules), never from one
-another: `tests/test_layers.py` forbids importing a `tests.test_*` module.
+another: `tests/project/test_import_contracts.py` forbids importing a `tests.test_*` module.
 
 - raw objects as the fakes and the pure core read them, one builder per kind
   (`gpuclass`, `node`, `pod`, `kubevirt`, `secret`, `namespace`, `vmi`);

@@ -4,7 +4,7 @@ Each tests/fixtures/admission/<case>/ holds request.json and the exact
 response.json the webhook must send (plus patch.json, the decoded patch, for
 review). `pytest tests/test_golden.py --update-fixtures` rewrites the responses;
 review the diff before committing. The same files are replayed over HTTPS
-against the running webhook in tests/test_webhook_server.py.
+against the running webhook in tests/webhook/test_app.py.
 
 Because response.json is written by the code it checks, expected.yaml beside
 the cases holds each verdict written by hand from the contract (allowed, code,

@@ -6,7 +6,7 @@ older), and checks what the real server checks for our writes: resourceVersion
 preconditions (409), AlreadyExists (409), NotFound (404), no new finalizers on a
 deleting object (422), deletion held by finalizers, no-op writes that keep the
 resourceVersion, and the chart's ValidatingAdmissionPolicy on Secrets (403).
-`tests/test_kubeapi_contract.py` runs one script of requests against it and against a
+`tests/reconciler/api/test_fake.py` runs one script of requests against it and against a
 real kube-apiserver with the chart applied, and expects the same answers. Tests inject
 failures through `errors` and assert on `writes`, where the status, finalizer and Secret
 writes are recorded (Events go to `events`; record ConfigMap and Lease writes only change

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,8 @@ from gpuclass.shared.core.base.collections import (
     KUBEVIRTS,
     NODES,
     SECRETS,
+    VMS,
+    Collection,
 )
 from gpuclass.shared.core.model.selection import parse_selection
 from gpuclass.shared.core.model.snapshot import Redacted, SecretRecord, Snapshot, SnapshotBuilder
@@ -149,8 +151,13 @@ async def read_cluster(
     license_namespace: str,
     kubevirt_namespace: str,
     classes: frozenset[str] | None = None,
+    more: Sequence[Collection] = (),
+    kept: list[Mapping[str, Any]] | None = None,
 ) -> Snapshot:
     """One list of each collection the answer needs, folded into a snapshot.
+
+    `more` adds collections (`gpuclass plan` reads VMIs, VirtualMachines and Namespaces);
+    objects of a kind the snapshot does not hold (VirtualMachines) are appended to `kept`.
 
     Secrets are never listed: only the source Secret (`spec.license.secretName`) of each
     licensed class in `classes` (None: every class) is read, by name, so the caller needs
@@ -168,6 +175,7 @@ async def read_cluster(
         "Pod": (BOUND_PODS.at(), BOUND_PODS.params()),
         names.KIND: (GPUCLASSES.at(), GPUCLASSES.params()),
         "KubeVirt": (KUBEVIRTS.at(kubevirt_namespace), KUBEVIRTS.params()),
+        **{c.kind: (c.at(), c.params()) for c in more},
     }
     try:  # --kubeconfig, else KUBECONFIG, else ~/.kube/config, as kubectl finds them
         api = await api_client(kubeconfig, binary="gpuclass", context=context)
@@ -181,7 +189,10 @@ async def read_cluster(
             try:
                 async for page in raw.list_pages(kind):
                     for item in page.items:
-                        builder.add({**item, "kind": kind})
+                        if kept is not None and kind == VMS.kind:
+                            kept.append({**item, "kind": kind})
+                        else:
+                            builder.add({**item, "kind": kind})
             except ApiError as exc:
                 if kind == "KubeVirt" and exc.not_found:
                     continue  # no KubeVirt CRD: the classes say NoKubeVirt

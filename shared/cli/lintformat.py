@@ -155,7 +155,7 @@ def escape_property(value: str) -> str:
 
 
 def workflow_command(
-    command: Literal["error", "warning"], message: str, **properties: str | int | None
+    command: Literal["error", "warning", "notice"], message: str, **properties: str | int | None
 ) -> str:
     """One GitHub Actions workflow command (`::error file=...,line=...::message`), message and
     properties escaped as the Actions toolkit does, properties that are None left out."""

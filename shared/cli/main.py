@@ -11,6 +11,8 @@ Secret by name), so it needs credentials that may read them.
   REVIEW`: the webhook's answer to a review.
 - `status [--objects PATH]...`: each class's status, computed from the objects.
 - `explain CLASS|--manifest FILE ...`: can a VM start now, and why not (`shared/cli/explaincmd.py`).
+- `plan [--objects PATH|--context CTX] [-o text|json|markdown|github] [--fail-on ...]
+  MANIFEST_OR_DIR...`: what a catalog change will do to tenants (`shared/cli/plancmd.py`).
 
 `review` calls :func:`shared.core.admission.review.review`, the same function the webhook calls. The
 options the servers share read the same `GPUCLASS_*` variables as theirs (flags win).
@@ -33,6 +35,8 @@ from gpuclass.shared.cli.explaincmd import add_parser as add_explain_parser
 from gpuclass.shared.cli.explaincmd import run_explain
 from gpuclass.shared.cli.lint import FileError, FileInput, lint
 from gpuclass.shared.cli.lintformat import FORMATS, Format, render
+from gpuclass.shared.cli.plancmd import add_parser as add_plan_parser
+from gpuclass.shared.cli.plancmd import run_plan
 from gpuclass.shared.cli.reviewtext import render_review_text
 from gpuclass.shared.core.admission.decisions import encode_response
 from gpuclass.shared.core.admission.envelope import wrap_manifest
@@ -241,6 +245,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     )
     _objects_arg(s, env)
     add_explain_parser(sub, lambda p: _objects_arg(p, env))
+    add_plan_parser(sub, lambda p: _objects_arg(p, env))
     return parser
 
 
@@ -406,6 +411,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return run_review(args)
     if args.command == "explain":
         return run_explain(args)
+    if args.command == "plan":
+        return run_plan(args, _objects(args))
     return run_status(args)
 
 

@@ -19,8 +19,11 @@ last value silently; Kubernetes' strict decoder refuses it too): docs/decisions.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import re
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -204,6 +207,7 @@ def _yaml_documents(path: Path, data: bytes) -> Iterator[object]:
 
 
 _QUOTED = re.compile(rb'"[^"]*"')
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)  # a backslash and the character it escapes
 _ONE_BRACKET = bytes.maketrans(b"{}", b"[]")
 _NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')
 
@@ -211,19 +215,19 @@ _NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')
 def json_too_deep(data: bytes, limit: int = MAX_DEPTH) -> bool:
     """Whether valid JSON `data` nests deeper than `limit`, read from the bytes, not the tree.
 
-    Escaped backslashes and quotes are dropped first, so every quote left delimits a
-    string; then every byte but quotes and brackets, braces becoming brackets (the input
-    is valid JSON: pairs match whatever their kind). Adjacent quotes go next: an empty
-    string, or two strings with nothing between them merged into one, which moves no
-    bracket in or out of a string. What is left quoted (the rare string holding a bracket)
-    is cut out, and innermost pairs are removed one level a pass (`replace` does not see
-    the pairs its own removals make). Every step is a C-speed
-    pass, the later ones over the few structural bytes only, so the guard costs a fraction
-    of parsing (docs/decisions.md, "Nesting guard"). Only for input orjson parsed.
+    Escape sequences are dropped first (each backslash with the character it escapes, one
+    regex pass, skipped when a C-speed search finds no backslash at all), so every quote
+    left delimits a string; then every byte but quotes and brackets, braces becoming
+    brackets (the input is valid JSON: pairs match whatever their kind). Adjacent quotes go
+    next: an empty string, or two strings with nothing between them merged into one, which
+    moves no bracket in or out of a string. What is left quoted (the rare string holding a
+    bracket) is cut out, and innermost pairs are removed one level a pass (`replace` does
+    not see the pairs its own removals make). Every step is a C-speed pass, the later ones
+    over the few structural bytes only, so the guard costs a fraction of parsing
+    (docs/decisions.md, "Nesting guard"). Only for input orjson parsed.
     """
-    structure = (
-        data.replace(b"\\\\", b"").replace(b'\\"', b"").translate(_ONE_BRACKET, _NOT_STRUCTURE)
-    )
+    unescaped = _ESCAPE.sub(b"", data) if b"\\" in data else data
+    structure = unescaped.translate(_ONE_BRACKET, _NOT_STRUCTURE)
     brackets = _QUOTED.sub(b"", structure.replace(b'""', b""))
     for _ in range(limit):
         if not brackets:
@@ -301,12 +305,21 @@ def as_stored(obj: Mapping[str, Any], index: int, *, kubevirt_namespace: str) ->
     A KubeVirt CR written without a namespace counts as the one in the KubeVirt
     namespace; other namespaced objects without one land in `default` (as
     `kubectl apply` would put them); a nameless object gets a generated name
-    (`unnamed-<index>`), so that it is still counted.
+    (`unnamed-<index>`), so that it is still counted. An object with nothing to fill in is
+    returned as it is, not copied.
     """
-    stored = dict(obj)
     raw_meta = obj.get("metadata")
-    meta = dict(raw_meta) if isinstance(raw_meta, dict) else {}
     kind = obj.get("kind")
+    if (
+        isinstance(obj, dict)
+        and isinstance(raw_meta, dict)
+        and isinstance(raw_meta.get("name"), str)
+        and raw_meta["name"]
+        and (raw_meta.get("namespace") or (kind != "KubeVirt" and kind not in NAMESPACED_DEFAULT))
+    ):
+        return obj  # already as stored (nearly every object of a large file): nothing to copy
+    stored = dict(obj)
+    meta = dict(raw_meta) if isinstance(raw_meta, dict) else {}
     if not meta.get("namespace"):
         if kind == "KubeVirt":
             meta["namespace"] = kubevirt_namespace
@@ -326,6 +339,37 @@ def iter_stored_objects(
         yield as_stored(raw, index, kubevirt_namespace=kubevirt_namespace)
 
 
+_gc_pause_lock = threading.Lock()
+_gc_pauses = 0
+_gc_was_enabled = False
+
+
+@contextlib.contextmanager
+def cyclic_gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a large input is parsed and folded.
+
+    Parsed JSON and YAML are trees and the snapshot's records hold no cycles either, so the
+    collector finds nothing in them, yet every few hundred new dicts and lists it runs, and
+    its full passes walk every object made so far: on a 150,000-pod file they took about two
+    thirds of orjson's parse (docs/decisions.md, "Loading without the cyclic collector").
+    Reference counting still frees everything as usual. Nested and concurrent uses nest:
+    the collector comes back, if it was on, when the last one ends.
+    """
+    global _gc_pauses, _gc_was_enabled
+    with _gc_pause_lock:
+        if _gc_pauses == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pauses += 1
+    try:
+        yield
+    finally:
+        with _gc_pause_lock:
+            _gc_pauses -= 1
+            if _gc_pauses == 0 and _gc_was_enabled:
+                gc.enable()
+
+
 def load_snapshot(
     paths: Iterable[str | Path], *, kubevirt_namespace: str = names.DEFAULT_KUBEVIRT_NAMESPACE
 ) -> Snapshot:
@@ -333,8 +377,9 @@ def load_snapshot(
     KubeVirt CRs outside `kubevirt_namespace` are left out, as the binaries watch only that
     namespace."""
     builder = SnapshotBuilder()
-    for obj in iter_stored_objects(paths, kubevirt_namespace=kubevirt_namespace):
-        if obj.get("kind") == "KubeVirt" and obj["metadata"]["namespace"] != kubevirt_namespace:
-            continue  # the reconciler and the webhook read only the CR in the KubeVirt namespace
-        builder.add(obj)
-    return builder.snapshot
+    with cyclic_gc_paused():
+        for obj in iter_stored_objects(paths, kubevirt_namespace=kubevirt_namespace):
+            if obj.get("kind") == "KubeVirt" and obj["metadata"]["namespace"] != kubevirt_namespace:
+                continue  # the reconciler and the webhook read only the CR in the KubeVirt namespace
+            builder.add(obj)
+        return builder.snapshot

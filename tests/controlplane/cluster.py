@@ -18,6 +18,8 @@ import atexit
 import base64
 import contextlib
 import ctypes
+import hashlib
+import itertools
 import os
 import re
 import secrets
@@ -97,12 +99,40 @@ def unique_name(prefix: str) -> str:
     return f"{prefix[:50].rstrip('-')}-{secrets.token_hex(4)}"
 
 
+# Ports handed to processes a test starts come from below Linux's ephemeral range
+# (32768-60999), where the kernel picks the ports of outgoing connections and of
+# bind(0): a client connecting between free_port() and the child's bind cannot take
+# the port. Each process of a test session (pytest-xdist worker) owns its own block,
+# so two workers never hand out the same port; the blocks start at an offset drawn
+# from the session's id, so concurrent sessions on one machine rarely share one.
+_PORTS_FIRST, _PORTS_END, _PORTS_PER_BLOCK = 10_000, 32_768, 1_000
+_BLOCKS = (_PORTS_END - _PORTS_FIRST) // _PORTS_PER_BLOCK
+_handed_out = itertools.count(secrets.randbelow(_PORTS_PER_BLOCK))
+
+
+def _port_block() -> int:
+    """The first port of this process's block."""
+    session = os.environ.get("PYTEST_XDIST_TESTRUNUID") or secrets.token_hex(8)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    offset = int(hashlib.sha256(session.encode()).hexdigest(), 16) + int(worker or 0)
+    return _PORTS_FIRST + (offset % _BLOCKS) * _PORTS_PER_BLOCK
+
+
+_PORT_BLOCK = _port_block()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1, free now, that no other worker of this session hands out
+    (see above); the next call in this process gives another one."""
+    for _ in range(_PORTS_PER_BLOCK):
+        port = _PORT_BLOCK + next(_handed_out) % _PORTS_PER_BLOCK
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use by something else on the machine
+            return port
+    raise OSError(f"no free port in {_PORT_BLOCK}-{_PORT_BLOCK + _PORTS_PER_BLOCK - 1}")
 
 
 def eventually(

@@ -1,4 +1,5 @@
-"""pytest plugin: one real control plane per session, started only when a test needs it.
+"""pytest plugin: one real control plane per session (per pytest-xdist worker), started
+only when a test needs it.
 
 `control_plane` (session scope) starts etcd + kube-apiserver, registers the
 project's GPUClass CRD (charts/gpuclass/templates/crd-gpuclass.yaml, plain YAML)
@@ -59,6 +60,7 @@ LAUNCHER_IMAGE = "quay.io/kubevirt/virt-launcher:v1.8.4"
 _ASSETS = pytest.StashKey[Path | AssetsUnavailable]()
 _KUBEVIRT_PARTS = pytest.StashKey[Path | AssetsUnavailable]()
 _STARTUP = pytest.StashKey[float]()
+_WORKER_STARTUPS = pytest.StashKey[list[float]]()
 
 
 def _uses_control_plane(item: pytest.Item) -> bool:
@@ -66,10 +68,16 @@ def _uses_control_plane(item: pytest.Item) -> bool:
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if _uses_control_plane(item):
             item.add_marker(pytest.mark.controlplane)
+    if hasattr(config, "workerinput"):
+        # A pytest-xdist worker: the files that wait on a control plane are the long ones, so
+        # they are handed out first and the short ones fill in around them (`make test` runs
+        # with --dist loadfile --no-loadscope-reorder, so workers take files in this order).
+        # Every worker sorts the same way, so their collections stay equal.
+        items.sort(key=lambda item: not _uses_control_plane(item))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -132,11 +140,32 @@ def kubectl(control_plane: ControlPlane) -> Path:
     raise AssertionError("unreachable")  # pragma: no cover - skip/fail raise
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A pytest-xdist worker hands its plane's start-up time to the controller."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    startup = session.config.stash.get(_STARTUP, None)
+    if workeroutput is not None and startup is not None:
+        workeroutput["control_plane_startup"] = startup
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook, on the controller
+def pytest_testnodedown(node: Any, error: object) -> None:
+    startup = getattr(node, "workeroutput", {}).get("control_plane_startup")
+    if startup is not None:
+        node.config.stash.setdefault(_WORKER_STARTUPS, []).append(float(startup))
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     startup = config.stash.get(_STARTUP, None)
     if startup is not None:
         terminalreporter.write_line(
             f"control plane: etcd + kube-apiserver ready, CRDs established in {startup:.1f}s"
+        )
+    workers = sorted(config.stash.get(_WORKER_STARTUPS, []))
+    if workers:  # under pytest-xdist each worker that needs a plane starts its own
+        terminalreporter.write_line(
+            f"control planes: {len(workers)} (one per worker that needed one), etcd + "
+            f"kube-apiserver ready, CRDs established in {', '.join(f'{t:.1f}s' for t in workers)}"
         )
 
 

@@ -4,7 +4,7 @@ Wire names are camelCase aliases; unknown spec fields are refused (`extra=forbid
 types are strict (`"2"`, `2.0` and `true` are not integers). Format rules that need
 a good message (DNS names, quantities, tolerations) live in :mod:`shared.core.model.validation`,
 which reports every cause with its path; these models describe the shape, and the
-CRD schema in the chart is tested against them (tests/test_crd.py).
+CRD schema in the chart is tested against them (tests/chart/test_crd.py).
 
 Foreign objects (VMIs, Pods, Nodes) are never modelled here: they stay raw dicts.
 """

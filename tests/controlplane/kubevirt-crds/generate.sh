@@ -6,7 +6,7 @@
 # The generator binary is cached beside the control-plane binaries, keyed by the
 # KubeVirt and Go versions, so a second run takes a second. The first build compiles
 # a good part of KubeVirt's dependencies (about 15 min on 2 busy cores).
-# tests/test_kubevirt_crds.py checks that the committed files are what this writes.
+# tests/e2e/test_kubevirt_crds.py checks that the committed files are what this writes.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

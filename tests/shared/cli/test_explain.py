@@ -1,0 +1,274 @@
+"""`gpuclass explain` (docs/contract.md 7.6): golden outputs on the example cluster, and the pure rows.
+
+Each golden case is the CLI's output on `examples/`, kept under tests/fixtures/explain/<case>.txt
+and regenerated with `--update-fixtures` (review the diff). Beside every golden file,
+tests/fixtures/explain/expected.yaml holds what a person derives from the contract by hand: the
+exit code, the final answer, and each node's verdict; the golden output must agree with it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuclass.shared.cli.explain import explain_class, explain_manifest
+from gpuclass.shared.cli.main import main
+from gpuclass.shared.core.model.snapshot import SnapshotBuilder
+from tests.builders import gpuclass, kubevirt, node, pod
+
+ROOT = Path(__file__).resolve().parents[3]
+FIXTURES = ROOT / "tests" / "fixtures" / "explain"
+EXPECTED: dict[str, dict[str, Any]] = yaml.safe_load((FIXTURES / "expected.yaml").read_text())
+OBJECTS = ["--objects", str(ROOT / "examples")]
+VERDICTS = ("fits", "tooFewFree", "noFreeUnits", "notReady", "cordoned", "untolerated", "noUnits")
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(["explain", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def node_verdicts(text: str) -> dict[str, str]:
+    """NODE and VERDICT of every table row, as a reader picks them out."""
+    rows = re.findall(r"^  (\S+)\s+(?:\d+|-)\s+\d+\s+(\S+)\s", text, re.M)
+    return {name: verdict for name, verdict in rows if verdict in VERDICTS}
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_golden_output(
+    case: str, capsys: pytest.CaptureFixture[str], update_fixtures: bool, monkeypatch: Any
+) -> None:
+    monkeypatch.chdir(ROOT)
+    expected = EXPECTED[case]
+    code, out, err = run([*expected["args"], *OBJECTS], capsys)
+    golden = FIXTURES / f"{case}.txt"
+    if update_fixtures:
+        golden.write_text(out)
+    assert out == golden.read_text(), f"output differs from {golden.name} (--update-fixtures)"
+    # The independent check: what the contract says, written by hand.
+    assert (code, err) == (expected["exit"], "")
+    assert out.rstrip("\n").splitlines()[-1] == f"answer: {expected['answer']}"
+    assert node_verdicts(out) == expected["nodes"]
+
+
+def test_every_golden_file_has_a_hand_written_row() -> None:
+    files = {p.stem for p in FIXTURES.glob("*.txt")}
+    assert files == set(EXPECTED)
+
+
+def test_json_output_is_the_same_answer(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["example-whole-gpu", "--count", "4", "-o", "json", *OBJECTS], capsys)
+    value = json.loads(out)
+    assert code == 1 and value["canStart"] is False
+    assert value["answer"] == EXPECTED["whole-4"]["answer"]
+    assert {n["node"]: n["verdict"] for n in value["nodes"]} == EXPECTED["whole-4"]["nodes"]
+    assert value["condition"]["reason"] == "Fragmented"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param([], "give a CLASS or --manifest", id="nothing-to-explain"),
+        pytest.param(["c"], "give --objects PATH (offline) or --kubeconfig", id="no-source"),
+        pytest.param(["c", "--count", "0", *OBJECTS], "--count must be at least 1", id="count-0"),
+        pytest.param(
+            ["c", *OBJECTS, "--kubeconfig", "/nonexistent"], "not both", id="files-and-cluster"
+        ),
+        pytest.param(
+            ["c", "--kubeconfig", "/nonexistent/kubeconfig"],
+            "cannot use",
+            id="unusable-kubeconfig",
+        ),
+    ],
+)
+def test_unusable_input_exits_2(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(args, capsys)
+    assert (code, out) == (2, "")
+    assert message in err
+
+
+# -- the pure function on small clusters ------------------------------------------------------------
+
+R, S = "example.com/gpu", "example.com/other"
+TAINT = {"key": "gpu.example.com/dedicated", "value": "true", "effect": "NoSchedule"}
+TOLERATE = {"key": "gpu.example.com/dedicated", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def snapshot(*objects: dict[str, Any]) -> Any:
+    return SnapshotBuilder().add_all([kubevirt(R, S), *objects])
+
+
+@pytest.mark.parametrize(
+    ("objects", "count", "rows", "answer"),
+    [
+        pytest.param(
+            [node("a", {R: 4}), node("b", {R: 4}), pod("p", "b", {R: 3})],
+            2,
+            {"a": "fits", "b": "tooFewFree"},
+            "a VM needing 2 units can start on 1 node now",
+            id="fits-and-too-few",
+        ),
+        pytest.param(
+            [node("a", {R: 2}), node("b", {R: 2}), pod("p", "a", {R: 1}), pod("q", "b", {R: 1})],
+            2,
+            {"a": "tooFewFree", "b": "tooFewFree"},
+            "2 units free but at most 1 on one node: a VM needing 2 units waits",
+            id="fragmented",
+        ),
+        pytest.param(
+            [node("a", {R: 2}), pod("p", "a", {R: 2})],
+            1,
+            {"a": "noFreeUnits"},
+            "all 2 units on the 1 node eligible are in use: a VM needing 1 unit waits",
+            id="all-in-use",
+        ),
+        pytest.param(
+            [node("a", {R: 0})],
+            1,
+            {"a": "noUnits"},
+            "no node advertises example.com/gpu: a VM needing 1 unit waits",
+            id="listed-at-zero",
+        ),
+    ],
+)
+def test_rows_and_answer(
+    objects: list[dict[str, Any]], count: int, rows: dict[str, str], answer: str
+) -> None:
+    result = explain_class(snapshot(gpuclass("c", R), *objects), "c", count=count)
+    assert {r.node: r.verdict for r in result.rows} == rows
+    assert result.answer == answer
+    assert result.can_start is answer.startswith("a VM needing")
+
+
+def vmi_manifest(selection: str) -> dict[str, Any]:
+    return {
+        "kind": "VirtualMachineInstance",
+        "metadata": {"name": "v", "annotations": {"gpu.cozystack.io/classes": selection}},
+    }
+
+
+def test_manifest_needs_every_class_on_one_node() -> None:
+    # Both classes have room, but never on the same node: KubeVirt puts a VM's GPUs on one node.
+    objects = [gpuclass("c", R), gpuclass("d", S), node("a", {R: 1}), node("b", {S: 1})]
+    result = explain_manifest(
+        vmi_manifest('[{"className": "c"}, {"className": "d"}]'), snapshot(*objects)
+    )
+    assert [e.can_start for e in result.classes] == [True, True]
+    assert (result.joint_fits, result.can_start, result.blocking) == (0, False, ("c", "d"))
+    assert "no node has all of them free at once" in result.answer
+
+
+def test_manifest_joint_fit_uses_every_class_toleration() -> None:
+    # The VM carries both classes' tolerations, so a node tainted for c still takes d's units.
+    objects = [
+        gpuclass("c", R, tolerations=[TOLERATE]),
+        gpuclass("d", S),
+        node("a", {R: 1, S: 1}, taints=[TAINT]),
+    ]
+    result = explain_manifest(
+        vmi_manifest('[{"className": "c"}, {"className": "d"}]'), snapshot(*objects)
+    )
+    assert [e.can_start for e in result.classes] == [True, False], "d alone: untolerated taint"
+    assert (result.joint_fits, result.blocking, result.can_start) == (1, (), True)
+    assert result.answer == "the VM can start on 1 node now"
+
+
+def test_manifest_without_selection() -> None:
+    result = explain_manifest({"kind": "VirtualMachine", "metadata": {"name": "v"}}, snapshot())
+    assert result.can_start and result.classes == ()
+
+
+# -- admission's refusals, said first (docs/contract.md 4.4, 7.6) ----------------------------------
+
+
+def vgpu_class(name: str, resource: str) -> dict[str, Any]:
+    made = gpuclass(name, resource)
+    made["spec"] |= {"mode": "vgpu", "profile": "p"}
+    return made
+
+
+def capped_class(name: str, resource: str, max_count: int) -> dict[str, Any]:
+    made = gpuclass(name, resource)
+    made["spec"]["maxCount"] = max_count
+    return made
+
+
+@pytest.mark.parametrize(
+    ("objects", "selection", "answer"),
+    [
+        pytest.param(
+            [vgpu_class("c", R), vgpu_class("d", S), node("a", {R: 4, S: 4})],
+            '[{"className": "c"}, {"className": "d"}]',
+            "admission refuses the VM: a VM may take vGPUs from only one class (got c, d)",
+            id="two-vgpu-classes",
+        ),
+        pytest.param(
+            [capped_class("c", R, 2000), node("a", {R: 2000})],
+            '[{"className": "c", "count": 1000}, {"className": "c", "count": 25}]',
+            "admission refuses the VM: requests 1025 GPU units; at most 1024 per VMI",
+            id="over-1024-units-in-total",
+        ),
+        pytest.param(
+            [capped_class("c", R, 2000), capped_class("d", S, 2000), node("a", {R: 600, S: 600})],
+            '[{"className": "c", "count": 600}, {"className": "d", "count": 600}]',
+            "admission refuses the VM: requests 1200 GPU units; at most 1024 per VMI",
+            id="over-1024-units-across-classes",
+        ),
+    ],
+)
+def test_manifest_refused_by_admission_cannot_start(
+    objects: list[dict[str, Any]], selection: str, answer: str
+) -> None:
+    # Every node has room: only the admission rules (4.4) keep the VM from starting.
+    result = explain_manifest(vmi_manifest(selection), snapshot(*objects))
+    assert result.joint_fits == 1
+    assert (result.can_start, result.answer) == (False, answer)
+    assert result.problems and result.blocking
+
+
+def test_one_class_over_1024_units_is_refused() -> None:
+    objects = [capped_class("c", R, 2000), node("a", {R: 2000})]
+    result = explain_class(snapshot(*objects), "c", count=1025)
+    assert result.can_start is False
+    assert (
+        result.answer == "admission refuses the VM: requests 1025 GPU units; at most 1024 per VMI"
+    )
+
+
+def test_entitlement_is_noted_not_judged() -> None:
+    # Entitlement depends on the namespace and the platform setting (4.5): a note, never a refusal.
+    result = explain_manifest(
+        vmi_manifest('[{"className": "c"}]'), snapshot(vgpu_class("c", R), node("a", {R: 1}))
+    )
+    assert result.can_start is True
+    assert result.notes and "entitled" in result.notes[0]
+    assert result.classes[0].notes == result.notes
+
+
+MANIFESTS = sorted(
+    [*(ROOT / "examples" / "manifests").glob("*.yaml"), *(FIXTURES / "manifests").glob("*.yaml")]
+)
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.stem)
+def test_whatever_review_denies_explain_refuses(
+    path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Explain and admission never disagree on a refusal: `review --manifest` (the webhook's own
+    code, entitled namespace) denies a VM only when explain says admission refuses it."""
+    main(["review", "--manifest", *OBJECTS, "--vgpu-entitled", str(path)])
+    response = json.loads(capsys.readouterr().out)["response"]
+    code, out, _ = run(["--manifest", str(path), *OBJECTS, "-o", "json"], capsys)
+    value = json.loads(out)
+    if not response["allowed"]:
+        assert code == 1 and not value["canStart"]
+        denied = {c["message"] for c in response["status"]["details"]["causes"]}
+        assert denied <= {p.split(": ", 1)[1] for p in value["problems"]}

@@ -1,0 +1,275 @@
+"""The webhook's limits and error shapes, each attacked over a real TLS connection on 127.0.0.1.
+
+Contract section 3 (every error a JSON `{"status", "error"}`, never a 500 on input) and
+docs/conventions.md rule 25 (servers bounded by default): a wrong envelope type, unknown paths and
+methods, a trailing slash, oversized and malformed requests, clients that send headers or
+bodies too slowly or not at all, and more connections than the cap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import ssl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gpuclass.webhook import paths
+from tests.conftest import OBJECTS
+from tests.webhook_process import WebhookProcess
+
+OBJECT_ARGS = [a for p in OBJECTS for a in ("--objects", p)]
+ROOT = Path(__file__).resolve().parents[2]
+REVIEWS = {
+    paths.MUTATE_VMIS: "vmi-whole-gpu",
+    paths.MUTATE_PODS: "launcher-pod",
+    paths.VALIDATE_GPUCLASSES: "gpuclass-invalid",
+}
+LIMITS = [
+    "--header-timeout-seconds=1",
+    "--body-timeout-seconds=1.5",
+    "--keep-alive-seconds=2",
+    "--max-connections=20",
+    "--max-body-bytes=1048576",
+    "--max-header-bytes=4096",
+    "--max-in-flight=4",
+]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebhookProcess]:
+    process = WebhookProcess([*OBJECT_ARGS, *LIMITS], tls_dir=tmp_path_factory.mktemp("tls"))
+    yield process
+    assert process.stop() == 0
+
+
+def client(server: WebhookProcess) -> httpx.Client:
+    return httpx.Client(verify=ssl.create_default_context(cafile=server.ca), timeout=10)
+
+
+def review_body(path: str, **fields: object) -> bytes:
+    body = json.loads((ROOT / "examples" / "reviews" / f"{REVIEWS[path]}.json").read_text())
+    body["request"].update(fields)
+    return json.dumps(body).encode()
+
+
+def tls_socket(server: WebhookProcess) -> ssl.SSLSocket:
+    context = ssl.create_default_context(cafile=server.ca)
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    return context.wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+def read_until_closed(sock: ssl.SSLSocket, within: float) -> tuple[bytes, float]:
+    """Everything the server sends until it closes, and how long that took."""
+    started, data = time.monotonic(), b""
+    sock.settimeout(within)
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except (ConnectionResetError, ssl.SSLError):
+        pass
+    except TimeoutError:
+        pytest.fail(f"connection still open after {within} s; got {data[:200]!r}")
+    return data, time.monotonic() - started
+
+
+def answered_then_cut(server: WebhookProcess, reason: str) -> float:
+    """Post a good review (it must be allowed), then read how many connections `reason` cut."""
+    with client(server) as http:
+        response = http.post(
+            server.url + paths.MUTATE_VMIS,
+            content=review_body(paths.MUTATE_VMIS),
+            headers={"content-type": "application/json"},
+        )
+        assert response.status_code == 200 and response.json()["response"]["allowed"]
+        metrics = http.get(server.url + paths.METRICS).text
+    prefix = f'gpuclass_webhook_connections_cut_total{{reason="{reason}"}}'
+    return float(next(x for x in metrics.splitlines() if x.startswith(prefix)).split()[-1])
+
+
+def json_error(raw: bytes) -> tuple[int, dict[str, object]]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    assert b"content-type: application/json" in head.lower()
+    return status, json.loads(body)
+
+
+@pytest.mark.parametrize("path", list(REVIEWS))
+@pytest.mark.parametrize("operation", [[], {}], ids=["list", "object"])
+def test_a_wrong_operation_type_is_a_counted_400(
+    server: WebhookProcess, path: str, operation: object
+) -> None:
+    with client(server) as http:
+        response = http.post(
+            server.url + path,
+            content=review_body(path, operation=operation),
+            headers={"content-type": "application/json"},
+        )
+        assert response.status_code == 400
+        assert response.json()["status"] == 400
+        assert response.json()["error"].startswith("request.operation")
+        metrics = http.get(server.url + paths.METRICS).text
+    webhook = path.rsplit("/", 1)[1]
+    assert f'webhook="{webhook}"' in metrics and 'code="400"' in metrics
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        pytest.param("GET", "/no/such/path", 404, id="unknown-path"),
+        pytest.param("POST", paths.MUTATE_VMIS + "/", 404, id="trailing-slash-no-redirect"),
+        pytest.param("GET", paths.HEALTHZ + "/", 404, id="trailing-slash-on-health"),
+        pytest.param("GET", paths.MUTATE_VMIS, 405, id="get-on-admission"),
+        pytest.param("POST", paths.HEALTHZ, 405, id="post-on-health"),
+    ],
+)
+def test_router_errors_have_the_contract_shape(
+    server: WebhookProcess, method: str, path: str, status: int
+) -> None:
+    with client(server) as http:
+        response = http.request(
+            method,
+            server.url + path,
+            content=b"{}",
+            headers={"content-type": "application/json", "host": "evil.example"},
+        )
+    assert response.status_code == status
+    assert "location" not in response.headers
+    assert response.headers["content-type"] == "application/json"
+    assert response.json()["status"] == status and response.json()["error"]
+
+
+def test_a_413_closes_the_connection_instead_of_draining_the_body(server: WebhookProcess) -> None:
+    with tls_socket(server) as sock:
+        sock.sendall(
+            f"POST {paths.MUTATE_VMIS} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            f"content-length: {1 << 30}\r\n\r\n".encode()
+        )
+        # Some of the body. The server may close while it is still being sent: it does not
+        # drain the body, which is what this test wants.
+        with contextlib.suppress(ssl.SSLError, OSError):
+            sock.sendall(b" " * 65536)
+        data, _ = read_until_closed(sock, within=5)
+    status, body = json_error(data)
+    assert (status, body["status"]) == (413, 413)
+
+
+def test_a_malformed_request_gets_a_json_400_and_the_connection_closes(
+    server: WebhookProcess,
+) -> None:
+    with tls_socket(server) as sock:
+        sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+        data, _ = read_until_closed(sock, within=5)
+    assert json_error(data) == (400, {"status": 400, "error": "malformed HTTP request"})
+
+
+def test_headers_over_the_cap_are_refused(server: WebhookProcess) -> None:
+    with tls_socket(server) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-pad: " + b"a" * 8192 + b"\r\n\r\n")
+        data, _ = read_until_closed(sock, within=5)
+    assert json_error(data)[0] == 431
+
+
+@pytest.mark.parametrize(
+    "send",
+    [
+        pytest.param(b"", id="idle-before-first-request"),
+        pytest.param(b"POST /mutate/pods HTTP/1.1\r\nhost: x\r\n", id="headers-never-finished"),
+    ],
+)
+def test_slow_headers_are_cut_at_the_header_timeout(server: WebhookProcess, send: bytes) -> None:
+    with tls_socket(server) as sock:
+        sock.sendall(send)
+        _, took = read_until_closed(sock, within=5)
+    assert took < 4, "the header timeout is 1 s"
+
+
+def test_a_body_that_never_finishes_gets_408_and_the_connection_closes(
+    server: WebhookProcess,
+) -> None:
+    with tls_socket(server) as sock:
+        sock.sendall(
+            f"POST {paths.MUTATE_VMIS} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            "content-length: 1000\r\n\r\n{".encode()
+        )
+        data, took = read_until_closed(sock, within=6)
+    assert json_error(data)[0] == 408
+    assert took < 5, "the body timeout is 1.5 s"
+
+
+def test_an_idle_keep_alive_connection_is_closed(server: WebhookProcess) -> None:
+    with tls_socket(server) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        data, took = read_until_closed(sock, within=8)
+    assert data.startswith(b"HTTP/1.1 200")
+    assert took < 6, "the keep-alive timeout is 2 s"
+
+
+def test_over_the_connection_cap_the_longest_idle_connection_gives_way(
+    server: WebhookProcess,
+) -> None:
+    idle = [tls_socket(server) for _ in range(25)]  # the cap is 20
+    try:
+        assert answered_then_cut(server, "idle_evicted") >= 5
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+def test_a_huge_uid_makes_a_short_decision_line(server: WebhookProcess) -> None:
+    uid = "u" * 900_000
+    with client(server) as http:
+        response = http.post(
+            server.url + paths.MUTATE_VMIS,
+            content=review_body(paths.MUTATE_VMIS, uid=uid),
+            headers={"content-type": "application/json"},
+        )
+    assert response.json()["response"]["uid"] == uid, "the response still copies it whole"
+    time.sleep(0.3)
+    lines = [line for line in server.lines if '"msg":"admission"' in line and '"uid":"uuu' in line]
+    assert len(lines) == 1, "one line per decision"
+    assert len(lines[0]) < 2000
+
+
+def test_a_client_leaving_mid_body_is_logged_at_debug_only(server: WebhookProcess) -> None:
+    before = len(server.lines)
+    with tls_socket(server) as sock:
+        sock.sendall(
+            f"POST {paths.MUTATE_VMIS} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            "content-length: 5000\r\n\r\n{".encode()
+        )
+        time.sleep(0.2)
+    time.sleep(0.5)
+    new = [json.loads(line) for line in server.lines[before:] if line.startswith("{")]
+    assert not [e for e in new if e.get("level") in ("warning", "error") or "exc" in e], new
+
+
+def test_every_setting_is_documented_with_its_flag() -> None:
+    from gpuclass.webhook.settings import WebhookSettings
+
+    documented = (ROOT / "docs" / "webhook.md").read_text()
+    flags = ["--" + name.replace("_", "-") for name in WebhookSettings.model_fields]
+    assert [f for f in flags if f"`{f}" not in documented] == []
+    for limit in ("max_connections", "max_in_flight", "header_timeout_seconds"):
+        assert f"`GPUCLASS_{limit.upper()}`" in documented
+
+
+def test_over_the_in_flight_cap_the_slowest_body_gives_way(server: WebhookProcess) -> None:
+    head = (
+        f"POST {paths.MUTATE_VMIS} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        "content-length: 1000\r\n\r\n{"
+    ).encode()
+    slow = [tls_socket(server) for _ in range(6)]  # the cap is 4
+    try:
+        for sock in slow:
+            sock.sendall(head)
+            time.sleep(0.05)
+        assert answered_then_cut(server, "slow_body_evicted") >= 3
+    finally:
+        for sock in slow:
+            sock.close()
