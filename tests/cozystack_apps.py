@@ -104,7 +104,7 @@ def capk_virtual_machine(machine: RawObject, *, cluster: str, bootstrap_secret: 
     template_spec.setdefault("volumes", []).append(
         {
             "name": "cloudinitvolume",
-            "cloudInitConfigDrive": {"userDataSecretRef": {"name": f"{bootstrap_secret}-userdata"}},
+            "cloudInitConfigDrive": {"secretRef": {"name": f"{bootstrap_secret}-userdata"}},
         }
     )
     devices = template_spec.setdefault("domain", {}).setdefault("devices", {})

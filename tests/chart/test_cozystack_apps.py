@@ -12,6 +12,7 @@ tests/e2e/test_e2e_cozystack_apps.py takes the same renders through KubeVirt on 
 from __future__ import annotations
 
 import json
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from gpuclass.shared.core.status.catalog import Catalog, Policy
 from tests.chart_helpers import render
 from tests.conftest import OBJECTS
 from tests.cozystack_apps import (
+    APPS,
     CAPK_MACHINE_NAME,
     CAPK_MACHINE_NAMESPACE,
     CLUSTER_NAME,
@@ -185,3 +187,35 @@ def test_without_the_change_a_class_entry_would_render_a_gpu_with_no_device(
     template = _vmi_template(_object(charts[(name, False)], name, CLASSES))
     assert template["spec"]["domain"]["devices"]["gpus"] == [{"name": "gpu1", "deviceName": None}]
     assert ANN not in template["metadata"]["annotations"]
+
+
+OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+
+
+def _documented_snippets() -> list[list[str]]:
+    """The template lines docs/operations.md ("Cozystack's application charts") tells Cozystack
+    to insert and to put in place of the raw block's condition, stripped of indentation."""
+    text = OPERATIONS.read_text()
+    section = text.split("## Cozystack's application charts", 1)[1]
+    section = re.split(r"\n## (?!@)", section, maxsplit=1)[0]  # the typedef's lines start "## @"
+    blocks = [b.split("```", 1)[0] for b in section.split("```yaml\n")[1:]]
+    templates = [b for b in blocks if "{{" in b]
+    return [[line.strip() for line in b.strip().splitlines()] for b in templates]
+
+
+@pytest.mark.parametrize("name", list(TEMPLATES))
+def test_the_stand_ins_carry_exactly_the_documented_change(name: str) -> None:
+    snippets = _documented_snippets()
+    assert len(snippets) == 2  # the annotation lines, the raw block's condition
+    lines = [
+        line.strip()
+        for line in (APPS / name / "templates" / TEMPLATES[name]).read_text().splitlines()
+    ]
+    for snippet in snippets:
+        if name == "kubernetes-nodes":
+            snippet = [
+                line.replace(".Values.gpus", ".group.gpus").replace("nindent 8", "nindent 12")
+                for line in snippet
+            ]
+        start = lines.index(snippet[0])
+        assert lines[start : start + len(snippet)] == snippet

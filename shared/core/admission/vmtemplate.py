@@ -2,7 +2,8 @@
 
 Shared by the VirtualMachine admitter (`admit_vm`) and `gpuclass explain`, which judge a
 template with the VMI rules: :func:`template_view` is the VMI a start would create (with
-Cluster API's worker-pool label, which is on the VirtualMachine only), and
+the worker-pool labels of the VirtualMachine itself, so a worker is known whichever of them
+its template lacks), and
 :func:`tenant_cause` renames a cause's field from the VMI's path to the VM's
 (`spec.template.…`, or `gpus[i]` for an entry of the selection).
 """
@@ -30,8 +31,8 @@ def template_of(vm: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 def template_view(vm: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The VMI a VirtualMachine's template becomes, as admission judges it: the template's
-    metadata and spec, plus a worker-pool label on the VM itself (Cluster API's cluster label
-    is on the VirtualMachine only, never on its VMI). None when the VM has no template."""
+    metadata and spec, plus a worker-pool label on the VM itself (a VM applied by hand may
+    carry one on itself only). None when the VM has no template."""
     template = template_of(vm)
     if template is None:
         return None

@@ -15,7 +15,8 @@ SELECTION_ANNOTATION: Final = "gpu.cozystack.io/classes"
 IN_USE_FINALIZER: Final = "gpu.cozystack.io/in-use"
 VGPU_ENTITLEMENT_LABEL: Final = "gpu.cozystack.io/vgpu"
 WORKER_POOL_LABEL: Final = "cluster.x-k8s.io/cluster-name"
-"""Cluster API's cluster label: cluster-api-provider-kubevirt writes it on the VirtualMachine only."""
+"""Cluster API's cluster label: cluster-api-provider-kubevirt v0.11.2 writes it on the VirtualMachine
+and on its template (pkg/kubevirt/utils.go, `buildVirtualMachineInstanceTemplate`)."""
 KUBEVIRT_MACHINE_NAME_LABEL: Final = "capk.cluster.x-k8s.io/kubevirt-machine-name"
 KUBEVIRT_MACHINE_NAMESPACE_LABEL: Final = "capk.cluster.x-k8s.io/kubevirt-machine-namespace"
 WORKER_POOL_LABELS: Final = (
@@ -25,7 +26,7 @@ WORKER_POOL_LABELS: Final = (
 )
 """Any of them marks a worker-pool VM or VMI (cluster-api-provider-kubevirt v0.11.2,
 pkg/kubevirt/machine.go `Create`: the two `capk.` labels on the VM and its template, hence on
-the VMI; the cluster label on the VM only)."""
+the VMI; the cluster label on both too, from pkg/kubevirt/utils.go)."""
 LAUNCHER_LABEL: Final = "kubevirt.io"
 LAUNCHER_LABEL_VALUE: Final = "virt-launcher"
 
