@@ -48,8 +48,6 @@ from gpuclass.shared.core.model.selection import parse_selection
 from gpuclass.shared.core.model.snapshot import Redacted, SecretRecord, Snapshot, SnapshotBuilder
 from gpuclass.shared.kube.loader import LoadError, iter_objects, load_snapshot
 
-"""Only Pods that can hold units (docs/contract.md 6.2): bound, Pending or Running."""
-
 
 def add_parser(sub: Any, objects_arg: Any) -> None:
     """Register `explain` on the `gpuclass` sub-parsers (`objects_arg` adds --objects & co)."""

@@ -135,7 +135,8 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     env = os.environ if environ is None else environ
     parser = argparse.ArgumentParser(
         prog="gpuclass",
-        description="GPU class catalog: offline tools, no cluster needed.",
+        description="GPU class catalog: validate, review, status, explain and plan. Offline on "
+        "--objects files; explain and plan may also read a cluster (read-only).",
         epilog=TOP_EPILOG,
     )
     parser.add_argument("--version", action="version", version=version_line("gpuclass"))
