@@ -224,14 +224,35 @@ class Cluster:
     webhook: WebhookProcess
     hostile: Hostile
 
-    def final_answers(self, name: str) -> list[dict[str, object]]:
-        """What our check logged for the VMI `name` (one line per call)."""
+    def logged_final_answers(self, name: str) -> list[dict[str, object]]:
+        """What our check has logged so far for the VMI `name` (one line per call)."""
         return [
             e
             for e in self.webhook.logs()
             if e.get("msg") == "admission"
             and e.get("webhook") == FINAL_ROUTE
             and e.get("name") == name
+        ]
+
+    def final_answers(self, name: str) -> list[dict[str, object]]:
+        """What our check logged for the VMI `name`, once the line has arrived: the webhook logs
+        after it answers, and its log is read from a pipe."""
+        answers: list[dict[str, object]] = eventually(
+            lambda: self.logged_final_answers(name) or None,
+            timeout=10,
+            what=f"the check's log line for {name}",
+        )
+        return answers
+
+    def mutating_refusals(self, name: str) -> list[dict[str, object]]:
+        """Our mutating webhook's refusals of the VMI `name`, as logged so far."""
+        return [
+            e
+            for e in self.webhook.logs()
+            if e.get("msg") == "admission"
+            and e.get("webhook") == "virtualmachineinstances"
+            and e.get("name") == name
+            and e.get("allowed") is False
         ]
 
 
@@ -307,7 +328,7 @@ def _chain_ready(cluster: Cluster) -> bool:
         bool(stored["spec"]["domain"]["devices"].get("gpus"))
         and _kubevirt_mutated(stored)
         and MARKER in stored["metadata"]["annotations"]
-        and bool(cluster.final_answers(name))
+        and bool(cluster.logged_final_answers(name))
     )
 
 
@@ -436,4 +457,8 @@ def test_a_raw_gpu_added_before_our_second_call_is_refused_by_our_mutating_webho
     error = _refusal(cluster, vmi)
     assert error.status_code == 422
     assert f'admission webhook "{MUTATING_HOOK}" denied the request' in error.body["message"]
-    assert cluster.final_answers(name) == []  # refused before any validating webhook ran
+    eventually(
+        lambda: cluster.mutating_refusals(name) or None, timeout=10, what="the refusal's log line"
+    )
+    # Refused before any validating webhook ran (the webhook writes its log lines in order).
+    assert cluster.logged_final_answers(name) == []
