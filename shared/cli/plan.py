@@ -34,7 +34,8 @@ Change = Literal["added", "changed", "removed", "unchanged"]
 Impact = Literal["refused", "start-refused", "start-changes", "running", "capacity"]
 IMPACTS: tuple[Impact, ...] = ("refused", "start-refused", "start-changes", "running", "capacity")
 """What `--fail-on` can name: a refused class change, a VM whose next start is refused, a VM
-whose next start changes, running VMIs on a changed class, capacity lost."""
+whose next start changes, running VMIs on a class the change really changes (a refused change
+leaves them alone), capacity lost."""
 DEFAULT_FAIL_ON: tuple[Impact, ...] = ("refused", "start-refused")
 
 FIGURES = ("free", "maxFreePerNode", "maxUnitsPerNode", "eligibleNodes")
@@ -114,7 +115,14 @@ class Plan:
             "refused": sum(1 for c in self.classes if c.refused),
             "start-refused": sum(1 for v in self.vms if v.impact == "start-refused"),
             "start-changes": sum(1 for v in self.vms if v.impact == "start-changes"),
-            "running": len({r for c in self.classes if c.change != "unchanged" for r in c.running}),
+            "running": len(
+                {
+                    r
+                    for c in self.classes
+                    if c.change != "unchanged" and not c.refused
+                    for r in c.running
+                }
+            ),
             "capacity": sum(1 for c in self.classes if c.capacity_delta < 0),
         }
 

@@ -112,6 +112,7 @@ def test_an_identity_change_is_refused_with_the_advice_and_changes_nothing_else(
     assert "new class" in whole.advice
     assert whole.before == whole.after, "refused: the stored class stays"
     assert p.vms == [] and p.fails(("refused",))
+    assert p.summary()["runningVMIsAffected"] == 0, "a refused change leaves the VMI alone"
 
 
 def test_a_removed_class_in_use_waits_for_its_vmis_and_its_vms_cannot_start() -> None:
