@@ -27,13 +27,14 @@ import contextlib
 import os
 import ssl
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
-from tests.controlplane.api import Api, RawObject
+from tests.controlplane.api import Api, RawObject, manifests
 from tests.controlplane.cluster import AssetsUnavailable, ControlPlane, free_port
 from tests.controlplane.components import MERGE, Component
 
@@ -165,3 +166,39 @@ def start_kubevirt_parts(
 def stop_kubevirt_parts(plane: ControlPlane, process: Component) -> None:
     process.stop()
     remove_kubevirt_webhooks(plane.admin)
+
+
+def object_files(roots: Iterable[str]) -> list[Path]:
+    """The YAML files of the `--objects` roots (a file, or every `*.yaml` under a folder), sorted."""
+    files: list[Path] = []
+    for root in map(Path, roots):
+        files += sorted(root.rglob("*.yaml")) if root.is_dir() else [root]
+    return files
+
+
+def golden_objects(roots: Iterable[str]) -> list[RawObject]:
+    """Every Kubernetes object of those files; a file that holds none (a review) is skipped."""
+    found: list[RawObject] = []
+    for path in object_files(roots):
+        try:
+            found += manifests(path)
+        except (ValueError, yaml.YAMLError):
+            continue
+    return found
+
+
+def remove_labelled(api: Api, label: tuple[str, str], collections: Sequence[str]) -> None:
+    """Delete what a module created (objects carrying `label`) in `collections`: VMIs first lose
+    KubeVirt's finalizer (no virt-controller is left to remove it), Pods go at once (no kubelet
+    may be left)."""
+    selector = {"labelSelector": f"{label[0]}={label[1]}"}
+    for collection in collections:
+        for item in api.call("GET", collection, params=selector).get("items") or []:
+            meta = item["metadata"]
+            path = collection.replace("/v1/", f"/v1/namespaces/{meta['namespace']}/", 1)
+            path += f"/{meta['name']}"
+            if meta.get("finalizers"):
+                api.request(
+                    "PATCH", path, body={"metadata": {"finalizers": None}}, content_type=MERGE
+                )
+            api.request("DELETE", path, params={"gracePeriodSeconds": "0"})

@@ -26,9 +26,10 @@ import yaml
 from tests.builders import ANN
 from tests.chart_helpers import chart_webhook_configurations, render
 from tests.conftest import OBJECTS
-from tests.controlplane.api import Api, ApiError, RawObject, manifests
+from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
-from tests.controlplane.components import MERGE, Component
+from tests.controlplane.components import Component
+from tests.controlplane.kubevirt_parts import golden_objects, remove_labelled
 from tests.cozystack_apps import (
     CAPK_MACHINE_NAME,
     TEMPLATES,
@@ -49,18 +50,7 @@ CLEANED = (
 )
 
 
-def _golden_objects() -> list[RawObject]:
-    found: list[RawObject] = []
-    for root in map(Path, OBJECTS):
-        for path in sorted(root.rglob("*.yaml")) if root.is_dir() else [root]:
-            try:
-                found += manifests(path)
-            except (ValueError, yaml.YAMLError):
-                continue
-    return found
-
-
-GOLDEN_OBJECTS = _golden_objects()
+GOLDEN_OBJECTS = golden_objects(OBJECTS)
 CLASS_FILES = {
     o["metadata"]["name"]: o["spec"] for o in GOLDEN_OBJECTS if o.get("kind") == "GPUClass"
 }
@@ -82,22 +72,6 @@ def kubevirt_configuration() -> dict[str, Any]:
         for key, entries in union.items():
             entries += [e for e in permitted.get(key) or [] if e not in entries]
     return {"permittedHostDevices": union}
-
-
-def _remove_mine(api: Api) -> None:
-    """Delete what this module created; VMIs first lose KubeVirt's finalizer (no
-    virt-controller is left to remove it), Pods go at once (no kubelet may be left)."""
-    selector = {"labelSelector": f"{MINE[0]}={MINE[1]}"}
-    for collection in CLEANED:
-        for item in api.call("GET", collection, params=selector).get("items") or []:
-            meta = item["metadata"]
-            path = collection.replace("/v1/", f"/v1/namespaces/{meta['namespace']}/", 1)
-            path += f"/{meta['name']}"
-            if meta.get("finalizers"):
-                api.request(
-                    "PATCH", path, body={"metadata": {"finalizers": None}}, content_type=MERGE
-                )
-            api.request("DELETE", path, params={"gracePeriodSeconds": "0"})
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +96,7 @@ def api(
         for configuration in configurations:
             admin.delete(configuration)
         webhook.stop()
-        _remove_mine(admin)
+        remove_labelled(admin, MINE, CLEANED)
 
 
 def _webhooks_answer(api: Api) -> bool:

@@ -37,15 +37,15 @@ from urllib.parse import urlsplit
 
 import jsonpatch
 import pytest
-import yaml
 
 from gpuclass.shared.core.admission.patches import pointer
 from tests.builders import ANN
 from tests.chart_helpers import chart_webhook_configurations
 from tests.conftest import NOT_KUBEVIRT, OBJECTS, GoldenCase, golden_cases
-from tests.controlplane.api import Api, ApiError, RawObject, manifests
+from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
 from tests.controlplane.components import Component
+from tests.controlplane.kubevirt_parts import golden_objects
 from tests.controlplane.webhooks import Hook, rule, webhook_configuration
 from tests.webhook_process import WebhookProcess
 
@@ -64,18 +64,7 @@ STOLEN_VOLUME = {"name": "stolen", "secret": {"secretName": LICENCE_COPY}}
 STOLEN_DISK = {"name": "stolen", "disk": {"bus": "virtio"}}
 
 
-def _golden_objects() -> list[RawObject]:
-    found: list[RawObject] = []
-    for root in map(Path, OBJECTS):
-        for path in sorted(root.rglob("*.yaml")) if root.is_dir() else [root]:
-            try:
-                found += manifests(path)
-            except (ValueError, yaml.YAMLError):
-                continue
-    return found
-
-
-GOLDEN_OBJECTS = _golden_objects()
+GOLDEN_OBJECTS = golden_objects(OBJECTS)
 
 
 @pytest.fixture(scope="module")

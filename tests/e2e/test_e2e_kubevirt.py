@@ -30,16 +30,15 @@ import yaml
 from tests.builders import ANN, selecting_vm
 from tests.chart_helpers import chart_webhook_configurations
 from tests.conftest import NOT_KUBEVIRT, OBJECTS, GoldenCase, golden_cases
-from tests.controlplane.api import Api, ApiError, RawObject, manifests
+from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
 from tests.controlplane.components import (
-    MERGE,
     Component,
     kwok_node,
     node_ready,
     set_allocatable,
 )
-from tests.controlplane.kubevirt_parts import install_kubevirt_cr
+from tests.controlplane.kubevirt_parts import golden_objects, install_kubevirt_cr, remove_labelled
 from tests.controlplane.plugin import KUBEVIRT_CR, KUBEVIRT_NAMESPACE
 from tests.webhook_process import WebhookProcess
 
@@ -75,24 +74,7 @@ AFTER = {
 }
 
 
-def _object_files() -> list[Path]:
-    files: list[Path] = []
-    for root in map(Path, OBJECTS):
-        files += sorted(root.rglob("*.yaml")) if root.is_dir() else [root]
-    return files
-
-
-def _golden_objects() -> list[RawObject]:
-    found: list[RawObject] = []
-    for path in _object_files():
-        try:
-            found += manifests(path)
-        except (ValueError, yaml.YAMLError):
-            continue
-    return found
-
-
-GOLDEN_OBJECTS = _golden_objects()
+GOLDEN_OBJECTS = golden_objects(OBJECTS)
 CLASSES = {o["metadata"]["name"]: o["spec"] for o in GOLDEN_OBJECTS if o.get("kind") == "GPUClass"}
 
 
@@ -146,22 +128,6 @@ def _mine(obj: RawObject) -> RawObject:
     return obj
 
 
-def _remove_mine(api: Api) -> None:
-    """Delete what this module created; VMIs first lose KubeVirt's finalizer (no
-    virt-controller is left to remove it), Pods go at once (no kubelet may be left)."""
-    selector = {"labelSelector": f"{MINE[0]}={MINE[1]}"}
-    for collection in CLEANED:
-        for item in api.call("GET", collection, params=selector).get("items") or []:
-            meta = item["metadata"]
-            path = collection.replace("/v1/", f"/v1/namespaces/{meta['namespace']}/", 1)
-            path += f"/{meta['name']}"
-            if meta.get("finalizers"):
-                api.request(
-                    "PATCH", path, body={"metadata": {"finalizers": None}}, content_type=MERGE
-                )
-            api.request("DELETE", path, params={"gracePeriodSeconds": "0"})
-
-
 @pytest.fixture(scope="module")
 def kubevirt_configuration() -> dict[str, Any]:
     """No feature gates at all: what KubeVirt needs for a GPU VMI shows as a refusal."""
@@ -200,7 +166,7 @@ def cluster(
         for configuration in configurations:
             api.delete(configuration)
         webhook.stop()
-        _remove_mine(api)
+        remove_labelled(api, MINE, CLEANED)
 
 
 def _probe(namespace: str, annotation: list[RawObject] | None) -> RawObject:
