@@ -102,6 +102,10 @@ CONDITION_TYPES = {
 }
 MANAGED_SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED.items())
 SETTLE = 20.0  # seconds a status may take to follow a change (it takes well under one)
+RELEASE_SETTLE = 60.0
+"""Seconds a copy's deletion may take: a deletion waits until the view of the sources it depends
+on has reached the event (docs/reconciler.md), which may take a re-list (every 10 s at most, then
+the list itself); on a machine running four test workers that has passed 20 s."""
 
 
 # -- the module's world --------------------------------------------------------------------------
@@ -607,7 +611,7 @@ def wait_copy(world: World, ns: str, class_name: str, token: str) -> RawObject:
 def wait_no_copy(world: World, ns: str, class_name: str, what: str) -> None:
     eventually(
         lambda: secret_or_none(world.admin, ns, copy_name(class_name)) is None,
-        timeout=SETTLE,
+        timeout=RELEASE_SETTLE,
         what=what,
     )
 
