@@ -150,7 +150,7 @@ def _admission_endpoint(ctx: AppContext, path: str) -> Callable[[Request], Await
         denied = decision if isinstance(decision, Denied) else None
         code = str(denied.code) if denied else "200"
         metrics.requests.labels(webhook, req.operation, str(not denied).lower(), code).inc()
-        causes = [c.code for c in denied.causes] if denied else []
+        causes = [str(c.code) for c in denied.causes] if denied else []
         for cause in set(causes):
             metrics.denials.labels(webhook, cause).inc()
         log.info("admission", extra={"fields": _decision_fields(req, decision, causes, started)})

@@ -21,7 +21,7 @@ from typing import Any
 
 from gpuclass.shared.core.admission.decisions import Allowed, Decision, Denied
 from gpuclass.shared.core.admission.envelope import AdmissionRequest
-from gpuclass.shared.core.base.causes import Cause, forbidden, invalid
+from gpuclass.shared.core.base.causes import Cause, CauseCode, forbidden, invalid
 from gpuclass.shared.core.base.fieldpath import FieldPath
 from gpuclass.shared.core.status.catalog import Catalog
 
@@ -83,5 +83,5 @@ def _cause(path: FieldPath, resource: str, namespace: str, problem: str) -> Caus
         path,
         f"{resource} is a vGPU resource, and namespace {namespace or '(none)'} may not take "
         f"vGPUs: {problem}",
-        "NotEntitled",
+        CauseCode.NOT_ENTITLED,
     )

@@ -25,7 +25,7 @@ from typing import Any
 
 from gpuclass.shared.core.admission.decisions import Allowed, Decision, Denied
 from gpuclass.shared.core.admission.envelope import AdmissionRequest
-from gpuclass.shared.core.admission.resolution import CLASS_STATE_CODES, judge_create
+from gpuclass.shared.core.admission.resolution import judge_create
 from gpuclass.shared.core.admission.vmtemplate import (
     template_of,
     template_view,
@@ -60,12 +60,10 @@ def judge_template(view: Mapping[str, Any], namespace: str, catalog: Catalog) ->
     """The rules of a VMI CREATE on the template's view (:func:`template_view`): refusals for
     what cannot change before the VM starts, warnings for the rest."""
     judged = judge_create(view, namespace, catalog)
-    refusals = tuple(tenant_cause(c) for c in judged.causes if c.code not in CLASS_STATE_CODES)
+    refusals = tuple(tenant_cause(c) for c in judged.causes if not c.code.is_class_state)
     # One line per cause, in full (a warning is cut at 120 characters), then one that says why
     # it is only a warning.
-    later = [
-        f"{tenant_path(c.path)}: {c.message}" for c in judged.causes if c.code in CLASS_STATE_CODES
-    ]
+    later = [f"{tenant_path(c.path)}: {c.message}" for c in judged.causes if c.code.is_class_state]
     if later:
         later.append(RECHECKED)
     warnings = (*later, *judged.warnings)

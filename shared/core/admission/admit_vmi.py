@@ -21,7 +21,7 @@ from gpuclass.shared.core.admission.resolution import (
     selected_licensed_classes,
 )
 from gpuclass.shared.core.admission.secretrefs import secret_refs
-from gpuclass.shared.core.base.causes import invalid
+from gpuclass.shared.core.base.causes import CauseCode, invalid
 from gpuclass.shared.core.model.selection import ANNOTATION_PATH, parse_selection
 from gpuclass.shared.core.status.catalog import Catalog
 
@@ -64,7 +64,7 @@ def admit_update(obj: Mapping[str, Any], old: Mapping[str, Any], catalog: Catalo
                 invalid(
                     ANNOTATION_PATH,
                     f"cannot be {verb} on a running VMI: recreate the VM to change its GPUs",
-                    "SelectionImmutable",
+                    CauseCode.SELECTION_IMMUTABLE,
                 ),
             )
         )

@@ -34,7 +34,7 @@ from gpuclass.shared.core.admission.resolution import (
     license_volume,
 )
 from gpuclass.shared.core.base import names
-from gpuclass.shared.core.base.causes import Cause, invalid
+from gpuclass.shared.core.base.causes import Cause, CauseCode, invalid
 from gpuclass.shared.core.base.fieldpath import FieldPath
 from gpuclass.shared.core.status.catalog import Catalog
 
@@ -63,7 +63,7 @@ def final_causes(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> tu
     causes = [
         c
         for c in judged.causes
-        if not (c.path == GPUS_PATH and c.code == "RawRequestBesideClasses")
+        if not (c.path == GPUS_PATH and c.code == CauseCode.RAW_REQUEST_BESIDE_CLASSES)
     ]
     causes += gpu_entry_causes(obj, judged)
     causes += licence_causes(obj, judged)
@@ -106,7 +106,7 @@ def gpu_entry_causes(obj: Mapping[str, Any], judged: Judgement) -> list[Cause]:
             f"must be exactly what the selected classes resolve to ({describe(judged.gpus)}) "
             f"but holds ({describe(found)}): the selection was not resolved, or another "
             "mutating webhook changed the GPU entries after gpuclass resolved it",
-            "GPUEntriesMismatch",
+            CauseCode.GPU_ENTRIES_MISMATCH,
         )
     ]
 
@@ -133,7 +133,7 @@ def licence_causes(obj: Mapping[str, Any], judged: Judgement) -> list[Cause]:
                 FieldPath.of(*path),
                 f"lacks {what} of class {judged.licensed}: the selection was not resolved, or "
                 "another mutating webhook removed it; the guest would start unlicensed",
-                "LicenceVolumeMissing",
+                CauseCode.LICENCE_VOLUME_MISSING,
             )
         )
     return causes

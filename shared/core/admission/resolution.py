@@ -17,7 +17,7 @@ from typing import Any
 from gpuclass.shared.core.admission.patches import PatchBuilder
 from gpuclass.shared.core.admission.secretrefs import secret_refs
 from gpuclass.shared.core.base import names
-from gpuclass.shared.core.base.causes import Cause, forbidden, invalid
+from gpuclass.shared.core.base.causes import Cause, CauseCode, forbidden, invalid
 from gpuclass.shared.core.base.fieldpath import FieldPath
 from gpuclass.shared.core.model.selection import (
     ANNOTATION_PATH,
@@ -96,18 +96,6 @@ class Plan:
         return entries
 
 
-CLASS_STATE_CODES = frozenset(
-    {
-        "ClassNotFound",
-        "ClassInvalid",
-        "ClassDeleting",
-        "ResourceNameConflict",
-        "ResourceNameNotPermitted",
-    }
-)
-"""The reasons of :func:`class_causes`: the state of a class now, which may change before a VM starts."""
-
-
 def class_causes(
     entries: tuple[ClassEntry, ...], catalog: Catalog
 ) -> tuple[dict[str, Offer], list[Cause]]:
@@ -130,7 +118,7 @@ def class_causes(
                 forbidden(
                     path,
                     f"class {entry.class_name} is not in the catalog (kubectl get gpuclasses)",
-                    "ClassNotFound",
+                    CauseCode.CLASS_NOT_FOUND,
                 )
             )
         elif offer.record.spec is None:
@@ -139,7 +127,7 @@ def class_causes(
                 forbidden(
                     path,
                     f"class {entry.class_name} has an invalid spec ({why}); the hoster must fix it",
-                    "ClassInvalid",
+                    CauseCode.CLASS_INVALID,
                 )
             )
         elif offer.record.deleting:
@@ -147,7 +135,7 @@ def class_causes(
                 forbidden(
                     path,
                     f"class {entry.class_name} is being deleted; pick another class",
-                    "ClassDeleting",
+                    CauseCode.CLASS_DELETING,
                 )
             )
         elif offer.conflict_with:
@@ -155,7 +143,7 @@ def class_causes(
                 forbidden(
                     path,
                     f"class {entry.class_name} is unavailable: class {offer.conflict_with} already uses its resource",
-                    "ResourceNameConflict",
+                    CauseCode.RESOURCE_NAME_CONFLICT,
                 )
             )
         elif not offer.permitted:
@@ -163,7 +151,7 @@ def class_causes(
                 forbidden(
                     path,
                     f"class {entry.class_name} is unavailable: its resource is not permitted by KubeVirt",
-                    "ResourceNameNotPermitted",
+                    CauseCode.RESOURCE_NAME_NOT_PERMITTED,
                 )
             )
         else:
@@ -194,7 +182,7 @@ def limit_causes(
             invalid(
                 ANNOTATION_PATH,
                 f"requests {_units(grand)} GPU units; at most {names.MAX_UNITS_PER_VMI} per VMI",
-                "TooManyUnits",
+                CauseCode.TOO_MANY_UNITS,
             )
         )
     for name, total in totals.items():
@@ -205,7 +193,7 @@ def limit_causes(
                 invalid(
                     ANNOTATION_PATH,
                     f"class {name}: {_units(total)} units requested, at most {limit} per VM",
-                    "MaxCountExceeded",
+                    CauseCode.MAX_COUNT_EXCEEDED,
                 )
             )
     vgpu = [
@@ -216,7 +204,7 @@ def limit_causes(
             invalid(
                 ANNOTATION_PATH,
                 f"a VM may take vGPUs from only one class (got {', '.join(vgpu)})",
-                "MultipleVGPUClasses",
+                CauseCode.MULTIPLE_VGPU_CLASSES,
             )
         )
     return totals, causes
@@ -251,12 +239,12 @@ def policy_causes(
                 forbidden(
                     path,
                     f"class {entry.class_name} is vGPU; worker pools take passthrough classes only",
-                    "WorkerPoolVGPU",
+                    CauseCode.WORKER_POOL_VGPU,
                 )
             )
         problem = catalog.vgpu_problem(namespace)
         if problem:
-            causes.append(forbidden(path, problem, "NotEntitled"))
+            causes.append(forbidden(path, problem, CauseCode.NOT_ENTITLED))
     return causes
 
 
@@ -283,7 +271,7 @@ def raw_request_causes(
                 invalid(
                     path,
                     f"{resource} is a catalog resource: do not add raw GPU requests beside class entries",
-                    "RawRequestBesideClasses",
+                    CauseCode.RAW_REQUEST_BESIDE_CLASSES,
                 )
             )
         elif resource in catalog.vgpu_resources:
@@ -292,7 +280,9 @@ def raw_request_causes(
                 checked_entitlement = True
             if problem:
                 causes.append(
-                    forbidden(path, f"{resource} is a vGPU resource: {problem}", "NotEntitled")
+                    forbidden(
+                        path, f"{resource} is a vGPU resource: {problem}", CauseCode.NOT_ENTITLED
+                    )
                 )
 
     for i, dev in enumerate(_list(obj, *HOST_DEVICES)):
@@ -351,7 +341,7 @@ def license_reference_causes(
             ref.path,
             f"names Secret {ref.name}: a licence copy reaches a VM only as the licence volume "
             "of its licensed class",
-            "LicenceHandMounted",
+            CauseCode.LICENCE_HAND_MOUNTED,
         )
         for ref in secret_refs(obj.get("spec"))
         if ref.name.startswith(names.LICENSE_COPY_PREFIX) and (ref.path, ref.name) not in permitted
@@ -379,7 +369,7 @@ def gpu_operations(
             invalid(
                 "spec.domain.devices.gpus",
                 "must be empty when GPU classes are selected: the admission integration adds the entries",
-                "RawRequestBesideClasses",
+                CauseCode.RAW_REQUEST_BESIDE_CLASSES,
             )
         )
     tolerations = list(_list(obj, *TOLERATIONS))
@@ -406,7 +396,7 @@ def _append_named(
                 invalid(
                     f"{where}[{i}]",
                     f"the name {item['name']} is reserved for the class licence",
-                    "ReservedName",
+                    CauseCode.RESERVED_NAME,
                 )
             ]
     builder.append(path, [item])

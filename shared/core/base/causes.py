@@ -10,12 +10,92 @@ the API server shows. Rendering causes into a response is the admission layer's 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Literal
 
 from gpuclass.shared.core.base.fieldpath import FieldPath
 
 CauseKind = Literal["invalid", "forbidden"]
 MAX_WARNING_CHARS = 119
+
+
+class CauseCode(StrEnum):
+    """Every reason a cause may carry in `details.causes[].reason`, in one place.
+
+    The API server passes a webhook's causes to the client unchanged, and clients treat
+    `reason` as an opaque word. Two kinds share the field, and this enum says which is which:
+
+    - Kubernetes' own words: `FieldValueInvalid` and `FieldValueForbidden` are apimachinery
+      CauseTypes (`k8s.io/apimachinery/pkg/apis/meta/v1`, `CauseType`), used where our
+      check mirrors a schema rule the API server itself would report (a GPUClass spec);
+      `Invalid` and `Forbidden` are its StatusReasons, the default for a cause that has no
+      better word.
+    - Ours: one word per rule of docs/contract.md, stable across releases, because the
+      webhook's denial metric (`cause` label), its decision log and alert runbooks select on
+      them. docs/webhook.md, "Cause codes", lists them with their rule.
+
+    The values are part of the wire format: a member may be added, never renamed.
+    Logic that depends on a cause's meaning asks a property of the code (`is_class_state`),
+    never compares the word.
+    """
+
+    # Kubernetes' words
+    INVALID = "Invalid"
+    FORBIDDEN = "Forbidden"
+    FIELD_VALUE_INVALID = "FieldValueInvalid"
+    FIELD_VALUE_FORBIDDEN = "FieldValueForbidden"
+    # the selection (contract 4.1) and what is beside it (4.2, 4.6, 4.8)
+    SELECTION_TOO_LARGE = "SelectionTooLarge"
+    RAW_REQUEST_BESIDE_CLASSES = "RawRequestBesideClasses"
+    RESERVED_NAME = "ReservedName"
+    LICENCE_HAND_MOUNTED = "LicenceHandMounted"
+    # the classes a selection names (4.3)
+    CLASS_NOT_FOUND = "ClassNotFound"
+    CLASS_INVALID = "ClassInvalid"
+    CLASS_DELETING = "ClassDeleting"
+    RESOURCE_NAME_CONFLICT = "ResourceNameConflict"
+    RESOURCE_NAME_NOT_PERMITTED = "ResourceNameNotPermitted"
+    # limits and vGPU rules (4.4, 4.5)
+    TOO_MANY_UNITS = "TooManyUnits"
+    MAX_COUNT_EXCEEDED = "MaxCountExceeded"
+    MULTIPLE_VGPU_CLASSES = "MultipleVGPUClasses"
+    WORKER_POOL_VGPU = "WorkerPoolVGPU"
+    NOT_ENTITLED = "NotEntitled"
+    # updates (4.7) and the check after every mutation (4.11)
+    SELECTION_IMMUTABLE = "SelectionImmutable"
+    GPU_ENTRIES_MISMATCH = "GPUEntriesMismatch"
+    LICENCE_VOLUME_MISSING = "LicenceVolumeMissing"
+
+    @property
+    def is_kubernetes(self) -> bool:
+        """A word of Kubernetes' own vocabulary (a CauseType or a StatusReason), not one of ours."""
+        return self in _KUBERNETES_WORDS
+
+    @property
+    def is_class_state(self) -> bool:
+        """The cause is about the state of a class the tenant named (unknown, invalid, deleting,
+        unavailable), not about the tenant's input: something the hoster can change later,
+        so a VirtualMachine only warns about it (contract 4.10)."""
+        return self in _CLASS_STATE
+
+
+_KUBERNETES_WORDS = frozenset(
+    {
+        CauseCode.INVALID,
+        CauseCode.FORBIDDEN,
+        CauseCode.FIELD_VALUE_INVALID,
+        CauseCode.FIELD_VALUE_FORBIDDEN,
+    }
+)
+_CLASS_STATE = frozenset(
+    {
+        CauseCode.CLASS_NOT_FOUND,
+        CauseCode.CLASS_INVALID,
+        CauseCode.CLASS_DELETING,
+        CauseCode.RESOURCE_NAME_CONFLICT,
+        CauseCode.RESOURCE_NAME_NOT_PERMITTED,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +105,7 @@ class Cause:
     path: FieldPath
     message: str
     kind: CauseKind = "invalid"
-    code: str = "Invalid"
+    code: CauseCode = CauseCode.INVALID
 
     @property
     def field(self) -> str:
@@ -45,12 +125,12 @@ def _path(path: FieldPath | str) -> FieldPath:
     return path if isinstance(path, FieldPath) else FieldPath.parse(path)
 
 
-def invalid(path: FieldPath | str, message: str, code: str = "Invalid") -> Cause:
+def invalid(path: FieldPath | str, message: str, code: CauseCode = CauseCode.INVALID) -> Cause:
     """A cause the client can fix in its input (a 422 when it refuses)."""
     return Cause(_path(path), message, "invalid", code)
 
 
-def forbidden(path: FieldPath | str, message: str, code: str = "Forbidden") -> Cause:
+def forbidden(path: FieldPath | str, message: str, code: CauseCode = CauseCode.FORBIDDEN) -> Cause:
     """A cause that is policy, not a malformed input (a 403 when every cause is one)."""
     return Cause(_path(path), message, "forbidden", code)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import orjson
 
 from gpuclass.shared.core.base import k8s, names
-from gpuclass.shared.core.base.causes import Cause, invalid, json_kind
+from gpuclass.shared.core.base.causes import Cause, CauseCode, invalid, json_kind
 from gpuclass.shared.core.base.fieldpath import FieldPath
 
 SELECTION_PATH = FieldPath.of("metadata", "annotations").key(names.SELECTION_ANNOTATION)
@@ -221,7 +221,7 @@ def size_cause(raw: str) -> Cause | None:
         ANNOTATION_PATH,
         f"is {size}; at most {MAX_SELECTION_BYTES} are read: list each class once with its "
         f'count, e.g. [{{"className": "x", "count": 2}}]; {UNCHECKED}',
-        "SelectionTooLarge",
+        CauseCode.SELECTION_TOO_LARGE,
     )
 
 
@@ -233,7 +233,7 @@ def entries_cause(length: int) -> Cause | None:
         ANNOTATION_PATH,
         f"has {length} entries; at most {MAX_SELECTION_ENTRIES}: list each class once with its "
         f'count, e.g. [{{"className": "x", "count": 2}}]; {UNCHECKED}',
-        "SelectionTooLarge",
+        CauseCode.SELECTION_TOO_LARGE,
     )
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuclass.shared.core.base import k8s
-from gpuclass.shared.core.base.causes import Cause, clip_warning, invalid, json_kind
+from gpuclass.shared.core.base.causes import Cause, CauseCode, clip_warning, invalid, json_kind
 from gpuclass.shared.core.base.fieldpath import FieldPath
 from gpuclass.shared.core.model.models import IDENTITY_FIELDS, GPUClassSpec
 
@@ -67,7 +67,9 @@ def _model_causes(spec: Mapping[str, Any]) -> tuple[GPUClassSpec | None, list[Ca
             )
             if error["type"] in _KIND_ERRORS:
                 message += f" (got {json_kind(error['input'])})"
-            causes.append(invalid(field_path("spec", error["loc"]), message, "FieldValueInvalid"))
+            causes.append(
+                invalid(field_path("spec", error["loc"]), message, CauseCode.FIELD_VALUE_INVALID)
+            )
         return None, causes
 
 
@@ -160,7 +162,7 @@ def _immutability_causes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list
                 invalid(
                     f"spec.{name}",
                     f"is immutable (was {_shown(old, name)}, now {_shown(new, name)}): create a new class for a different offer",
-                    "FieldValueForbidden",
+                    CauseCode.FIELD_VALUE_FORBIDDEN,
                 )
             )
     if ("license" in old) != ("license" in new):
@@ -168,7 +170,7 @@ def _immutability_causes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list
             invalid(
                 "spec.license",
                 "adding or removing license changes the licensing mode, which is immutable: create a new class",
-                "FieldValueForbidden",
+                CauseCode.FIELD_VALUE_FORBIDDEN,
             )
         )
     return causes
