@@ -21,7 +21,6 @@ from collections.abc import Callable
 from gpuclass.reconciler.api.dryrun import RecordingKube
 from gpuclass.reconciler.api.port import KubeAPI
 from gpuclass.reconciler.events import EventRecorder
-from gpuclass.reconciler.http import Server, create_app, server
 from gpuclass.reconciler.leader import AlwaysLeader, LeaderElector, Leadership
 from gpuclass.reconciler.metrics import ReconcilerMetrics
 from gpuclass.reconciler.settings import ReconcilerSettings
@@ -30,6 +29,7 @@ from gpuclass.reconciler.state.sources import SOURCES, Source
 from gpuclass.reconciler.worker import Worker
 from gpuclass.shared.core.base.syncview import SyncView
 from gpuclass.shared.kube.clock import now_rfc3339
+from gpuclass.shared.kube.http import OwnerStops, Probes, Server, health_app, server_config
 from gpuclass.shared.kube.listwatch import Reflector
 
 log = logging.getLogger("gpuclass.reconciler")
@@ -195,6 +195,23 @@ class Manager:
         """Every loop task is still running."""
         return bool(self._tasks) and not any(task.done() for task in self._tasks.values())
 
+    def liveness_problem(self) -> str | None:
+        """Why /healthz fails (a loop task has ended), or None while alive."""
+        return None if self.healthy() else "loop stopped"
+
+    def liveness_note(self) -> str | None:
+        """What /healthz adds to its 200: the stale `--objects` files it still serves."""
+        return f"stale: {self.stale_reason}" if self.stale_reason else None
+
+    def probes(self) -> Probes:
+        """What the shared probe routes ask this reconciler (`shared.kube.http.Probes`)."""
+        return Probes(
+            self.metrics.registry,
+            live=self.liveness_problem,
+            ready=self.readiness_problem,
+            note=self.liveness_note,
+        )
+
     # -- running ----------------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -207,13 +224,10 @@ class Manager:
         if self.elector is not None:
             coroutines["leader"] = self.elector.run()
         if self.serve_http:
-            app = create_app(
-                self.metrics.registry,
-                healthy=self.healthy,
-                ready=self.readiness_problem,
-                note=lambda: self.stale_reason,
-            )
-            self.http = server(app, host=self.settings.bind_address, port=self.settings.port)
+            # uvicorn handles no signal: SIGTERM is ours (the Lease is released before the stop)
+            app = health_app(self.probes())
+            host, port = self.settings.bind_address, self.settings.port
+            self.http = Server(server_config(app, host=host, port=port), signals=OwnerStops())
             coroutines["http"] = self._serve(self.http)
         self._tasks = {name: asyncio.create_task(c, name=name) for name, c in coroutines.items()}
         try:

@@ -8,7 +8,8 @@ shape `{"status": N, "error": "..."}`: malformed input 400, unknown paths 404, w
 methods 405, a body too slow 408, too large 413, no room 503 (the last three close
 the connection, so an unread body is never drained), anything unexpected a 500
 with a logged trace id (never the payload). There are no redirects. A client that
-goes away mid-body is logged at debug. Health and metrics are ordinary FastAPI routes.
+goes away mid-body is logged at debug. Health, readiness and metrics are the routes both
+binaries share (`shared.kube.http.health_routes`), added to the FastAPI router.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from typing import Any
 
 import orjson
 from fastapi import FastAPI
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -41,6 +41,7 @@ from gpuclass.shared.core.admission.envelope import (
     MalformedReview,
 )
 from gpuclass.shared.core.admission.review import Review, decide
+from gpuclass.shared.kube.http import Probes, health_routes
 from gpuclass.webhook import paths
 from gpuclass.webhook.limits import BodyLimits, BodyRefused, read_body
 from gpuclass.webhook.metrics import WebhookMetrics
@@ -221,29 +222,29 @@ def _fastapi_app(ctx: AppContext) -> FastAPI:
     for path in WEBHOOKS:  # POSTs never get here (see create_app)
         app.add_route(path, _admission_endpoint(ctx, path), methods=["POST"])
 
-    @app.get(paths.HEALTHZ)
-    def healthz() -> Response:
-        alive = ctx.state.healthy()
-        return _status(alive, "ok" if alive else "catalog watch tasks stopped")
+    app.router.routes.extend(health_routes(_probes(ctx)))
+    return app
 
-    @app.get(paths.READYZ)
-    def readyz() -> Response:
+
+def _probes(ctx: AppContext) -> Probes:
+    """What the shared probe routes ask the webhook: its catalog tasks, its sync and TLS, the drain."""
+
+    def live() -> str | None:
+        return None if ctx.state.healthy() else "catalog watch tasks stopped"
+
+    def ready() -> str | None:
         if ctx.draining:
-            return _status(False, "shutting down")
+            return "shutting down"
         if not ctx.state.synced:
-            return _status(False, "catalog not synced yet")
-        if not ctx.tls_ready():
-            return _status(False, "TLS not loaded")
-        return _status(True, "ok")
+            return "catalog not synced yet"
+        return None if ctx.tls_ready() else "TLS not loaded"
 
-    @app.get(paths.METRICS)
-    def metrics() -> Response:
+    def before_scrape() -> None:
         ctx.metrics.catalog_synced.set(1 if ctx.state.synced else 0)
         if ctx.state.updated_at:
             ctx.metrics.catalog_age.set(time.time() - ctx.state.updated_at)
-        return Response(generate_latest(ctx.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    return app
+    return Probes(ctx.metrics.registry, live=live, ready=ready, before_scrape=before_scrape)
 
 
 async def _http_error(_: Request, exc: Exception) -> Response:
@@ -260,11 +261,3 @@ def _fields(webhook: str, **extra: object) -> dict[str, Any]:
 
 def _as_dict(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
-
-
-def _status(ok: bool, message: str) -> Response:
-    return Response(
-        orjson.dumps({"status": "ok" if ok else "unavailable", "message": message}) + b"\n",
-        200 if ok else 503,
-        media_type="application/json",
-    )

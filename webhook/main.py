@@ -17,9 +17,8 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import uvicorn
-
 from gpuclass.shared.kube.clusterconfig import ClusterConfigError
+from gpuclass.shared.kube.http import server_config
 from gpuclass.shared.kube.loader import LoadError
 from gpuclass.shared.kube.logs import setup_logging
 from gpuclass.shared.kube.settings import parse_settings
@@ -152,19 +151,15 @@ async def serve(settings: WebhookSettings) -> int:
         tls_ready=_tls_ready(tls, certificates),
         background=background,
     )
-    config = uvicorn.Config(
+    config = server_config(
         create_app(ctx),
         host=settings.bind_address,
         port=settings.port,
-        log_config=None,
-        access_log=False,
-        server_header=False,
-        proxy_headers=False,  # no proxy in front: the client address is the peer's
+        lifespan=True,
         timeout_keep_alive=settings.keep_alive_seconds,
         timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
         h11_max_incomplete_event_size=settings.max_header_bytes,
         http="h11",
-        lifespan="on",
     )
     config.load()
     shrink_tls_buffers()

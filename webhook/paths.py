@@ -2,12 +2,14 @@
 
 from typing import Final
 
+from gpuclass.shared.kube import http
+
 VALIDATE_GPUCLASSES: Final = "/validate/gpuclasses"
 MUTATE_VMIS: Final = "/mutate/virtualmachineinstances"
 VALIDATE_VMIS: Final = "/validate/virtualmachineinstances"
 VALIDATE_VMS: Final = "/validate/virtualmachines"
 MUTATE_PODS: Final = "/mutate/pods"
 VALIDATE_PODS: Final = "/validate/pods"
-HEALTHZ: Final = "/healthz"
-READYZ: Final = "/readyz"
-METRICS: Final = "/metrics"
+HEALTHZ: Final = http.HEALTHZ  # the probe paths are both binaries' (shared/kube/http.py)
+READYZ: Final = http.READYZ
+METRICS: Final = http.METRICS

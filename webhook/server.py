@@ -1,4 +1,4 @@
-"""The webhook's HTTP server: uvicorn's h11 protocol with per-connection limits, and a drain on SIGTERM.
+"""The webhook's HTTP server: uvicorn's h11 protocol with per-connection limits, over TLS.
 
 uvicorn bounds header size (`h11_max_incomplete_event_size`) and idle keep-alive time, but
 not the number of connections, the time a client may take to send its headers, nor the
@@ -8,10 +8,10 @@ first bytes arrive, so neither an idle-before-first-request nor a slowloris clie
 longer than `header_timeout`); a cap on connections and on requests in flight that sheds the
 longest-idle connection or the slowest body rather than the newcomer (a client that sends
 a whole request at once — the API server — always gets in); JSON errors for malformed
-requests. `WebhookServer` listens with a TLS handshake timeout and, on the first SIGTERM,
-keeps serving for `drain_seconds` (readiness failing, answers saying `Connection: close`)
-before uvicorn's own graceful shutdown closes the listener. Body limits live in
-`webhook.limits`. docs/webhook.md lists every limit and its default.
+requests. `WebhookServer` listens with a TLS handshake timeout; the drain on the first SIGTERM
+(`drain_seconds` of serving with readiness failing and answers saying `Connection: close`, then
+uvicorn's own graceful shutdown) is the shared server's (`shared.kube.http`). Body limits live
+in `webhook.limits`. docs/webhook.md lists every limit and its default.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any
 
 import h11
@@ -30,6 +29,8 @@ import orjson
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
+
+from gpuclass.shared.kube.http import DrainOnSignal, Server
 
 log = logging.getLogger("gpuclass.webhook.server")
 
@@ -214,12 +215,11 @@ class GuardedProtocol(H11Protocol):
             self._deadline = None
 
 
-class WebhookServer(uvicorn.Server):
-    """uvicorn's server with our protocol, a TLS handshake timeout and a drain on SIGTERM.
+class WebhookServer(Server):
+    """The shared :class:`~gpuclass.shared.kube.http.Server` (drain on SIGTERM, exit 0) with our
+    protocol and a TLS handshake timeout: uvicorn's `startup`, re-implemented to listen with them."""
 
-    A drained SIGTERM/SIGINT ends with exit code 0, not by re-raising the signal. A second
-    signal during the drain skips the rest of it.
-    """
+    drain_log = log
 
     def __init__(
         self,
@@ -230,11 +230,8 @@ class WebhookServer(uvicorn.Server):
         drain_seconds: float,
         on_drain: Callable[[], None],
     ) -> None:
-        super().__init__(config)
+        super().__init__(config, signals=DrainOnSignal(drain_seconds, on_drain))
         self.tls, self.limits = tls, limits
-        self.drain_seconds, self.on_drain = drain_seconds, on_drain
-        self.drain_started: float | None = None
-        self._drain_logged = False
 
     async def startup(self, sockets: list[Any] | None = None) -> None:
         """Listen as uvicorn's startup does, but with :class:`GuardedProtocol`, our TLS context and
@@ -266,29 +263,3 @@ class WebhookServer(uvicorn.Server):
             raise SystemExit(2) from exc
         self.servers = [server]
         self.started = True
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        """uvicorn's signal hook: the first SIGTERM/SIGINT starts the drain (readiness fails,
-        answers close their connection); a second one, or any when `drain_seconds` is 0, stops as
-        uvicorn does. The signal is not re-raised at exit."""
-        # A signal handler: set flags only (no logging, no I/O); on_tick does the rest.
-        if self.drain_started is None and self.drain_seconds > 0 and not self.should_exit:
-            self.drain_started = time.monotonic()
-            self.on_drain()
-        else:
-            super().handle_exit(sig, frame)
-        self._captured_signals.clear()
-
-    async def on_tick(self, counter: int) -> bool:
-        """uvicorn's periodic hook: log the drain once, and end it after `drain_seconds` by letting
-        uvicorn's graceful shutdown begin."""
-        if self.drain_started is not None:
-            if not self._drain_logged:
-                self._drain_logged = True
-                log.info(
-                    "draining: readiness fails, requests are still answered",
-                    extra={"fields": {"drain_seconds": self.drain_seconds}},
-                )
-            if time.monotonic() - self.drain_started >= self.drain_seconds:
-                self.should_exit = True
-        return await super().on_tick(counter)

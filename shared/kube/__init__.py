@@ -2,5 +2,6 @@
 
 Object files and the loader's input guards, settings, logging, the clock, the cluster
 configuration, the HTTP client (`kubeclient`, one of the three kubernetes_asyncio
-adapters) and the reflector (`listwatch`). It imports the core and never a shell.
+adapters), the reflector (`listwatch`), and the probes and uvicorn wrapper both servers use
+(`http`). It imports the core and never a shell.
 """
