@@ -79,7 +79,7 @@ def render_response(decision: Decision, *, uid: str, api_version: str) -> dict[s
             "message": denial_message(decision.causes),
             "details": {
                 "causes": [
-                    {"field": c.field, "message": c.message, "reason": c.code}
+                    {"field": c.field, "message": c.message, "reason": c.code.value}
                     for c in decision.causes[:MAX_LISTED_CAUSES]
                 ]
             },

@@ -24,6 +24,7 @@ from gpuclass.shared.core.model.selection import (
     MAX_INT_DIGITS,
     ClassEntry,
     Selection,
+    entry_path,
     parse_selection,
 )
 from gpuclass.shared.core.status.catalog import Catalog, Offer
@@ -111,7 +112,7 @@ def class_causes(
         if entry.class_name in judged:
             continue
         judged.add(entry.class_name)
-        path = entry.path.child("className")
+        path = entry_path(entry.index, "className")
         offer = catalog.offers.get(entry.class_name)
         if offer is None:
             causes.append(
@@ -233,7 +234,7 @@ def policy_causes(
         offer = offers.get(entry.class_name)
         if offer is None or not offer.record.spec or offer.record.spec.mode != "vgpu":
             continue
-        path = entry.path.child("className")
+        path = entry_path(entry.index, "className")
         if worker_pool:
             causes.append(
                 forbidden(

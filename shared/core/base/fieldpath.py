@@ -9,7 +9,7 @@ does it on the parts, never by editing the rendered string.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 Step = tuple[Literal["child", "index", "key"], str | int]
@@ -21,6 +21,9 @@ class FieldPath:
     """The steps from the object's root to one field: children, list indexes and map keys."""
 
     steps: tuple[Step, ...] = ()
+    _text: str | None = field(default=None, compare=False, repr=False)
+    """The rendered path, computed on first use: a cause renders it for its message and again
+    for `details.causes[].field`."""
 
     @classmethod
     def of(cls, *names: str) -> FieldPath:
@@ -68,13 +71,16 @@ class FieldPath:
         return FieldPath(new.steps + self.steps[len(prefix.steps) :])
 
     def __str__(self) -> str:
-        out = ""
-        for kind, value in self.steps:
-            if kind == "child":
-                out += f".{value}" if out else str(value)
-            else:
-                out += f"[{value}]"
-        return out
+        text = self._text
+        if text is None:
+            text = ""
+            for kind, value in self.steps:
+                if kind == "child":
+                    text += f".{value}" if text else str(value)
+                else:
+                    text += f"[{value}]"
+            object.__setattr__(self, "_text", text)  # frozen: a cache, not a change of value
+        return text
 
     def __bool__(self) -> bool:
         return bool(self.steps)

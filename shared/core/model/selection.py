@@ -14,6 +14,7 @@ webhook; a real VM selects a handful of classes.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -42,7 +43,15 @@ class ClassEntry:
     @property
     def path(self) -> FieldPath:
         """The entry's path in the selection, `metadata.annotations[...][i]`."""
-        return SELECTION_PATH.index(self.index)
+        return entry_path(self.index)
+
+
+@functools.lru_cache(maxsize=256)
+def entry_path(index: int, *names: str) -> FieldPath:
+    """The path of entry `index` (or of a field below it): one shared value per place, so every
+    cause about that entry renders its path once."""
+    path = SELECTION_PATH.index(index)
+    return path.child(*names) if names else path
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +92,7 @@ def _entry(index: int, entry: object) -> tuple[str | None, ClassEntry | None, li
     The class entry is returned whenever its className is valid; its count is 0 when
     the count is invalid (that cause is among the causes).
     """
-    path = SELECTION_PATH.index(index)
+    path = entry_path(index)
     if not isinstance(entry, dict):
         return (
             None,
@@ -113,21 +122,27 @@ def _entry(index: int, entry: object) -> tuple[str | None, ClassEntry | None, li
         return None, None, causes
     if has_name:
         if not isinstance(entry["name"], str) or not entry["name"]:
-            causes.append(invalid(path.child("name"), "must be a non-empty resource name"))
+            causes.append(invalid(entry_path(index, "name"), "must be a non-empty resource name"))
         if "count" in entry:
-            causes.append(invalid(path.child("count"), "count belongs to class entries only"))
+            causes.append(
+                invalid(entry_path(index, "count"), "count belongs to class entries only")
+            )
         return "raw", None, causes
     class_name = entry["className"]
     if not isinstance(class_name, str) or k8s.dns_label_error(class_name):
         causes.append(
-            invalid(path.child("className"), "must be a class name from the catalog (a DNS label)")
+            invalid(
+                entry_path(index, "className"),
+                "must be a class name from the catalog (a DNS label)",
+            )
         )
         class_name = None
     count = entry.get("count", 1)
     if not _is_count(count):
         causes.append(
             invalid(
-                path.child("count"), f"must be a whole number of at least 1 (got {_show(count)})"
+                entry_path(index, "count"),
+                f"must be a whole number of at least 1 (got {_show(count)})",
             )
         )
         count = 0

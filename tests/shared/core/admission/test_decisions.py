@@ -18,7 +18,7 @@ from gpuclass.shared.core.admission.decisions import (
     render_response,
 )
 from gpuclass.shared.core.admission.review import POD, VMI, MalformedReview, review
-from gpuclass.shared.core.base.causes import Cause, clip_warning, forbidden, invalid
+from gpuclass.shared.core.base.causes import Cause, CauseCode, clip_warning, forbidden, invalid
 from gpuclass.shared.core.status.catalog import Catalog, Policy
 from tests.conftest import OBJECTS
 
@@ -81,8 +81,8 @@ def test_denial_code(causes: tuple[Cause, ...], code: int, reason: str) -> None:
 
 def test_denial_message_and_details_name_every_cause_with_its_path() -> None:
     causes = (
-        invalid("spec.a", "must be x", "FieldValueInvalid"),
-        forbidden("spec.b", "is not allowed", "NotEntitled"),
+        invalid("spec.a", "must be x", CauseCode.FIELD_VALUE_INVALID),
+        forbidden("spec.b", "is not allowed", CauseCode.NOT_ENTITLED),
         invalid("", "whole object is wrong"),
     )
     status = render(Denied(causes))["response"]["status"]
