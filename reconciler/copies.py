@@ -17,7 +17,13 @@ needs no right to read tenant Secrets. One pass:
    ValidatingAdmissionPolicy also lets these through only for labelled
    `gpuclass-license-*` Secrets in tenant namespaces;
 3. the record is written again with what happened: digests of what was written,
-   deleted copies and refused pending ones dropped.
+   deleted copies and refused pending ones dropped. This second write is pinned to
+   the resourceVersion the first one returned, kept for the pass (the view is the
+   watch's and may not show the first write yet).
+
+The plan is made against the record the view holds, so a pass starts only when the
+view shows the record as our last write left it (or newer than the version a 409
+was pinned to), as the worker waits for its other writes (:mod:`reconciler.state.expect`).
 
 A write the API refuses (403) is reported as an Event once and backed off per
 object: no retry storm. Token payloads go into request bodies only; logs and
@@ -29,10 +35,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Hashable
 
-from gpuclass.reconciler.api.port import ApiError, KubeAPI
+from gpuclass.reconciler.api.port import ApiError, KubeAPI, RawObject
 from gpuclass.reconciler.events import EventRecorder
 from gpuclass.reconciler.metrics import ReconcilerMetrics
-from gpuclass.reconciler.state.cache import ClusterCache
+from gpuclass.reconciler.state.cache import ClusterCache, CopyRecord
 from gpuclass.reconciler.state.licenses import (
     MAX_RECORD_BYTES,
     PENDING,
@@ -46,12 +52,16 @@ from gpuclass.reconciler.state.licenses import (
 )
 from gpuclass.reconciler.state.sources import Source
 from gpuclass.shared.core.base import names
+from gpuclass.shared.core.base.meta import Key, resource_version
 
 log = logging.getLogger("gpuclass.reconciler.copies")
 
 MayWrite = Callable[[Hashable, Callable[[], None]], bool]
 MayDelete = Callable[[tuple[Source, ...], str, Callable[[], None]], bool]
 Failed = Callable[[Hashable, Callable[[], None], ApiError], int]
+ViewCaughtUp = Callable[[Hashable, Source, Key, Callable[[], None]], bool]
+Wrote = Callable[[Source, RawObject | None], None]
+Conflicted = Callable[[Source, Key, str], None]
 RECORD_KEY: Hashable = ("copy-record",)
 
 
@@ -60,6 +70,8 @@ class CopyWriter:
 
     `may_write` (leadership and per-object backoff) and `may_delete` (a view recent
     enough to release a copy) are required: no copy is written or deleted without them.
+    `view_caught_up` says whether the view shows the record as our last write (`wrote`) or a
+    409 (`conflicted`) requires, else defers the pass until it does.
     """
 
     def __init__(
@@ -72,6 +84,9 @@ class CopyWriter:
         record_namespace: str,
         may_write: MayWrite,
         may_delete: MayDelete,
+        view_caught_up: ViewCaughtUp,
+        wrote: Wrote,
+        conflicted: Conflicted,
         delete_depends_on: tuple[Source, ...],
         failed: Failed,
         metrics: ReconcilerMetrics,
@@ -85,14 +100,22 @@ class CopyWriter:
             failed,
             metrics,
         )
+        self.view_caught_up, self.wrote, self.conflicted = view_caught_up, wrote, conflicted
         self.delete_depends_on, self.dry_run = delete_depends_on, dry_run
+        self.record_key: Key = (record_namespace, names.COPY_RECORD_NAME)
         self._reported: set[tuple[str, str]] = set()
 
     def _retry(self) -> None:
         self.state.dirty.copies = True
 
+    def _retry_verify(self) -> None:
+        self.state.dirty.copies = self.state.dirty.verify_copies = True
+
     async def reconcile(self, *, verify: bool = False) -> None:
         """One pass: the plan's writes, bracketed by the two record writes."""
+        retry = self._retry_verify if verify else self._retry
+        if not self.view_caught_up(RECORD_KEY, "copy-record", self.record_key, retry):
+            return  # the view's record is older than our last write of it: plan on the newer one
         actions = [
             a
             for a in self.state.copy_actions(vgpu_entitled=self.vgpu_entitled, verify=verify)
@@ -101,7 +124,8 @@ class CopyWriter:
         ]
         if not actions or not self.may_write(RECORD_KEY, self._retry):
             return
-        entries = dict(self.state.copy_record.entries)
+        record = self.state.copy_record
+        entries = dict(record.entries)
         for action in actions:
             if action.action == "create":
                 entries[action.key] = PENDING
@@ -111,18 +135,22 @@ class CopyWriter:
                 extra={"fields": {"entries": len(entries), "limit_bytes": MAX_RECORD_BYTES}},
             )
             actions = [a for a in actions if a.action != "create"]
-            entries = dict(self.state.copy_record.entries)
-        if not await self._write_record(entries):
+            entries = dict(record.entries)
+        ahead = await self._write_record(entries, record)
+        if ahead is None:
             return
         for action in actions:
             await self._write(action, entries)
-        await self._write_record(entries)
+        await self._write_record(entries, ahead)
 
-    async def _write_record(self, entries: dict[SecretKey, str]) -> bool:
-        """Bring the record to `entries`; False when it could not be written (nothing else is)."""
-        record = self.state.copy_record
+    async def _write_record(
+        self, entries: dict[SecretKey, str], record: CopyRecord
+    ) -> CopyRecord | None:
+        """Bring the record from `record` (its entries and version as the server holds them) to
+        `entries`; returns the record as written, to pin the next write of the pass to, or None
+        when it could not be written (nothing else is)."""
         if entries == dict(record.entries):
-            return True
+            return record
         body = record_body(
             entries, namespace=self.record_namespace, resource_version=record.resource_version
         )
@@ -135,13 +163,18 @@ class CopyWriter:
                 written = await self.api.create_config_map(self.record_namespace, body)
         except ApiError as exc:
             self.metrics.object_writes.labels("copy-record", "update", "error").inc()
-            self.failed(RECORD_KEY, self._retry, exc)
-            return False
-        if written is not None:
-            self.state.absorb("copy-record", written)
+            if exc.conflict:  # the view is behind the server: plan again on a newer record
+                self.conflicted("copy-record", self.record_key, record.resource_version)
+                self.view_caught_up(RECORD_KEY, "copy-record", self.record_key, self._retry)
+            else:
+                self.failed(RECORD_KEY, self._retry, exc)
+            return None
         if not self.dry_run:
             self.metrics.object_writes.labels("copy-record", "update", "ok").inc()
-        return True
+        if written is None:
+            return record  # a dry run: nothing was sent, the server still holds `record`
+        self.wrote("copy-record", written)
+        return CopyRecord(dict(entries), resource_version(written))
 
     async def _write(self, action: CopyAction, entries: dict[SecretKey, str]) -> None:
         key = ("secret", *action.key)

@@ -315,9 +315,14 @@ class Manager:
             await informers.relist(source)
 
     async def reconcile_pending(self, passes: int = 5) -> None:
-        """Reconcile until nothing is dirty (a write's own echo needs a second, empty-handed pass)."""
-        assert self.worker is not None, "load() first"
+        """Reconcile until nothing is dirty or waits. With no watch to bring the worker's own writes
+        into the view, the sources it waits on (`Worker.sources_behind`) are listed again between
+        passes, through the reflector like every change, and the work that waited runs then."""
+        assert self.worker is not None and self.informers is not None, "load() first"
         for _ in range(passes):
+            for source in sorted(self.worker.sources_behind()):
+                await self.informers.relist(source)
+            self.worker.view_arrived()
             if not self.state.dirty:
                 break
             await self.worker.reconcile_once()

@@ -6,7 +6,7 @@ recompute per class), takes the whole dirty set and, per item:
 
 - status: computed by `shared.core.status.availability.compute_status` over the live counters,
   compared whole with the stored status, written as a merge patch pinned to the
-  stored resourceVersion; a 409 re-reads the class and tries again;
+  stored resourceVersion;
 - finalizer: `reconciler.state.inuse.finalizer_change`, patched the same way;
 - licence copies: see :mod:`reconciler.copies`.
 
@@ -19,8 +19,15 @@ source whose watch has not brought it that far is re-listed (at most every
 
 Every write first asks the Lease (`is_leader`), so a replica that lost it stops at
 once, and the per-object backoff, so a refused write is not retried in a storm.
-The watch writes the view; an object a write returns is taken only when it is newer
-than what the view holds (`ClusterCache.absorb`), so a late response never rolls it back.
+
+The reflector is the view's only writer; a write's response never goes into it, so a
+late response cannot roll it back. Read-your-writes comes from resourceVersions
+instead (:mod:`reconciler.state.expect`), as controller-runtime's controllers wait for
+their informer: after a write the object is left alone until the view has reached the
+version the write returned, and after a 409 until the view has moved past the version
+the write was pinned to (a conflict is not retried at once, nor read again with a GET:
+the watch brings the newer object and marks it again). A view that has not caught up
+after `relist_interval` seconds (a watch that is stuck) has its source re-listed.
 """
 
 from __future__ import annotations
@@ -37,16 +44,17 @@ from gpuclass.reconciler.copies import CopyWriter
 from gpuclass.reconciler.events import EventRecorder
 from gpuclass.reconciler.leader import Leadership
 from gpuclass.reconciler.metrics import ReconcilerMetrics
-from gpuclass.reconciler.state.cache import ClassEntry, ClusterCache, StatusContext
+from gpuclass.reconciler.state.cache import ClusterCache, StatusContext
+from gpuclass.reconciler.state.expect import Expectation, Expectations
 from gpuclass.reconciler.state.inuse import finalizer_change
 from gpuclass.reconciler.state.sources import Source
 from gpuclass.reconciler.state.statusdiff import status_patch, transitions
+from gpuclass.shared.core.base.meta import Key, object_key, resource_version
 from gpuclass.shared.core.base.syncview import SyncView
 from gpuclass.shared.kube.backoff import exponential
 
 log = logging.getLogger("gpuclass.reconciler.worker")
 
-CONFLICT_RETRIES = 3
 FINALIZER_DEPENDS_ON: tuple[Source, ...] = ("vmis",)
 COPY_DELETE_DEPENDS_ON: tuple[Source, ...] = ("vmis", "pods", "namespaces")
 
@@ -58,8 +66,10 @@ class Worker:
 
     Every write asks `leadership` and the per-object `backoff`; nothing is written before every
     source's first list, and a deletion waits for a recent enough view (`sync`, required, with
-    `request_relist` to ask for a newer one). `dry_run` means `api` records instead of sending,
-    so nothing is logged or counted as written.
+    `request_relist` to ask for a newer one). An object written (or refused with a 409) waits
+    until the view shows that write or a newer version (`expectations`), re-listing its source
+    after `relist_interval` seconds. `dry_run` means `api` records instead of sending, so
+    nothing is logged or counted as written, and nothing is waited for.
     """
 
     def __init__(
@@ -100,6 +110,9 @@ class Worker:
             record_namespace=record_namespace,
             may_write=self._may_write,
             may_delete=self._may_delete,
+            view_caught_up=self._view_caught_up,
+            wrote=self._wrote,
+            conflicted=self._conflicted,
             delete_depends_on=COPY_DELETE_DEPENDS_ON,
             failed=self._failed,
             metrics=metrics,
@@ -109,6 +122,10 @@ class Worker:
         self._timers: dict[Hashable, asyncio.TimerHandle] = {}
         self._waiting: list[Callable[[], None]] = []
         self._relist_asked: dict[Source, float] = {}
+        self.expectations = Expectations()
+        """What the view must show of the objects written, before they are acted on again."""
+        self._view_waits: dict[Hashable, tuple[Source, Key, Callable[[], None]]] = {}
+        """Deferred work (by write key) waiting for the view to show an object: source, key, retry."""
 
     def wake(self) -> None:
         """Something was marked dirty: run a pass after the coalescing window (called per event, so
@@ -152,6 +169,7 @@ class Worker:
         """One pass over everything dirty now (none before every source's first list)."""
         if not self.view_complete():
             return  # the marks stay; the last first list wakes the worker
+        self.view_arrived()
         dirty = self.state.take_dirty()
         self.metrics.queue_depth.set(0)
         started = time.perf_counter()
@@ -190,21 +208,25 @@ class Worker:
         if not behind:
             return True
         self._waiting.append(retry)
-        now = time.monotonic()
         for source in behind:
             if not self.sync.synced(source):
                 continue  # a list is running: its end wakes us
-            asked = self._relist_asked.get(source)
-            if asked is None or now - asked >= self.relist_interval:
-                self._relist_asked[source] = now
-                log.info(
-                    "deletion waits for a newer view; re-listing",
-                    extra={"fields": {"resource": source, "version": version}},
-                )
-                self.request_relist(source)
-            else:
-                self._retry_later(("relist", source), self.relist_interval - (now - asked), retry)
+            wait = self._relist(source, version, "deletion waits for a newer view; re-listing")
+            if wait:
+                self._retry_later(("relist", source), wait, retry)
         return False
+
+    def _relist(self, source: Source, version: str, message: str) -> float:
+        """Ask for a re-list of `source` unless one was asked for less than `relist_interval`
+        seconds ago; returns 0 when asked now, else the seconds until it may be asked again."""
+        now = time.monotonic()
+        asked = self._relist_asked.get(source)
+        if asked is not None and now - asked < self.relist_interval:
+            return self.relist_interval - (now - asked)
+        self._relist_asked[source] = now
+        log.info(message, extra={"fields": {"resource": source, "version": version}})
+        self.request_relist(source)
+        return 0.0
 
     def _failed(self, key: Hashable, retry: Callable[[], None], exc: ApiError) -> int:
         count, delay = self.backoff.failure(key)
@@ -233,6 +255,66 @@ class Worker:
 
         self._timers[key] = asyncio.get_running_loop().call_later(delay, fire)
 
+    # -- read-your-writes ---------------------------------------------------------------------------
+
+    def _wrote(self, source: Source, written: dict[str, Any] | None) -> None:
+        """A write the server took: the object waits until the view reaches the version it returned
+        (nothing in a dry run, where no write returns an object)."""
+        key = object_key(written) if written is not None else None
+        if written is None or key is None:
+            return
+        lists = self.sync.state[source].lists
+        version = resource_version(written)
+        self.expectations.written(source, key, version, now=time.monotonic(), lists=lists)
+
+    def _conflicted(self, source: Source, key: Key, stale: str) -> None:
+        """A write pinned to `stale` met a 409: the object waits until the view moves past it."""
+        lists = self.sync.state[source].lists
+        self.expectations.conflicted(source, key, stale, now=time.monotonic(), lists=lists)
+
+    def _view_caught_up(
+        self, gate: Hashable, source: Source, key: Key, retry: Callable[[], None]
+    ) -> bool:
+        """The view shows the object's last write (or a version past the one its 409 was pinned to);
+        else `gate`'s work waits, and `retry` marks it again when the view catches up."""
+        expectation = self._unmet(source, key)
+        if expectation is None:
+            self._view_waits.pop(gate, None)
+            return True
+        self._view_waits[gate] = (source, key, retry)
+        self._chase(source, expectation.since, expectation.version)
+        return False
+
+    def view_arrived(self) -> None:
+        """Mark again the work that waited for the view and whose object the view now shows (an event
+        that brings a class marks it anyway; the copy record's may not). Every pass starts with it;
+        for work still waiting, the re-list deadline is checked."""
+        for gate, (source, key, retry) in list(self._view_waits.items()):
+            expectation = self._unmet(source, key)
+            if expectation is None:
+                del self._view_waits[gate]
+                retry()
+            else:
+                self._chase(source, expectation.since, expectation.version)
+
+    def _chase(self, source: Source, since: float, version: str) -> None:
+        """A view still behind a write made at `since` (monotonic seconds): re-list its source once
+        `relist_interval` has passed (the watch may be stuck); until then, look again then."""
+        due = since + self.relist_interval - time.monotonic()
+        if due <= 0 and self.sync.synced(source):  # while a list runs, its end wakes us
+            due = self._relist(source, version, "the view is behind a write; re-listing")
+        if due > 0:
+            self._retry_later(("view", source), due, lambda: None)
+
+    def sources_behind(self) -> set[Source]:
+        """The sources whose view deferred work still waits for (`--once`, which has no watch, lists
+        them again)."""
+        return {s for s, key, _ in self._view_waits.values() if self._unmet(s, key) is not None}
+
+    def _unmet(self, source: Source, key: Key) -> Expectation | None:
+        held = self.state.held_version(source, key)
+        return self.expectations.unmet(source, key, held=held, view=self.sync.state[source])
+
     # -- status -------------------------------------------------------------------------------------
 
     def _result(self, result: str) -> None:
@@ -242,60 +324,54 @@ class Worker:
         entry = self.state.classes.get(name)
         if entry is None:
             self.metrics.forget_class(name)
+            self.expectations.drop("gpuclasses", ("", name))
             return
         status = self.state.compute_status(name, context, now=now)
         self.metrics.set_class(name, status, self.state.figures(name, context))
-        if status_patch(entry.raw_status, status) is None:
+        patch = status_patch(entry.raw_status, status)
+        if patch is None:
             self._result("unchanged")
             return
         key = ("status", name)
-        if not self._may_write(key, lambda: self.state.dirty.statuses.add(name)):
+
+        def retry() -> None:
+            self.state.dirty.statuses.add(name)
+
+        if not self._view_caught_up(key, "gpuclasses", ("", name), retry) or not self._may_write(
+            key, retry
+        ):
             self._result("deferred")
             return
+        body = {"metadata": {"resourceVersion": entry.resource_version}, "status": patch}
         try:
-            await self._write_status(name, entry, status, context, now)
+            written = await self.api.patch_class_status(name, body)
         except ApiError as exc:
+            if exc.conflict:  # the view is behind the server: decide again on a newer version
+                self._conflicted("gpuclasses", ("", name), entry.resource_version)
+                self._view_caught_up(key, "gpuclasses", ("", name), retry)
+                self._result("deferred")
+                return
             self._result("error")
             if not exc.not_found:
-                self._failed(key, lambda: self.state.dirty.statuses.add(name), exc)
+                self._failed(key, retry, exc)
             return
         self.backoff.success(key)
-        self._result("dry-run" if self.dry_run else "written")
-
-    async def _write_status(
-        self, name: str, entry: ClassEntry, status: dict[str, Any], context: StatusContext, now: str
-    ) -> None:
-        for attempt in range(CONFLICT_RETRIES):
-            patch = status_patch(entry.raw_status, status)
-            if patch is None or not self.leadership.is_leader():
-                return
-            body = {"metadata": {"resourceVersion": entry.resource_version}, "status": patch}
-            try:
-                written = await self.api.patch_class_status(name, body)
-            except ApiError as exc:
-                if not exc.conflict or attempt == CONFLICT_RETRIES - 1:
-                    raise
-                self.state.absorb("gpuclasses", await self.api.get_class(name))
-                fresh = self.state.classes.get(name)
-                if fresh is None:
-                    return
-                entry, status = fresh, self.state.compute_status(name, context, now=now)
-                continue
-            if not self.dry_run:
-                self.metrics.status_writes.inc()
-                log.info(
-                    "status written", extra={"fields": {"class": name, "free": status.get("free")}}
-                )
-            if written is not None:
-                self.state.absorb("gpuclasses", written)
-            for change in transitions(entry.raw_status, status):
-                await self.events.emit(
-                    name,
-                    reason=change.reason,
-                    type_=change.type,
-                    message=f"{change.condition} is {change.status}: {change.message}",
-                )
-            return
+        self._wrote("gpuclasses", written)
+        if self.dry_run:
+            self._result("dry-run")
+        else:
+            self._result("written")
+            self.metrics.status_writes.inc()
+            log.info(
+                "status written", extra={"fields": {"class": name, "free": status.get("free")}}
+            )
+        for change in transitions(entry.raw_status, status):
+            await self.events.emit(
+                name,
+                reason=change.reason,
+                type_=change.type,
+                message=f"{change.condition} is {change.status}: {change.message}",
+            )
 
     # -- finalizer ----------------------------------------------------------------------------------
 
@@ -307,10 +383,16 @@ class Worker:
         if change is None:
             return
         key = ("finalizer", name)
-        if not self._may_write(key, lambda: self.state.dirty.finalizers.add(name)):
+
+        def retry() -> None:
+            self.state.dirty.finalizers.add(name)
+
+        if not self._view_caught_up(key, "gpuclasses", ("", name), retry) or not self._may_write(
+            key, retry
+        ):
             return
         if change.action == "remove" and not self._may_delete(
-            FINALIZER_DEPENDS_ON, entry.hold_version, lambda: self.state.dirty.finalizers.add(name)
+            FINALIZER_DEPENDS_ON, entry.hold_version, retry
         ):
             return
         try:
@@ -319,17 +401,17 @@ class Worker:
             )
         except ApiError as exc:
             self.metrics.object_writes.labels("finalizer", change.action, "error").inc()
-            if exc.conflict:  # stale: read it again and decide again
-                self.state.absorb("gpuclasses", await self.api.get_class(name))
-            if not exc.not_found:
-                self._failed(key, lambda: self.state.dirty.finalizers.add(name), exc)
+            if exc.conflict:  # stale: decide again when the view shows a newer version
+                self._conflicted("gpuclasses", ("", name), entry.resource_version)
+                self._view_caught_up(key, "gpuclasses", ("", name), retry)
+            elif not exc.not_found:
+                self._failed(key, retry, exc)
             return
         self.backoff.success(key)
+        self._wrote("gpuclasses", written)
         if not self.dry_run:
             self.metrics.object_writes.labels("finalizer", change.action, "ok").inc()
             log.info(
                 "in-use finalizer " + ("added" if change.action == "add" else "removed"),
                 extra={"fields": {"class": name}},
             )
-        if written is not None:
-            self.state.absorb("gpuclasses", written)

@@ -23,8 +23,9 @@ __all__ = ["ApiError", "KubeAPI", "ListPage", "RawObject", "WatchEvent"]
 class KubeAPI(Protocol):
     """What the reconciler asks of the API server, and nothing more.
 
-    A write returns the object as the server stored it, which the caller folds into its
-    cache through `ClusterCache.absorb`; None means nothing was sent (the dry run).
+    A write returns the object as the server stored it; the caller keeps only its
+    resourceVersion, to wait until the watch brings that version into its cache (it never puts
+    the object into the cache itself). None means nothing was sent (the dry run).
     """
 
     def list_pages(self, source: Source) -> AsyncIterator[ListPage]:
@@ -36,8 +37,9 @@ class KubeAPI(Protocol):
         ...
 
     async def get_class(self, name: str) -> RawObject:
-        """The class as stored now (404 when gone): read after a 409, so the worker decides again on
-        what the server holds."""
+        """The class as stored now (404 when gone). The loop does not read it (after a 409 the worker
+        waits for the watch to bring the newer class); the adapters' contract tests read back
+        through it."""
         ...
 
     async def patch_class_status(self, name: str, patch: RawObject) -> RawObject | None:

@@ -6,6 +6,11 @@ after a re-list to drop what the list no longer holds. What stays are the small
 records of :mod:`shared.core.model.snapshot` (pods keyed by namespace/name so updates and
 deletes land), :class:`shared.core.model.vmiuse.VMIUse` records, and usage counters.
 
+The reflector (`shared.kube.listwatch`) is the only caller of those three: the
+reconciler's own writes reach the view through the watch like any other change, never
+from a write's response, so a late response cannot roll the view back. The worker
+waits for its writes to come back instead (:mod:`reconciler.state.expect`).
+
 Each change marks only what it can affect (level-based: the mark says "look at
 this again", never "this happened"):
 
@@ -45,7 +50,7 @@ from gpuclass.reconciler.state.licenses import (
 from gpuclass.reconciler.state.sources import SPECS, Source
 from gpuclass.reconciler.state.usage import UsageCounters
 from gpuclass.shared.core.base import names
-from gpuclass.shared.core.base.meta import Key, object_key, resource_version, version_reached
+from gpuclass.shared.core.base.meta import Key, object_key, resource_version
 from gpuclass.shared.core.model.snapshot import (
     ClassRecord,
     NodeRecord,
@@ -154,7 +159,10 @@ class StatusContext:
 
 
 class ClusterCache:
-    """The reconciler's cache: compact records per source, usage counters and the dirty marks."""
+    """The reconciler's cache: compact records per source, usage counters and the dirty marks.
+
+    Written only by the reflector (`upsert`, `delete`, `sweep`); the worker reads it.
+    """
 
     def __init__(self, *, license_namespace: str = names.DEFAULT_LICENSE_NAMESPACE) -> None:
         self.license_namespace = license_namespace
@@ -205,35 +213,16 @@ class ClusterCache:
         if key is not None:
             self._handlers[source](key, None)
 
-    def absorb(self, source: Source, obj: Mapping[str, Any]) -> bool:
-        """A write's response: taken only when newer than what the view holds for that object.
-
-        The watch is the view's writer; a response may only move it forward, never back
-        (a late response to an earlier write must not undo a newer event).
-        """
-        key = object_key(obj)
-        if key is None:
-            return False
-        held = self.held_version(source, key)
-        if held and version_reached(held, resource_version(obj)):
-            return False
-        self.upsert(source, obj)
-        return True
-
     def held_version(self, source: Source, key: Key) -> str:
         """resourceVersion the view holds for an object of `source` ("" when none or not kept).
 
         Only the stores of objects the reconciler writes (classes, the copy record) keep
-        a version: their entries carry `resource_version`.
+        a version: their entries carry `resource_version`, which the worker compares with
+        what its own writes returned (:mod:`reconciler.state.expect`).
         """
         entry = self._store(source).get(self._store_key(source, key))
         version = getattr(entry, "resource_version", "")
         return version if isinstance(version, str) else ""
-
-    def forget_deleted(self, source: Source, key: Key, version: str) -> None:
-        """Our delete succeeded: drop the object, unless the view already holds a newer one."""
-        if self.held_version(source, key) == version:
-            self._handlers[source](key, None)
 
     def sweep(self, source: Source, seen: set[Key]) -> None:
         """After a re-list: forget what the list no longer holds."""

@@ -76,12 +76,11 @@ class Store(Protocol[R_contra]):
     """The cache a reflector keeps: it calls `upsert`, `delete` and `sweep` with what lists and
     watches bring.
 
-    The reflector is not always the store's only writer. The webhook's catalog cache has no
-    other; the reconciler's `reconciler.state.cache.ClusterCache` also takes the responses to
-    its own writes (the worker's status and finalizer patches and its re-reads after a 409, the
-    CopyWriter's record ConfigMap) through `ClusterCache.absorb`, which keeps such an object only
-    when it is newer than the version the cache holds, so a write moves the view forward, never
-    back.
+    The reflector is the store's only writer, as an informer is its cache's in client-go and
+    controller-runtime. The webhook's catalog cache has no other; nor has the reconciler's
+    `reconciler.state.cache.ClusterCache`: the responses to its own writes are not put into it
+    (so a late response cannot roll it back), and the worker waits until the watch brings the
+    version a write returned (`reconciler.state.expect`).
     """
 
     def upsert(self, resource: R_contra, obj: Mapping[str, Any]) -> None:

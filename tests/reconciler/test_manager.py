@@ -3,9 +3,10 @@
 The fake checks what the API server checks for our writes (resourceVersion
 preconditions, AlreadyExists, the Secret admission policy) and takes injected
 failures, so these tests cover the loop's contract: one write per change and none
-in steady state, 410/dropped watch re-lists, 409 retries, the Lease gating every
-write, licence copies, foreign Secrets, refused writes without a retry storm, and
-the in-use finalizer.
+in steady state, 410/dropped watch re-lists, the Lease gating every write, licence
+copies, foreign Secrets, refused writes without a retry storm, the in-use
+finalizer, and read-your-writes: the watch is the view's only writer, and an object
+the worker wrote (or met a 409 on) waits until the watch brings it.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from gpuclass.reconciler.api.dryrun import RecordingKube
-from gpuclass.reconciler.api.fake import MemoryKube
+from gpuclass.reconciler.api.fake import Change, MemoryKube
 from gpuclass.reconciler.api.port import ApiError
 from gpuclass.reconciler.leader import AlwaysLeader, Leadership
 from gpuclass.reconciler.manager import Manager
 from gpuclass.reconciler.settings import ReconcilerSettings
 from gpuclass.reconciler.state.licenses import copy_digest, parse_record
+from gpuclass.reconciler.state.sources import Source
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.model.snapshot import Redacted
 from tests.builders import (
@@ -184,43 +186,6 @@ def test_hand_edited_status_is_repaired() -> None:
     run(scenario)
 
 
-def test_conflict_409_rereads_and_retries() -> None:
-    async def scenario() -> None:
-        kube = MemoryKube(world())
-        async with Running(kube) as r:
-            kube.errors["patch_class_status"] = [ApiError(409, "Conflict", "modified")]
-            kube.apply(pod("q", "n1", {R: 2}))
-            await r.settle()
-            assert r.status("c")["free"] == 1
-            assert kube.calls["get_class"] == 1
-            assert kube.calls["patch_class_status"] == 4  # 2 at start, the refused one, the retry
-
-    run(scenario)
-
-
-def test_real_conflict_on_stale_resource_version() -> None:
-    async def scenario() -> None:
-        kube = MemoryKube(world())
-        async with Running(kube) as r:
-            state = r.reconciler.state
-            stale = state.classes["c"]
-            kube.apply(
-                {
-                    **kube.store[names.KIND][("", "c")],
-                    "metadata": {
-                        **kube.store[names.KIND][("", "c")]["metadata"],
-                        "labels": {"x": "y"},
-                    },
-                }
-            )
-            state.classes["c"] = stale  # as if the watch had not delivered the label change yet
-            kube.apply(pod("q", "n1", {R: 2}))
-            await r.settle()
-            assert r.status("c")["free"] == 1
-
-    run(scenario)
-
-
 def test_failed_write_backs_off_and_recovers() -> None:
     async def scenario() -> None:
         kube = MemoryKube(world())
@@ -230,6 +195,170 @@ def test_failed_write_backs_off_and_recovers() -> None:
             kube.apply(pod("q", "n1", {R: 2}))
             await until(lambda: r.status("c")["free"] == 1)
             assert r.sample("gpuclass_reconcile_total", result="error") == 2
+
+    run(scenario)
+
+
+# -- read-your-writes --------------------------------------------------------------------------------
+
+
+class HeldWatch(MemoryKube):
+    """MemoryKube whose watch of one source holds its events while `holding`: a slow or stuck watch,
+    so the view stays behind the server until the test lets the events through."""
+
+    def __init__(self, objects: list[dict[str, Any]], *, source: Source) -> None:
+        super().__init__(objects)
+        self.held_source, self.holding = source, False
+        self.held: list[tuple[asyncio.Queue[Any], Change]] = []
+        self.record_writes: list[tuple[str, str]] = []
+        """Record ConfigMap writes: (create or replace, the resourceVersion it is pinned to)."""
+
+    def _offer(self, source: Source, queue: asyncio.Queue[Any], change: Change) -> None:
+        if self.holding and source == self.held_source:
+            self.held.append((queue, change))
+        else:
+            super()._offer(source, queue, change)
+
+    def let_through(self) -> None:
+        self.holding = False
+        held, self.held = self.held, []
+        for queue, change in held:
+            super()._offer(self.held_source, queue, change)
+
+    async def create_config_map(
+        self, namespace: str, body: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        self.record_writes.append(("create", body["metadata"].get("resourceVersion", "")))
+        return await super().create_config_map(namespace, body)
+
+    async def replace_config_map(
+        self, namespace: str, name: str, body: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        self.record_writes.append(("replace", body["metadata"].get("resourceVersion", "")))
+        return await super().replace_config_map(namespace, name, body)
+
+
+def stored_version(kube: MemoryKube, kind: str, key: tuple[str, str]) -> str:
+    return str(kube.store[kind][key]["metadata"]["resourceVersion"])
+
+
+async def meanwhile() -> None:
+    """Time for the worker to act if it would (it acts within milliseconds of an event), before a
+    test asserts that it did not. `Running.settle` cannot tell: it waits for the dirty marks to be
+    worked off, and work waiting for the view leaves none."""
+    await asyncio.sleep(0.3)
+
+
+def test_only_the_watch_moves_the_view_never_a_write_response() -> None:
+    """The status write's response is not put into the view (so a late one cannot roll it back):
+    the class changes in the view when the watch brings it, and then to what the server holds."""
+
+    async def scenario() -> None:
+        kube = HeldWatch(world(), source="gpuclasses")
+        async with Running(kube) as r:
+            state = r.reconciler.state
+            before = state.classes["c"]
+            kube.holding = True
+            kube.apply(pod("q", "n1", {R: 2}))
+            await until(lambda: r.status("c")["free"] == 1)  # written on the server
+            await meanwhile()
+            assert state.classes["c"] == before
+            kube.let_through()
+            await r.settle()
+            stored = kube.store[names.KIND][("", "c")]
+            assert state.classes["c"].resource_version == stored["metadata"]["resourceVersion"]
+            assert state.classes["c"].raw_status == stored["status"]
+
+    run(scenario)
+
+
+def test_a_written_class_waits_until_the_watch_brings_the_written_version() -> None:
+    async def scenario() -> None:
+        kube = HeldWatch(world(), source="gpuclasses")
+        async with Running(kube) as r:
+            kube.holding = True
+            kube.apply(pod("q", "n1", {R: 2}))
+            await until(lambda: r.status("c")["free"] == 1)
+            kube.apply(pod("q2", "n1", {R: 1}))  # c changes again while the view lacks the write
+            await meanwhile()
+            assert len(r.writes()) == 3  # c and lic at start, then c once
+            await until(lambda: (r.sample("gpuclass_reconcile_total", result="deferred") or 0) >= 1)
+            kube.let_through()
+            await r.settle()
+            assert len(r.writes()) == 4
+            assert r.status("c")["free"] == 0
+
+    run(scenario)
+
+
+def test_a_conflict_waits_for_a_newer_class_then_writes_once() -> None:
+    """A 409 is neither retried at once nor read back with a GET: the class waits until the watch
+    brings a version past the one the write was pinned to, then is written once."""
+
+    async def scenario() -> None:
+        kube = HeldWatch(world(), source="gpuclasses")
+        async with Running(kube) as r:
+            kube.holding = True
+            labelled = kube.store[names.KIND][("", "c")]
+            kube.apply({**labelled, "metadata": {**labelled["metadata"], "labels": {"x": "y"}}})
+            kube.apply(pod("q", "n1", {R: 2}))  # decided on the view's older class: 409
+            await until(lambda: kube.calls["patch_class_status"] >= 3)
+            kube.apply(pod("q2", "n1", {R: 1}))
+            await meanwhile()
+            assert kube.calls["patch_class_status"] == 3 and "get_class" not in kube.calls
+            assert r.status("c")["free"] == 3
+            kube.let_through()
+            await r.settle()
+            assert kube.calls["patch_class_status"] == 4
+            assert r.status("c")["free"] == 0
+
+    run(scenario)
+
+
+def test_a_view_that_never_catches_up_is_relisted_after_the_interval() -> None:
+    async def scenario() -> None:
+        kube = HeldWatch(world(), source="gpuclasses")
+        async with Running(kube) as r:
+            assert r.reconciler.worker is not None
+            r.reconciler.worker.relist_interval = 2.0
+            kube.holding = True  # the class watch is stuck: it brings nothing from now on
+            kube.apply(pod("q", "n1", {R: 2}))
+            await until(lambda: r.status("c")["free"] == 1)
+            kube.apply(pod("q2", "n1", {R: 1}))
+            await meanwhile()
+            assert r.status("c")["free"] == 1
+            assert r.sample("gpuclass_watch_restarts_total", resource="gpuclasses") is None
+            await until(
+                lambda: r.sample("gpuclass_watch_restarts_total", resource="gpuclasses") == 1
+            )
+            await until(lambda: r.status("c")["free"] == 0)
+            assert len(r.writes()) == 4
+
+    run(scenario)
+
+
+def test_the_second_record_write_of_a_pass_is_pinned_to_the_first_ones_version() -> None:
+    """Within one pass the record's second write uses the version its first returned, not the view
+    (whose watch has not brought the first write yet)."""
+
+    async def scenario() -> None:
+        kube = HeldWatch(world(), source="copy-record")
+        async with Running(kube) as r:
+            kube.holding = True
+            started(kube)
+            await until(lambda: len(kube.record_writes) == 2)
+            await meanwhile()
+            key = ("cozy-system", names.COPY_RECORD_NAME)
+            first = next(c.version for c in kube.history if c.kind == "ConfigMap" and not c.old)
+            assert r.reconciler.state.copy_records == {}  # the view has seen neither write
+            assert kube.record_writes == [("create", ""), ("replace", str(first))]
+            assert record(kube) == {("tenant-a", COPY): copy_digest_of(kube, "tenant-a")}
+            kube.let_through()
+            await r.settle()
+            assert r.reconciler.state.copy_record.resource_version == stored_version(
+                kube, "ConfigMap", key
+            )
+            assert len(kube.record_writes) == 2
 
     run(scenario)
 
@@ -738,25 +867,6 @@ def test_renamed_class_keeps_its_finalizer_while_vms_admitted_under_the_old_name
             assert finalizers(kube, "c") == []
 
     run(scenario)
-
-
-def test_a_late_write_response_never_rolls_the_view_back() -> None:
-    from gpuclass.reconciler.state.cache import ClusterCache
-
-    state = ClusterCache()
-    state.upsert(
-        "gpuclasses", {**gpuclass("c", R), "metadata": {"name": "c", "resourceVersion": "7"}}
-    )
-    late = {
-        **gpuclass("c", R),
-        "metadata": {"name": "c", "resourceVersion": "5"},
-        "status": {"free": 1},
-    }
-    assert not state.absorb("gpuclasses", late)
-    assert state.classes["c"].resource_version == "7" and state.classes["c"].raw_status is None
-    newer = {**late, "metadata": {"name": "c", "resourceVersion": "9"}}
-    assert state.absorb("gpuclasses", newer)
-    assert state.classes["c"].resource_version == "9"
 
 
 def test_periodic_resync_repairs_what_no_event_marked() -> None:

@@ -28,7 +28,7 @@ from gpuclass.reconciler.settings import ReconcilerSettings
 from gpuclass.reconciler.state.licenses import copy_digest, record_body
 from gpuclass.reconciler.state.sources import SOURCES, Source
 from gpuclass.shared.core.base import names
-from gpuclass.shared.core.base.syncview import SyncView, version_reached
+from gpuclass.shared.core.base.syncview import SourceSync, SyncView, version_reached
 from gpuclass.shared.core.model.snapshot import Redacted
 from tests.builders import gpuclass, kubevirt, launcher, namespace, node, pod, secret, vmi
 
@@ -188,6 +188,9 @@ def secrets_of(kube: MemoryKube) -> set[tuple[str, str]]:
 class BlindView:
     """A sync view that says every source is listed and current: no gate at all."""
 
+    def __init__(self) -> None:
+        self.state = {s: SourceSync(listed_once=True, synced=True) for s in SOURCES}
+
     def all_listed(self) -> bool:
         return True
 
@@ -344,8 +347,10 @@ def test_sync_view_states() -> None:
     assert view.behind(("vmis",), "11") == ("vmis",)
     view.progressed("vmis", "11")
     assert view.behind(("vmis",), "11") == ()
+    assert view.state["vmis"].lists == 0  # listed without a list begun: counted from relisting
     view.relisting("vmis")
     assert view.all_listed() and view.behind(("vmis",), "1") == ("vmis",)
+    assert view.state["vmis"].lists == 1 and not view.synced("vmis")
     now[0] = 6
     assert view.stale() == ("vmis",)
 

@@ -17,6 +17,10 @@ flag and last-sync resourceVersion:
   before that object's version, so a view at or past it has seen that VMI.
 - *unsynced since*: when a source lost sync (or started), so `/readyz` can drop
   once a re-list has failed for longer than a bounded time.
+- *lists*: how many lists have begun. A source that is synced now with more lists
+  begun than at some moment has completed a list begun after it: a consistent read
+  of the server, so its view holds nothing older than that moment (the reconciler's
+  read-your-writes, `reconciler.state.expect`, ends a wait with it).
 
 resourceVersions are compared by :func:`shared.core.base.meta.version_reached`.
 
@@ -39,13 +43,14 @@ R = TypeVar("R", bound=str)
 
 @dataclass(slots=True)
 class SourceSync:
-    """One source's entry: listed at least once, synced now, the newest version seen, and since when
-    (clock seconds) it has been without a complete view."""
+    """One source's entry: listed at least once, synced now, the newest version seen, since when
+    (clock seconds) it has been without a complete view, and how many lists have begun."""
 
     listed_once: bool = False
     synced: bool = False
     version: str = ""
     unsynced_since: float | None = None
+    lists: int = 0
 
 
 @dataclass(slots=True)
@@ -76,6 +81,7 @@ class SyncView(Generic[R]):
         if entry.synced or entry.unsynced_since is None:
             entry.unsynced_since = self.clock()
         entry.synced = False
+        entry.lists += 1
         self.on_change(source)
 
     def listed(self, source: R, version: str) -> None:

@@ -490,7 +490,7 @@ def test_every_source_keeps_and_forgets_by_the_object_key(source: Source) -> Non
     meta = obj["metadata"]
     key = (meta.get("namespace", ""), meta["name"])
     assert state.keys(source) == [key]
-    # Only the stores of objects the reconciler writes keep a version (to absorb write responses).
+    # Only the stores of objects the reconciler writes keep a version (to wait for its own writes).
     kept = source in ("gpuclasses", "copy-record")
     assert state.held_version(source, key) == ("7" if kept else "")
     state.sweep(source, set())
