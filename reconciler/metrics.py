@@ -103,6 +103,19 @@ class ReconcilerMetrics:
             registry=r,
         )
         self._reasons: dict[str, dict[str, str]] = {}
+        self._figure_gauges = (
+            self.free,
+            self.max_free,
+            self.max_units,
+            self.eligible,
+            self.allocatable,
+            self.used,
+        )
+        """The per-class figure gauges, in the order :meth:`set_class` sets them."""
+        self._figure_series: dict[str, tuple[Gauge, ...]] = {}
+        """Each class's child series of `_figure_gauges` (`labels()` looked up once)."""
+        self._conditions_shown: dict[str, tuple[tuple[Any, Any, Any], ...]] = {}
+        """(type, status, reason) of each class's conditions as the series show them now."""
         self.reconcile = Counter(
             "gpuclass_reconcile", "Class reconciles by result", ["result"], registry=r
         )
@@ -157,24 +170,39 @@ class ReconcilerMetrics:
     def set_class(self, name: str, status: Mapping[str, Any], figures: Figures) -> None:
         """The class's gauges from the status just computed (whether or not it is written, so a
         follower's /metrics is current too): figures, per-condition status series, and the reason
-        series."""
-        self.free.labels(name).set(status.get("free", 0))
-        self.max_free.labels(name).set(status.get("maxFreePerNode", 0))
-        self.max_units.labels(name).set(status.get("maxUnitsPerNode", 0))
-        self.eligible.labels(name).set(figures.eligible_nodes)
-        self.allocatable.labels(name).set(figures.allocatable)
-        self.used.labels(name).set(figures.allocatable - figures.free)
-        current = {
-            c.get("type"): c.get("status")
-            for c in status.get("conditions") or ()
-            if isinstance(c, dict)
-        }
+        series.
+
+        Called for every class a pass recomputes, so the figure series are looked up once per
+        class and kept, and the condition series are set again only when a condition's status or
+        reason changed (most pod events move a figure, not a condition).
+        """
+        series = self._figure_series.get(name)
+        if series is None:
+            series = self._figure_series[name] = tuple(
+                gauge.labels(name) for gauge in self._figure_gauges
+            )
+        values = (
+            status.get("free", 0),
+            status.get("maxFreePerNode", 0),
+            status.get("maxUnitsPerNode", 0),
+            figures.eligible_nodes,
+            figures.allocatable,
+            figures.allocatable - figures.free,
+        )
+        for child, value in zip(series, values, strict=True):
+            child.set(value)
+        conditions = [c for c in status.get("conditions") or () if isinstance(c, dict)]
+        shown = tuple((c.get("type"), c.get("status"), c.get("reason")) for c in conditions)
+        if self._conditions_shown.get(name) == shown:
+            return
+        current = {c.get("type"): c.get("status") for c in conditions}
         for type_ in names.STATUS_CONDITION_TYPES:
             for value in CONDITION_STATUSES:
                 self.condition.labels(name, type_, value).set(
                     1 if current.get(type_) == value else 0
                 )
         self._set_reasons(name, status)
+        self._conditions_shown[name] = shown
 
     def _set_reasons(self, name: str, status: Mapping[str, Any]) -> None:
         """One series per condition, its reason a label; a changed reason's old series goes."""
@@ -195,14 +223,9 @@ class ReconcilerMetrics:
 
     def forget_class(self, name: str) -> None:
         """Remove a deleted class's series (a stale gauge would keep alerting)."""
-        for gauge in (
-            self.free,
-            self.max_free,
-            self.max_units,
-            self.eligible,
-            self.allocatable,
-            self.used,
-        ):
+        self._figure_series.pop(name, None)
+        self._conditions_shown.pop(name, None)
+        for gauge in self._figure_gauges:
             _remove(gauge, name)
         for type_ in names.STATUS_CONDITION_TYPES:
             for value in CONDITION_STATUSES:

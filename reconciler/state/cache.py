@@ -183,6 +183,8 @@ class ClusterCache:
         self.vmi_usage = VMIUsage()
         self.dirty = Dirty()
         self._by_resource: dict[str, set[str]] = {}
+        self._winners: dict[str, str] | None = None
+        """`conflict_winners(records)`, kept until a class comes, goes, or changes its claim."""
         self._vmis_by_class: dict[str, set[Key]] = {}
         self._license_vmis: dict[Key, VMIUse] = {}
         self._interned: dict[object, Any] = {}
@@ -271,8 +273,9 @@ class ClusterCache:
 
     def _set_class(self, key: Key, obj: Mapping[str, Any] | None) -> None:
         name = key[1]
-        record = compact_class(obj) if obj is not None else None
         old = self.classes.pop(name, None)
+        previous = old.record if old is not None else None
+        record = compact_class(obj, previous=previous) if obj is not None else None
         self.records.pop(name, None)
         if record is not None and obj is not None:
             status = obj.get("status")
@@ -301,6 +304,9 @@ class ClusterCache:
             self._by_resource.setdefault(after, set()).add(name)
         if old is None or new is None or before != after or old.created != new.created:
             self._mark_resources({r for r in (before, after) if r is not None})
+            self._winners = None
+        if new is None:
+            self.usage.surveys.forget(name)
         license_before = old.spec.license if old and old.spec else None
         license_after = new.spec.license if new and new.spec else None
         if license_before != license_after or (old is None) != (new is None):
@@ -448,25 +454,28 @@ class ClusterCache:
         snapshot = Snapshot(
             classes=self.records, permitted=self.permitted, secrets=self.license_secrets
         )
-        return StatusContext(snapshot, conflict_winners(self.records))
+        if self._winners is None:
+            self._winners = conflict_winners(self.records)
+        return StatusContext(snapshot, self._winners)
 
     def compute_status(self, name: str, context: StatusContext, *, now: str) -> dict[str, Any]:
-        """The class's status, by :func:`shared.core.status.availability.compute_status` over the live counters."""
+        """The class's status, by :func:`shared.core.status.availability.compute_status` over the
+        live counters and the class's survey tally (:mod:`reconciler.state.surveys`)."""
         return compute_status(
             self.records[name],
             context.snapshot,
-            index=self.usage.index,
+            index=self.usage.surveys,
             winners=context.winners,
             license_namespace=self.license_namespace,
             now=now,
         )
 
     def figures(self, name: str, context: StatusContext) -> Figures:
-        """The class's figures from the live counters, for the per-class usage metrics (the status
+        """The class's figures from its survey tally, for the per-class usage metrics (the status
         itself comes from :meth:`compute_status`)."""
         record = self.records[name]
         winner = context.winners.get(record.resource_name) if record.resource_name else None
-        return compute_figures(record, self.usage.index, conflict_lost=winner not in (None, name))
+        return compute_figures(record, self.usage.surveys, conflict_lost=winner not in (None, name))
 
     def in_use(self, name: str) -> bool:
         """Whether a VMI the view holds passed admission with this class: what keeps the in-use

@@ -6,13 +6,17 @@ time and expose the same `UsageIndex` shape, so the status is still computed by
 :func:`shared.core.status.availability.compute_status` itself. A Hypothesis property
 (tests/reconciler/state/test_cache_property.py) proves the two agree after any sequence of
 events. Each update returns the resources whose figures it may have changed: the
-affected-class index starts there.
+affected-class index starts there, and touches the (resource, node) pairs it changed in the
+per-class survey tallies (:mod:`reconciler.state.surveys`), which the statuses are computed
+from; `index` still walks every node of a resource, the from-scratch survey over the same
+counters (the property tests and the benchmark's baseline compare the two).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+from gpuclass.reconciler.state.surveys import ClassSurveys
 from gpuclass.shared.core.model.snapshot import NodeRecord, PodRecord
 from gpuclass.shared.core.status.availability import UsageIndex
 
@@ -64,10 +68,12 @@ class UsageCounters:
         self._nodes: dict[str, dict[str, NodeRecord]] = {}
         self._view = _NodesByResource(self._nodes)
         self.index = UsageIndex(self.used, self._view)
+        self.surveys = ClassSurveys(self.used, self._nodes)
 
     def add_pod(self, pod: PodRecord, sign: int) -> None:
         """Count (sign=1) or uncount (sign=-1) a pod's requests on its node."""
         for resource, units in pod.requests.items():
+            self.surveys.touch(resource, pod.node)
             per_node = self.used.setdefault(resource, {})
             total = per_node.get(pod.node, 0) + sign * units
             if total:
@@ -79,6 +85,8 @@ class UsageCounters:
 
     def set_node(self, name: str, old: NodeRecord | None, new: NodeRecord | None) -> set[str]:
         """Replace node `name`'s record (None: absent); returns the resources it may affect."""
+        for resource in {*(old.allocatable if old else ()), *(new.allocatable if new else ())}:
+            self.surveys.touch(resource, name)
         for resource in old.allocatable if old else ():
             per_resource = self._nodes.get(resource)
             if per_resource is not None:

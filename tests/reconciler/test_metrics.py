@@ -168,6 +168,34 @@ def test_condition_reason_is_one_series_per_condition() -> None:
     assert reason("Ready", "Ready") is None
 
 
+def test_class_series_follow_every_pass_and_come_back_after_forget() -> None:
+    """`set_class` sets the condition series again only when a condition changed: the figures
+    still move every pass, a flip shows, and a forgotten class's series return when it is set."""
+    metrics = ReconcilerMetrics()
+
+    def sample(name: str, **labels: str) -> float | None:
+        return metrics.registry.get_sample_value(name, {"class": "c", **labels})
+
+    def condition(type_: str, value: str) -> float | None:
+        return sample("gpuclass_condition", type=type_, status=value)
+
+    metrics.set_class("c", {**_status(("True", "CanStart")), "free": 3}, Figures(free=3))
+    metrics.set_class("c", {**_status(("True", "CanStart")), "free": 2}, Figures(free=2))
+    assert sample("gpuclass_free_units") == 2
+    assert condition("Schedulable", "True") == 1
+
+    metrics.set_class("c", {**_status(("False", "CanStart")), "free": 0}, Figures())
+    assert (condition("Schedulable", "True"), condition("Schedulable", "False")) == (0, 1)
+
+    metrics.forget_class("c")
+    assert sample("gpuclass_free_units") is None
+    assert condition("Schedulable", "False") is None
+    metrics.set_class("c", {**_status(("False", "CanStart")), "free": 0}, Figures())
+    assert sample("gpuclass_free_units") == 0
+    assert condition("Schedulable", "False") == 1
+    assert sample("gpuclass_condition_reason", type="Ready", reason="Ready") == 1
+
+
 def test_a_wake_with_nothing_dirty_is_a_pass_that_writes_nothing() -> None:
     """docs/metrics.md: every watched event wakes the worker; an event that marks nothing dirty
     still makes a pass (observed, and the last-sync timestamp moves) but writes nothing."""

@@ -177,16 +177,27 @@ def _extended(resources: object) -> dict[str, int]:
     return {k: quantity_units(v) for k, v in resources.items() if isinstance(k, str) and "/" in k}
 
 
-def compact_class(obj: Mapping[str, Any]) -> ClassRecord | None:
+def compact_class(
+    obj: Mapping[str, Any], *, previous: ClassRecord | None = None
+) -> ClassRecord | None:
     """A GPUClass's record, validated once by :func:`validate_class` (admission, status and lint
     share that verdict); an invalid spec is kept with its problems, an unreadable status dropped.
-    None when the object has no name."""
+    None when the object has no name.
+
+    `previous`, the record the caller holds for the same object: when its name and raw spec
+    equal this object's, its verdict is kept (`validate_class` reads nothing else), so a status
+    or metadata change (the reconciler's own status writes coming back) is not validated again.
+    """
     meta = _meta(obj)
     name = meta.get("name")
     if not isinstance(name, str):
         return None
     raw_spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    verdict = validate_class(obj)  # the one verdict: admission, status and lint agree
+    if previous is not None and previous.name == name and previous.raw_spec == raw_spec:
+        spec, problems = previous.spec, previous.problems
+    else:
+        verdict = validate_class(obj)  # the one verdict: admission, status and lint agree
+        spec, problems = verdict.model, tuple(cause.render() for cause in verdict.causes)
     try:
         status = (
             GPUClassStatus.model_validate(obj["status"])
@@ -200,7 +211,7 @@ def compact_class(obj: Mapping[str, Any]) -> ClassRecord | None:
     return ClassRecord(
         name=name,
         raw_spec=raw_spec,  # type: ignore[arg-type]
-        spec=verdict.model,
+        spec=spec,
         status=status,
         created=str(meta.get("creationTimestamp") or ""),
         deleting=bool(meta.get("deletionTimestamp")),
@@ -209,7 +220,7 @@ def compact_class(obj: Mapping[str, Any]) -> ClassRecord | None:
         if isinstance(finalizers, list)
         else (),
         uid=str(meta.get("uid") or ""),
-        problems=tuple(cause.render() for cause in verdict.causes),
+        problems=problems,
     )
 
 

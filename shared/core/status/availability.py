@@ -12,11 +12,17 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.model.snapshot import ClassRecord, NodeRecord, Snapshot
-from gpuclass.shared.core.status.capacity import Capacity, Survey, schedulable, survey_nodes
+from gpuclass.shared.core.status.capacity import (
+    Capacity,
+    Survey,
+    schedulable,
+    survey_nodes,
+    surveyed,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +36,16 @@ class Figures:
     eligible_nodes: int = 0
     allocatable: int = 0
     """Allocatable summed over eligible nodes (the usage metrics: used = allocatable - free)."""
+
+
+class Surveyor(Protocol):
+    """Where a class's survey comes from: :class:`UsageIndex` walks the nodes of its resource; the
+    reconciler's per-class tallies (:mod:`reconciler.state.surveys`) give the same survey kept
+    current per event."""
+
+    def survey(self, record: ClassRecord) -> Survey:
+        """The survey of a class that surveys something (:func:`capacity.surveyed` is not None)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +69,13 @@ class UsageIndex:
                 by_resource[resource].append(node)
         return cls(used, {k: tuple(v) for k, v in by_resource.items()})
 
+    def survey(self, record: ClassRecord) -> Survey:
+        """One pass over the nodes listing the class's resource (:func:`capacity.survey_nodes`)."""
+        resource = record.resource_name or ""
+        return survey_nodes(
+            record, self.nodes_by_resource.get(resource, ()), self.used.get(resource, {})
+        )
+
 
 def _sort_key(record: ClassRecord) -> tuple[str, str]:
     return (record.created, record.name)
@@ -75,18 +98,15 @@ def conflict_winners(classes: Mapping[str, ClassRecord]) -> dict[str, str]:
     return {resource: record.name for resource, record in winners.items()}
 
 
-def survey(record: ClassRecord, index: UsageIndex, *, conflict_lost: bool) -> Survey:
-    """One pass over the nodes listing the class's resource (:mod:`shared.core.status.capacity`).
+def survey(record: ClassRecord, index: Surveyor, *, conflict_lost: bool) -> Survey:
+    """The class's survey of the nodes listing its resource (:mod:`shared.core.status.capacity`).
 
     A class that lost a resource-name conflict, or whose stored spec is invalid, offers
     nothing: an empty survey (zero figures, zero counts).
     """
-    resource = record.resource_name
-    if resource is None or record.spec is None or conflict_lost:
+    if conflict_lost or surveyed(record) is None:
         return Survey()
-    return survey_nodes(
-        record, index.nodes_by_resource.get(resource, ()), index.used.get(resource, {})
-    )
+    return index.survey(record)
 
 
 def figures_of(found: Survey) -> Figures:
@@ -100,7 +120,7 @@ def figures_of(found: Survey) -> Figures:
     )
 
 
-def compute_figures(record: ClassRecord, index: UsageIndex, *, conflict_lost: bool) -> Figures:
+def compute_figures(record: ClassRecord, index: Surveyor, *, conflict_lost: bool) -> Figures:
     """free, maxFreePerNode and maxUnitsPerNode of one class; zeros when it lost a conflict.
 
     An invalid stored class (`spec` None) offers nothing: zeros too.
@@ -312,7 +332,7 @@ def compute_status(
     record: ClassRecord,
     snapshot: Snapshot,
     *,
-    index: UsageIndex,
+    index: Surveyor,
     winners: Mapping[str, str],
     license_namespace: str,
     now: str,

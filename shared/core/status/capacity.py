@@ -3,9 +3,11 @@
 One pass over the nodes that list the class's resource gives both the contract's
 figures (free, maxFreePerNode, maxUnitsPerNode) and `status.capacity`: how many
 nodes advertise the resource, how many are hosts and eligible, and for every
-other advertising node the first reason it offers nothing now. The same pass
-serves the reconciler's incremental counters, the offline `gpuclass status` and
-`gpuclass explain`, so they can never disagree.
+other advertising node the first reason it offers nothing now. The pass is two
+steps, each stated once: :func:`node_share` judges one node, :class:`Tally` sums the
+shares. `survey_nodes` (the offline `gpuclass status`, `gpuclass explain`) runs them over
+every node; the reconciler keeps a tally per class and runs them on the nodes an event
+changed (:mod:`reconciler.state.surveys`), so they can never disagree.
 
 Each advertising node gets exactly one verdict, checked in this order
 (docs/decisions.md, "Capacity explained"):
@@ -131,9 +133,10 @@ class Capacity:
         }
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Survey:
-    """What one pass over the nodes found: the contract's figures and the capacity counts."""
+    """What one pass over the nodes found: the contract's figures and the capacity counts (a value:
+    the reconciler hands the same one to the status and the metrics)."""
 
     free: int = 0
     max_free_per_node: int = 0
@@ -142,15 +145,19 @@ class Survey:
     allocatable: int = 0
     hosts: int = 0
     counts: dict[str, int] = field(default_factory=dict)
-    taint_keys: list[frozenset[str]] = field(default_factory=list)
+    taint_keys: dict[frozenset[str], int] = field(default_factory=dict)
+    """Untolerated nodes per set of blocking taint keys (the nodes counted in `untolerated`)."""
 
     def capacity(self) -> Capacity:
         """The node counts of 6.8 from this survey: taint keys ranked by how many untolerated nodes
         carry them, the first MAX_TAINT_KEYS listed, the rest counted in `other_taint_nodes`."""
-        per_key = Counter(key for keys in self.taint_keys for key in keys)
+        per_key: Counter[str] = Counter()
+        for keys, nodes in self.taint_keys.items():
+            for key in keys:
+                per_key[key] += nodes
         listed = sorted(per_key.items(), key=lambda item: (-item[1], item[0]))[:MAX_TAINT_KEYS]
         shown = {key for key, _ in listed}
-        other = sum(1 for keys in self.taint_keys if not keys & shown)
+        other = sum(nodes for keys, nodes in self.taint_keys.items() if not keys & shown)
         c = self.counts
         return Capacity(
             advertising=sum(n for v, n in c.items() if v != "noUnits"),
@@ -166,50 +173,122 @@ class Survey:
         )
 
 
+NodeShare = tuple[Verdict, int, int, frozenset[str]]
+"""One node's part in a class's survey: (verdict, free units, allocatable units, keys of the taints
+in the way). No taint key: the node is a host of the class. A plain tuple: one is made per node
+per survey."""
+
+_NONE: frozenset[str] = frozenset()
+
+
+def node_share(
+    node: NodeRecord, resource: str, tolerations: tuple[Mapping[str, Any], ...], used: int
+) -> NodeShare:
+    """Judge one node for a class (`used`: units bound Pods request there); the verdict is
+    :func:`verdict_of`, as in :func:`judge_node`."""
+    allocatable = node.allocatable.get(resource, 0)
+    blocking = untolerated_taints(tolerations, node.taints) if node.taints else ()
+    free = allocatable - used
+    if free < 0:
+        free = 0
+    keys = frozenset(t.key for t in blocking) if blocking else _NONE
+    return verdict_of(node, allocatable, bool(blocking), free), free, allocatable, keys
+
+
+def _drop_zeros(counts: dict[Any, int]) -> None:
+    for key in [key for key, nodes in counts.items() if not nodes]:
+        del counts[key]
+
+
+@dataclass(slots=True)
+class Tally:
+    """Node shares summed into a survey, in or out.
+
+    The one place that says how a node counts (module docstring): :func:`survey_nodes`
+    adds every node once; the reconciler keeps a tally per class and swaps the shares of the
+    nodes a Pod or node event changed (:mod:`reconciler.state.surveys`). The largest free
+    and allocatable units are kept as histograms (nodes per size), so a node can leave too.
+    """
+
+    counts: dict[str, int] = field(default_factory=dict)
+    free: int = 0
+    allocatable: int = 0
+    eligible: int = 0
+    hosts: int = 0
+    free_sizes: dict[int, int] = field(default_factory=dict)
+    """Eligible nodes per free units (only sizes above 0: maxFreePerNode)."""
+    host_sizes: dict[int, int] = field(default_factory=dict)
+    """Hosts, ready or not, per allocatable units (only sizes above 0: maxUnitsPerNode, 6.3)."""
+    taint_keys: dict[frozenset[str], int] = field(default_factory=dict)
+
+    def add(self, shares: Iterable[NodeShare], sign: int = 1) -> None:
+        """Count nodes' shares in (`sign` 1) or take them out again (-1): one loop, run per node
+        of a class by :func:`survey_nodes` and per changed node by the reconciler."""
+        counts, free_sizes, host_sizes = self.counts, self.free_sizes, self.host_sizes
+        taint_keys = self.taint_keys
+        free_total = allocatable_total = eligible = hosts = 0
+        for verdict, free, allocatable, blocking in shares:
+            counts[verdict] = counts.get(verdict, 0) + sign
+            if not blocking and allocatable > 0:
+                host_sizes[allocatable] = host_sizes.get(allocatable, 0) + sign
+            if verdict == "noUnits":
+                continue
+            if not blocking:
+                hosts += 1
+            if verdict == "withFree" or verdict == "noFreeUnits":
+                free_total += free
+                allocatable_total += allocatable
+                eligible += 1
+                if free > 0:
+                    free_sizes[free] = free_sizes.get(free, 0) + sign
+            elif verdict == "untolerated":
+                taint_keys[blocking] = taint_keys.get(blocking, 0) + sign
+        self.free += sign * free_total
+        self.allocatable += sign * allocatable_total
+        self.eligible += sign * eligible
+        self.hosts += sign * hosts
+        if sign < 0:  # what no node holds any more is not a count of 0 but no entry
+            for held in (counts, free_sizes, host_sizes, taint_keys):
+                _drop_zeros(held)
+
+    def survey(self) -> Survey:
+        """The survey these shares make (a new value: later changes to the tally do not move it)."""
+        return Survey(
+            free=self.free,
+            max_free_per_node=max(self.free_sizes, default=0),
+            max_units_per_node=max(self.host_sizes, default=0),
+            eligible_nodes=self.eligible,
+            allocatable=self.allocatable,
+            hosts=self.hosts,
+            counts=dict(self.counts),
+            taint_keys=dict(self.taint_keys),
+        )
+
+
+def surveyed(record: ClassRecord) -> tuple[str, tuple[Mapping[str, Any], ...]] | None:
+    """What of a class a survey reads: its resource and tolerations; None when it surveys nothing
+    (no resource name, or an invalid spec)."""
+    resource = record.resource_name
+    if resource is None or record.spec is None:
+        return None
+    return resource, record.tolerations
+
+
 def survey_nodes(
     record: ClassRecord, nodes: Iterable[NodeRecord], used: Mapping[str, int]
 ) -> Survey:
     """Judge every node that lists the class's resource; an invalid class surveys nothing.
 
-    The reconciler runs this for every dirty class on every pass, so it is one plain loop
-    (no object per node); the verdict itself is :func:`verdict_of`, as in :func:`judge_node`.
+    Each node's share is :func:`node_share`, summed by :class:`Tally`: the same two steps
+    the reconciler's per-class tallies take one node at a time.
     """
-    survey = Survey()
-    resource = record.resource_name
-    if resource is None or record.spec is None:
-        return survey
-    tolerations = record.tolerations
-    counts = survey.counts
-    free_total = max_free = max_units = eligible = allocatable_total = hosts = 0
-    for node in nodes:
-        allocatable = node.allocatable.get(resource, 0)
-        blocking = untolerated_taints(tolerations, node.taints) if node.taints else ()
-        free = allocatable - used.get(node.name, 0)
-        if free < 0:
-            free = 0
-        if not blocking and allocatable > max_units:
-            max_units = allocatable  # 6.3: any host, ready or not
-        verdict = verdict_of(node, allocatable, bool(blocking), free)
-        counts[verdict] = counts.get(verdict, 0) + 1
-        if verdict == "noUnits":
-            continue
-        if not blocking:
-            hosts += 1
-        if verdict == "withFree" or verdict == "noFreeUnits":
-            free_total += free
-            allocatable_total += allocatable
-            eligible += 1
-            if free > max_free:
-                max_free = free
-        elif verdict == "untolerated":
-            survey.taint_keys.append(frozenset(t.key for t in blocking))
-    survey.free, survey.max_free_per_node, survey.max_units_per_node = (
-        free_total,
-        max_free,
-        max_units,
-    )
-    survey.eligible_nodes, survey.allocatable, survey.hosts = eligible, allocatable_total, hosts
-    return survey
+    reads = surveyed(record)
+    if reads is None:
+        return Survey()
+    resource, tolerations = reads
+    tally = Tally()
+    tally.add(node_share(node, resource, tolerations, used.get(node.name, 0)) for node in nodes)
+    return tally.survey()
 
 
 def effective_max_count(record: ClassRecord, max_units_per_node: int) -> int | None:

@@ -20,7 +20,13 @@ from gpuclass.reconciler.state.statusdiff import status_patch, transitions
 from gpuclass.shared.core.base.k8s import Taint
 from gpuclass.shared.core.model.snapshot import NodeRecord, SnapshotBuilder, compact_class
 from gpuclass.shared.core.status.availability import compute_all
-from gpuclass.shared.core.status.capacity import MAX_TAINT_KEYS, judge_node, survey_nodes
+from gpuclass.shared.core.status.capacity import (
+    MAX_TAINT_KEYS,
+    Tally,
+    judge_node,
+    node_share,
+    survey_nodes,
+)
 from tests.builders import gpuclass, kubevirt, node, pod
 
 R = "example.com/gpu"
@@ -447,6 +453,27 @@ def test_survey_counts_what_judge_node_says(
     assert found.max_free_per_node == max((f.free for f in eligible), default=0)
     assert found.max_units_per_node == max((f.allocatable for f in fits if f.host), default=0)
     assert capacity.hosts == sum(1 for f in fits if f.host and f.verdict != "noUnits")
+
+
+@settings(max_examples=200, deadline=None)
+@given(clusters(), st.data())
+def test_shares_taken_out_leave_the_tally_of_the_rest(
+    cluster: tuple[list[NodeRecord], dict[str, int], list[dict[str, Any]]], data: st.DataObject
+) -> None:
+    """The reconciler's tallies (reconciler/state/surveys.py) take a node's share out when it
+    changes: what is left is exactly the tally of the other nodes (no zero entries, the maxima
+    fall back), so a tally never needs to be rebuilt."""
+    nodes, used, tolerations = cluster
+    record = compact_class(cls(tolerations=tolerations))
+    assert record is not None
+    leaving = data.draw(st.sets(st.sampled_from([n.name for n in nodes]))) if nodes else set()
+    shares = {n.name: node_share(n, R, record.tolerations, used.get(n.name, 0)) for n in nodes}
+    tally = Tally()
+    tally.add(shares.values())
+    tally.add([shares[name] for name in leaving], -1)
+    assert tally.survey() == survey_nodes(record, [n for n in nodes if n.name not in leaving], used)
+    if leaving == set(shares):
+        assert tally == Tally()
 
 
 # -- the survey against an oracle written from the contract alone -----------------------------------

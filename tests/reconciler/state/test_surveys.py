@@ -1,0 +1,140 @@
+"""Property: a class's survey tally equals the full walk over its nodes after any sequence of events.
+
+A Hypothesis state machine adds, edits and removes Pods and Nodes on the usage
+counters (:class:`reconciler.state.usage.UsageCounters`, which touch the tallies of
+:mod:`reconciler.state.surveys`), changes classes (resource, tolerations, an invalid
+spec) and deletes them, and now and then surveys some classes, so stale nodes pile up
+between surveys as they do between passes. Each survey equals `survey_nodes` from
+scratch: over a `UsageIndex` built from the surviving records alone, and over the
+counters' own full walk (`UsageCounters.index`, the benchmark's baseline).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, rule
+
+from gpuclass.reconciler.state.usage import UsageCounters
+from gpuclass.shared.core.base.k8s import Taint
+from gpuclass.shared.core.model.snapshot import (
+    ClassRecord,
+    NodeRecord,
+    PodRecord,
+    Snapshot,
+    compact_class,
+)
+from gpuclass.shared.core.status.availability import UsageIndex
+from tests.builders import gpuclass
+
+RESOURCES = ["example.com/r1", "example.com/r2"]
+NODE_NAMES = [f"n{i}" for i in range(6)]
+CLASS_NAMES = ["c1", "c2", "c3"]
+TAINTS = [
+    (),
+    (Taint("gpu", "yes", "NoSchedule"),),
+    (Taint("other", "", "NoExecute"),),
+    (Taint("gpu", "yes", "NoSchedule"), Taint("other", "", "NoExecute")),
+    (Taint("soft", "", "PreferNoSchedule"),),
+]
+TOLERATIONS = [None, [{"key": "gpu", "operator": "Exists"}], [{"operator": "Exists"}]]
+
+units = st.integers(0, 4)
+nodes_st = st.builds(
+    NodeRecord,
+    st.sampled_from(NODE_NAMES),
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from(TAINTS),
+    st.dictionaries(st.sampled_from(RESOURCES), units, max_size=2),
+)
+
+
+def class_record(name: str, resource: str, tolerations: Any, valid: bool) -> ClassRecord:
+    obj = gpuclass(name, resource, tolerations=tolerations)
+    if not valid:
+        obj["spec"]["mode"] = "neither"  # an invalid spec: the class surveys nothing
+    record = compact_class(obj)
+    assert record is not None
+    assert (record.spec is not None) == valid
+    return record
+
+
+class Surveys(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.usage = UsageCounters()
+        self.nodes: dict[str, NodeRecord] = {}
+        self.pods: dict[str, PodRecord] = {}
+        self.classes: dict[str, ClassRecord] = {}
+
+    @rule(node=nodes_st)
+    def put_node(self, node: NodeRecord) -> None:
+        old = self.nodes.get(node.name)
+        self.nodes[node.name] = node
+        self.usage.set_node(node.name, old, node)
+
+    @rule(name=st.sampled_from(NODE_NAMES))
+    def remove_node(self, name: str) -> None:
+        old = self.nodes.pop(name, None)
+        if old is not None:
+            self.usage.set_node(name, old, None)
+
+    @rule(
+        name=st.sampled_from(["p1", "p2", "p3", "p4"]),
+        node=st.sampled_from(NODE_NAMES),
+        requests=st.dictionaries(st.sampled_from(RESOURCES), st.integers(1, 3), max_size=2),
+    )
+    def put_pod(self, name: str, node: str, requests: dict[str, int]) -> None:
+        """A Pod bound (or moved: its old record goes, as the cache does) with its requests; a Pod
+        may sit on a node that does not exist (yet), as bound Pods can."""
+        old = self.pods.pop(name, None)
+        if old is not None:
+            self.usage.add_pod(old, -1)
+        if requests:
+            self.pods[name] = PodRecord(node, requests)
+            self.usage.add_pod(self.pods[name], 1)
+
+    @rule(name=st.sampled_from(["p1", "p2", "p3", "p4"]))
+    def remove_pod(self, name: str) -> None:
+        old = self.pods.pop(name, None)
+        if old is not None:
+            self.usage.add_pod(old, -1)
+
+    @rule(
+        name=st.sampled_from(CLASS_NAMES),
+        resource=st.sampled_from(RESOURCES),
+        tolerations=st.sampled_from(TOLERATIONS),
+        valid=st.integers(0, 4).map(bool),  # mostly valid
+    )
+    def put_class(self, name: str, resource: str, tolerations: Any, valid: bool) -> None:
+        self.classes[name] = class_record(name, resource, tolerations, valid)
+
+    @rule(name=st.sampled_from(CLASS_NAMES))
+    def delete_class(self, name: str) -> None:
+        if self.classes.pop(name, None) is not None:
+            self.usage.surveys.forget(name)
+
+    @rule(chosen=st.sets(st.sampled_from(CLASS_NAMES), min_size=1))
+    def survey_some(self, chosen: set[str]) -> None:
+        """A pass recomputes only the dirty classes: the others' stale nodes wait for a later one."""
+        index = UsageIndex.build(
+            Snapshot(nodes=list(self.nodes.values()), pods=list(self.pods.values()))
+        )
+        for name in sorted(chosen & set(self.classes)):
+            record = self.classes[name]
+            found = self.usage.surveys.survey(record)
+            assert found == index.survey(record), name
+            assert found == self.usage.index.survey(record), name
+            assert found.capacity() == index.survey(record).capacity(), name
+
+
+Surveys.TestCase.settings = settings(
+    max_examples=200,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_tallies_equal_the_full_walk = Surveys.TestCase
