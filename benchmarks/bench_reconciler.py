@@ -500,7 +500,7 @@ async def main() -> None:
         f"coalesced (a pass per 200 events): {coalesced / len(lines) * 1000:.3f} ms per event"
     )
     if PROFILE:
-        await profile(reconciler, lines[:2000])
+        await profile(reconciler, kube, lines[:2000])
 
     before = kube.writes.get("status", 0)
     unrelated = unrelated_events(Random(3))
