@@ -162,7 +162,7 @@ def _one_class_on(node: NodeRecord) -> tuple[UsageCounters, ClassRecord]:
 
 
 def test_a_pod_bound_after_a_survey_counts_at_the_next() -> None:
-    """Contract 6.1: free units are allocatable minus what bound Pods request on the node."""
+    """Contract 6.2: free units are allocatable minus what bound Pods request on the node."""
     usage, record = _one_class_on(NodeRecord("n0", True, False, (), {RESOURCES[0]: 4}))
     assert usage.surveys.survey(record).free == 4
     usage.add_pod(PodRecord("n0", {RESOURCES[0]: 3}), 1)
@@ -172,7 +172,8 @@ def test_a_pod_bound_after_a_survey_counts_at_the_next() -> None:
 
 
 def test_a_node_changed_after_a_survey_counts_at_the_next() -> None:
-    """Contract 6.2: a cordoned node offers nothing; more allocatable offers more."""
+    """Contract 6.1 and 6.2: a cordoned node is not eligible and offers nothing; more allocatable
+    offers more."""
     node = NodeRecord("n0", True, False, (), {RESOURCES[0]: 4})
     usage, record = _one_class_on(node)
     assert usage.surveys.survey(record).free == 4
