@@ -12,7 +12,9 @@ header block as parsed, which catches a whole block arriving in one read; a head
 idle-before-first-request nor a slowloris client lives longer than `header_timeout`); a cap on
 connections and on requests in flight that sheds the longest-idle connection or the slowest
 body rather than the newcomer (a client that sends a whole request at once — the API server —
-always gets in); JSON errors for malformed requests. `WebhookServer` listens with a TLS
+always gets in); JSON errors for malformed requests. Its transport is wrapped in
+`JoinedWrites`, so a response's head and body go out as one TLS record and one system call.
+`WebhookServer` listens with a TLS
 handshake timeout; the drain on the first SIGTERM (`drain_seconds` of serving with readiness
 failing and answers saying `Connection: close`, then uvicorn's own graceful shutdown) is the
 shared server's (`shared.kube.http`). Body limits live in `webhook.limits`. docs/webhook.md
@@ -81,6 +83,75 @@ _HTTP_LOG = _QuietLogger("gpuclass.webhook.http")
 _HTTP_LOG.parent = log
 
 
+class JoinedWrites(asyncio.Transport):
+    """A connection's TLS transport whose writes in one event-loop turn go out as one.
+
+    uvicorn writes a response's head and its body in two calls; over TLS each write is its own
+    record and its own `send` system call. Held until the turn ends (`call_soon`), they are one
+    of each. Closing sends what is held first; aborting drops it. Everything else is the wrapped
+    transport's."""
+
+    def __init__(self, inner: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self.inner, self.loop = inner, loop
+        self.held: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Hold `data` until the end of this turn of the event loop."""
+        if not self.held:
+            self.loop.call_soon(self.flush)
+        self.held.append(bytes(data))
+
+    def flush(self) -> None:
+        """Write what is held, as one piece."""
+        if self.held:
+            data = self.held[0] if len(self.held) == 1 else b"".join(self.held)
+            self.held = []
+            self.inner.write(data)
+
+    def close(self) -> None:
+        """Send what is held, then close as the wrapped transport does."""
+        self.flush()
+        self.inner.close()
+
+    def abort(self) -> None:
+        """Drop what is held and the connection."""
+        self.held = []
+        self.inner.abort()
+
+    def is_closing(self) -> bool:
+        """The wrapped transport's."""
+        return self.inner.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        """The wrapped transport's (socket, peer and TLS details)."""
+        return self.inner.get_extra_info(name, default)
+
+    def pause_reading(self) -> None:
+        """The wrapped transport's."""
+        self.inner.pause_reading()
+
+    def resume_reading(self) -> None:
+        """The wrapped transport's."""
+        self.inner.resume_reading()
+
+    def is_reading(self) -> bool:
+        """The wrapped transport's."""
+        return self.inner.is_reading()
+
+    def get_write_buffer_size(self) -> int:
+        """The wrapped transport's buffer and what is held."""
+        return self.inner.get_write_buffer_size() + sum(len(piece) for piece in self.held)
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        """The wrapped transport's."""
+        self.inner.set_protocol(protocol)
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        """The wrapped transport's."""
+        return self.inner.get_protocol()
+
+
 _IDLE, _HEADERS, _BODY, _ANSWERING = "idle", "headers", "body", "answering"
 _BUSY = (_BODY, _ANSWERING)
 
@@ -132,7 +203,7 @@ class GuardedProtocol(HttpToolsProtocol):
                 transport.abort()
                 return
             victim.cut("idle_evicted")
-        super().connection_made(transport)
+        super().connection_made(JoinedWrites(transport, self.loop))
         self._enter(_HEADERS)
         self._arm(self.limits.header_timeout, "header_timeout")
 

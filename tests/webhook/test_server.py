@@ -8,6 +8,7 @@ bodies too slowly or not at all, and more connections than the cap.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import socket
@@ -20,6 +21,7 @@ import httpx
 import pytest
 
 from gpuclass.webhook import paths
+from gpuclass.webhook.server import JoinedWrites
 from tests.conftest import OBJECTS
 from tests.webhook_process import WebhookProcess
 
@@ -389,3 +391,43 @@ def test_over_the_in_flight_cap_the_slowest_body_gives_way(server: WebhookProces
     finally:
         for sock in slow:
             sock.close()
+
+
+class RecordingTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, bytes]] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.calls.append(("write", bytes(data)))
+
+    def close(self) -> None:
+        self.calls.append(("close", b""))
+
+    def abort(self) -> None:
+        self.calls.append(("abort", b""))
+
+
+@pytest.mark.parametrize(
+    ("end", "expected"),
+    [
+        pytest.param(None, [("write", b"head|body")], id="one-write-at-the-end-of-the-turn"),
+        pytest.param("close", [("write", b"head|body"), ("close", b"")], id="close-sends-first"),
+        pytest.param("abort", [("abort", b"")], id="abort-drops-what-is-held"),
+    ],
+)
+def test_joined_writes_send_one_piece_per_event_loop_turn(
+    end: str | None, expected: list[tuple[str, bytes]]
+) -> None:
+    async def turn() -> list[tuple[str, bytes]]:
+        inner = RecordingTransport()
+        joined = JoinedWrites(inner, asyncio.get_running_loop())
+        joined.write(b"head|")
+        joined.write(b"body")
+        assert inner.calls == [], "nothing is written within the turn"
+        if end:
+            getattr(joined, end)()
+        await asyncio.sleep(0)
+        return inner.calls
+
+    assert asyncio.run(turn()) == expected
