@@ -14,11 +14,10 @@ connections and on requests in flight that sheds the longest-idle connection or 
 body rather than the newcomer (a client that sends a whole request at once — the API server —
 always gets in); JSON errors for malformed requests. Its transport is wrapped in
 `JoinedWrites`, so a response's head and body go out as one TLS record and one system call.
-`WebhookServer` listens with a TLS
-handshake timeout; the drain on the first SIGTERM (`drain_seconds` of serving with readiness
-failing and answers saying `Connection: close`, then uvicorn's own graceful shutdown) is the
-shared server's (`shared.kube.http`). Body limits live in `webhook.limits`. docs/webhook.md
-lists every limit and its default.
+`WebhookServer` listens with a TLS handshake timeout; the drain on the first SIGTERM
+(`drain_seconds` of serving with readiness failing and answers saying `Connection: close`, then
+uvicorn's own graceful shutdown) is the shared server's (`shared.kube.http`). Body limits live
+in `webhook.limits`. docs/webhook.md lists every limit and its default.
 """
 
 from __future__ import annotations
@@ -88,7 +87,9 @@ class JoinedWrites(asyncio.Transport):
 
     uvicorn writes a response's head and its body in two calls; over TLS each write is its own
     record and its own `send` system call. Held until the turn ends (`call_soon`), they are one
-    of each. Closing sends what is held first; aborting drops it. Everything else is the wrapped
+    of each, and the responses decided in one turn leave together after it: more throughput, a
+    longer tail when the core is shared (docs/decisions.md, "httptools under the webhook").
+    Closing sends what is held first; aborting drops it. Everything else is the wrapped
     transport's."""
 
     def __init__(self, inner: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
