@@ -1,7 +1,7 @@
 """Webhook throughput and latency against two floors, measured in the same run.
 
 Starts `gpuclass-webhook --objects examples`, `benchmarks/bare_app.py` on the same
-uvicorn (the bare-ASGI floor: our stack doing nothing) and the Go floor
+uvicorn, HTTP protocol and event loop (the bare-ASGI floor: our stack doing nothing) and the Go floor
 (`benchmarks/gofloor/`: a minimal controller-runtime webhook answering with a fixed
 patch, what a hoster would otherwise run), each serving the same certificate with one
 worker pinned to CPU 0, and drives each with wrk (pinned to CPU 1) over 16 keep-alive
@@ -19,6 +19,12 @@ read first and checked against the contract (allowed, uid echoed, a patch adding
 gpu1..gpu4 of example.com/whole-gpu), and wrk then counts every response whose
 body lacks that answer's exact patch (the Go floor is given that patch), or, for the
 bare floor, `"allowed":true`. Any wrong body fails the run (exit 1).
+
+With `BENCH_BEFORE=<git ref>` (e.g. the commit before a change) a fourth server runs in the
+same rounds: that commit's gpuclass-webhook (exported with `git archive`, benchmarks/before.py,
+run by this interpreter with the same certificate and checked against the same patch), and the
+throughput and CPU ratios of this checkout to it are printed too: a before/after figure taken
+under the same neighbours' load.
 """
 
 from __future__ import annotations
@@ -45,8 +51,13 @@ DURATION = os.environ.get("BENCH_DURATION", "8s")
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 CONNECTIONS = 16
 GOAL_BARE, GOAL_GO, GOAL_P99_MS = 0.65, 0.5, 5.0
+# The bare floor runs on the webhook's own HTTP protocol and event loop (webhook/main.py), not on
+# uvicorn's "auto" choice, which follows whatever happens to be installed.
+BARE_STACK = ["--http", "httptools", "--loop", "asyncio"]
 
-from benchmarks import go_floor  # noqa: E402
+from benchmarks import before, go_floor  # noqa: E402
+
+BEFORE = os.environ.get("BENCH_BEFORE", "")
 
 
 def review_body() -> bytes:
@@ -79,10 +90,14 @@ def wait_ready(port: int, ca: Path) -> None:
     raise RuntimeError(f"server on {port} did not come up")
 
 
-def start(command: list[str]) -> subprocess.Popen[bytes]:
+def start(command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     taskset = ["taskset", "-c", "0"] if shutil.which("taskset") else []
     return subprocess.Popen(
-        [*taskset, *command], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [*taskset, *command],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -189,6 +204,18 @@ def wrk(url: str, script: Path) -> tuple[float, float, float, int]:
     return rps, pct("50"), pct("99"), served
 
 
+WEBHOOK_RUN = "import sys; from gpuclass.webhook.main import main; sys.exit(main())"
+
+
+def webhook_command(port: int, tls: list[str], *, python: bool = False) -> list[str]:
+    """gpuclass-webhook on `port` (the console script, or this interpreter running `main`)."""
+    program = (
+        [str(BIN / "python"), "-c", WEBHOOK_RUN] if python else [str(BIN / "gpuclass-webhook")]
+    )
+    args = ["--objects", "examples", "--vgpu-entitled", "--bind-address", "127.0.0.1"]
+    return [*program, *args, "--port", str(port), *tls]
+
+
 def main() -> int:
     if not shutil.which("wrk"):
         print("bench_webhook: wrk not found (apt-get install wrk)", file=sys.stderr)
@@ -203,27 +230,15 @@ def main() -> int:
         'wrk.headers["Content-Type"] = "application/json"\n'
         f'local f = io.open("{work / "body.json"}", "rb")\nwrk.body = f:read("*all")\nf:close()\n'
     )
+    tls, ca = work / "tls", work / "tls" / "ca.crt"
     webhook_port, bare_port = free_port(), free_port()
-    webhook = start(
-        [
-            str(BIN / "gpuclass-webhook"),
-            "--objects",
-            "examples",
-            "--vgpu-entitled",
-            "--bind-address",
-            "127.0.0.1",
-            "--port",
-            str(webhook_port),
-            "--tls-dir",
-            str(work / "tls"),
-        ]
-    )
-    wait_ready(webhook_port, work / "tls" / "ca.crt")
+    webhook = start(webhook_command(webhook_port, ["--tls-dir", str(tls)]))
+    wait_ready(webhook_port, ca)
     script = work / "post.lua"
-    patch = reference_patch(webhook_port, work / "tls" / "ca.crt", body)
+    patch = reference_patch(webhook_port, ca, body)
     script.write_text(post + body_check(patch))
     floor = go_floor.GoFloor(
-        gofloor, port=free_port(), cert_dir=work / "tls", patch=base64.b64decode(patch), cpus="0"
+        gofloor, port=free_port(), cert_dir=tls, patch=base64.b64decode(patch), cpus="0"
     )
     bare_script = work / "bare.lua"
     bare_script.write_text(post + body_check('"allowed":true'))
@@ -238,51 +253,68 @@ def main() -> int:
             "--port",
             str(bare_port),
             "--ssl-certfile",
-            str(work / "tls" / "tls.crt"),
+            str(tls / "tls.crt"),
             "--ssl-keyfile",
-            str(work / "tls" / "tls.key"),
+            str(tls / "tls.key"),
             "--no-access-log",
             "--log-level",
             "warning",
+            *BARE_STACK,
         ]
     )
-    wait_ready(bare_port, work / "tls" / "ca.crt")
-    results: dict[str, list[tuple[float, float, float, int]]] = {
-        "bare": [],
-        "gofloor": [],
-        "webhook": [],
-    }
-    cpu_ms: dict[str, list[float]] = {name: [] for name in results}
+    wait_ready(bare_port, ca)
+    path = "/mutate/virtualmachineinstances"
     urls = {
         "bare": (f"https://127.0.0.1:{bare_port}/", bare, bare_script),
-        "gofloor": (f"{floor.url}/mutate/virtualmachineinstances", floor.proc, script),
-        "webhook": (
-            f"https://127.0.0.1:{webhook_port}/mutate/virtualmachineinstances",
-            webhook,
-            script,
-        ),
+        "gofloor": (f"{floor.url}{path}", floor.proc, script),
+        "webhook": (f"https://127.0.0.1:{webhook_port}{path}", webhook, script),
     }
+    labels = {"bare": "bare ASGI floor", "gofloor": "Go floor", "webhook": "gpuclass-webhook"}
+    if BEFORE:
+        before_port = free_port()
+        pair = ["--tls-cert-file", str(tls / "tls.crt"), "--tls-key-file", str(tls / "tls.key")]
+        old = start(
+            webhook_command(before_port, pair, python=True),
+            env={"PYTHONPATH": str(before.export(BEFORE, work / "before"))},
+        )
+        wait_ready(before_port, ca)
+        if reference_patch(before_port, ca, body) != patch:
+            raise RuntimeError(f"{BEFORE} answers with another patch than this checkout")
+        urls["before"] = (f"https://127.0.0.1:{before_port}{path}", old, script)
+        labels["before"] = f"webhook {before.short(BEFORE)}"
+    results: dict[str, list[tuple[float, float, float, int]]] = {name: [] for name in urls}
+    cpu_ms: dict[str, list[float]] = {name: [] for name in urls}
     try:
         for url, _, lua in urls.values():
             wrk(url, lua)  # warm-up
         for _ in range(ROUNDS):
             for name, (url, proc, lua) in urls.items():
-                before = cpu_seconds(proc.pid)
+                started = cpu_seconds(proc.pid)
                 result = wrk(url, lua)
                 results[name].append(result)
-                cpu_ms[name].append((cpu_seconds(proc.pid) - before) * 1000 / max(result[3], 1))
+                cpu_ms[name].append((cpu_seconds(proc.pid) - started) * 1000 / max(result[3], 1))
     finally:
         floor.stop()
-        for proc in (webhook, bare):
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
+        for name, (_, proc, _) in urls.items():
+            if name != "gofloor":
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=30)
+    report(results, cpu_ms, labels, len(body))
+    return 1 if BODIES["bad"] else 0
+
+
+def report(
+    results: dict[str, list[tuple[float, float, float, int]]],
+    cpu_ms: dict[str, list[float]],
+    labels: dict[str, str],
+    body_bytes: int,
+) -> None:
     print(
-        f"review: 4-GPU VMI mutation, {len(body)} bytes; {ROUNDS} alternating rounds of {DURATION}, "
-        f"{CONNECTIONS} connections, servers on CPU 0, wrk on CPU 1; load average "
+        f"review: 4-GPU VMI mutation, {body_bytes} bytes; {ROUNDS} alternating rounds of "
+        f"{DURATION}, {CONNECTIONS} connections, servers on CPU 0, wrk on CPU 1; load average "
         f"{os.getloadavg()[0]:.1f}"
     )
     median = {name: sorted(runs)[ROUNDS // 2] for name, runs in results.items()}
-    labels = {"bare": "bare ASGI floor", "gofloor": "Go floor", "webhook": "gpuclass-webhook"}
     for name, (rps, p50, p99, _) in median.items():
         print(
             f"{labels[name]:17} {rps:8.0f} req/s (median round), p50 {p50:.2f} ms, p99 {p99:.2f} ms"
@@ -294,6 +326,8 @@ def main() -> int:
             f"throughput vs {labels[name]}: {ratio:.2f}x (goal >= {goal}x: "
             f"{'MET' if ratio >= goal else 'MISSED'})"
         )
+    if "before" in median:
+        print(f"throughput vs {labels['before']}: {hook[0] / median['before'][0]:.2f}x")
     print(
         f"gpuclass-webhook p99 {hook[2]:.2f} ms (goal <= {GOAL_P99_MS:g} ms: "
         f"{'MET' if hook[2] <= GOAL_P99_MS else 'MISSED'}); Go floor p99 {median['gofloor'][2]:.2f} ms"
@@ -306,11 +340,15 @@ def main() -> int:
             f"machine) {cpu['bare'] / cpu['webhook']:.2f} vs bare, "
             f"{cpu['gofloor'] / cpu['webhook']:.2f} vs Go"
         )
+        if "before" in cpu:
+            print(
+                f"CPU per request, {labels['before']}: {cpu['before']:.3f} ms; this checkout "
+                f"needs {cpu['webhook'] / cpu['before']:.2f}x its CPU per request"
+            )
     print(
         f"response bodies checked: {BODIES['checked']}, wrong: {BODIES['bad']} "
         "(webhook and Go floor: the reference patch; bare floor: allowed)"
     )
-    return 1 if BODIES["bad"] else 0
 
 
 if __name__ == "__main__":

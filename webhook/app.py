@@ -1,9 +1,10 @@
-"""The webhook's HTTP application: FastAPI for the app, raw Starlette routes for admission.
+"""The webhook's HTTP application: FastAPI for the app, raw ASGI routes for admission.
 
-The admission routes are the hot path: they read the body once (within the
-limits of `webhook.limits`), parse it with orjson, call `shared.core.admission.review.decide` and
-write bytes rendered by `shared.core.admission.decisions` — no per-request dependency injection or
-pydantic re-validation of the whole object. Every error body has the contract's
+The admission routes are the hot path: they read the body once from ASGI's `receive` (within
+the limits of `webhook.limits`), parse it with orjson, call `shared.core.admission.review.decide`
+and send the bytes rendered by `shared.core.admission.decisions` as two ASGI messages — no
+Starlette request or response objects, no per-request dependency injection or pydantic
+re-validation of the whole object. Every error body has the contract's
 shape `{"status": N, "error": "..."}`: malformed input 400, unknown paths 404, wrong
 methods 405, a body too slow 408, too large 413, no room 503 (the last three close
 the connection, so an unread body is never drained), anything unexpected a 500
@@ -19,7 +20,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ from fastapi import FastAPI
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpuclass.shared.core.admission.decisions import Allowed, Decision, Denied, encode_response
@@ -76,11 +78,15 @@ class AppContext:
 
 def _error(status: int, message: str, *, close: bool = False, **extra: str) -> Response:
     return Response(
-        orjson.dumps({"status": status, "error": message, **extra}) + b"\n",
+        _error_body(status, message, **extra),
         status,
         headers={"connection": "close"} if close else None,
         media_type="application/json",
     )
+
+
+def _error_body(status: int, message: str, **extra: str) -> bytes:
+    return orjson.dumps({"status": status, "error": message, **extra}) + b"\n"
 
 
 def _clip(value: object, limit: int = LOGGED_STRING_CHARS) -> str:
@@ -88,82 +94,109 @@ def _clip(value: object, limit: int = LOGGED_STRING_CHARS) -> str:
     return text if len(text) <= limit else text[:limit] + f"...({len(text) - limit} more)"
 
 
-def _admission_endpoint(ctx: AppContext, path: str) -> Callable[[Request], Awaitable[Response]]:
-    """The route of one admission path; `shared.core.admission.review.ENDPOINTS[path]` names its admitter."""
-    webhook = WEBHOOKS[path][0]
-    metrics = ctx.metrics
-    duration = metrics.duration.labels(webhook)
+Answer = tuple[int, bytes, bool]  # status, JSON body, whether the connection closes after it
+_JSON = (b"content-type", b"application/json")
+_CLOSE = (b"connection", b"close")
 
-    async def endpoint(request: Request) -> Response:
+
+class AdmissionRoute:
+    """One admission path as a raw ASGI app; `shared.core.admission.review.ENDPOINTS[path]` names
+    its admitter. It reads the two headers it needs from the scope, the body from `receive`, and
+    answers with two ASGI messages: no Starlette request or response object on the hot path."""
+
+    def __init__(self, ctx: AppContext, path: str) -> None:
+        self.ctx, self.path = ctx, path
+        self.webhook = WEBHOOKS[path][0]
+        self.duration = ctx.metrics.duration.labels(self.webhook)
+        self._requests: dict[tuple[str, str, str], Any] = {}  # label children, made once each
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer one POST: 200 with the review's response, or an error in the contract's shape."""
+        metrics = self.ctx.metrics
         started = time.perf_counter()
         metrics.in_flight.inc()
         try:
-            response = await _answer(request)
+            status, body, close = await self._answer(scope, receive)
         except ClientDisconnect:
-            log.debug("client went away before its request was read", extra=_fields(webhook))
-            metrics.requests.labels(webhook, "unknown", "error", "499").inc()
-            return Response(status_code=499)  # nobody reads it
+            log.debug("client went away before its request was read", extra=_fields(self.webhook))
+            self._count("unknown", "error", "499")
+            return  # nobody reads an answer
         except Exception:  # the process must never die on input; no payload in the log
             trace = uuid.uuid4().hex
-            log.exception("admission failed", extra=_fields(webhook, trace_id=trace))
-            metrics.requests.labels(webhook, "unknown", "error", "500").inc()
-            return _error(500, "internal error", traceId=trace)
+            log.exception("admission failed", extra=_fields(self.webhook, trace_id=trace))
+            self._count("unknown", "error", "500")
+            status, body, close = 500, _error_body(500, "internal error", traceId=trace), False
         finally:
             metrics.in_flight.dec()
-            duration.observe(time.perf_counter() - started)
-        if ctx.draining:
-            response.headers["connection"] = "close"  # let the client reconnect elsewhere
-        return response
+            self.duration.observe(time.perf_counter() - started)
+        headers = [_JSON, (b"content-length", b"%d" % len(body))]
+        if close or self.ctx.draining:  # draining: let the client reconnect elsewhere
+            headers.append(_CLOSE)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
-    async def _answer(request: Request) -> Response:
+    async def _answer(self, scope: Scope, receive: Receive) -> Answer:
         started = time.perf_counter()
-        content_type = request.headers.get("content-type", "")
+        content_type = length = None
+        for name, value in scope["headers"]:
+            if name == b"content-type" and content_type is None:
+                content_type = value.decode("latin-1")
+            elif name == b"content-length" and length is None:
+                length = value.decode("latin-1")
+        content_type = content_type or ""
         if content_type.split(";")[0].strip().lower() != "application/json":
-            return _client_error(
-                400, f"content type must be application/json (got {content_type[:60]!r})", True
-            )
+            message = f"content type must be application/json (got {content_type[:60]!r})"
+            return self._client_error(400, message, close=True)
         try:
-            body = await read_body(request, ctx.body)
+            body = await read_body(receive, length, self.ctx.body)
         except BodyRefused as refused:
-            return _client_error(refused.status, refused.reason, True)
+            return self._client_error(refused.status, refused.reason, close=True)
         try:
             parsed: Any = orjson.loads(body)
         except orjson.JSONDecodeError:
-            return _client_error(400, "body is not JSON: expected an AdmissionReview")
+            return self._client_error(400, "body is not JSON: expected an AdmissionReview")
         try:
-            answer = decide(parsed, ctx.state.catalog, endpoint=path)
+            answer = decide(parsed, self.ctx.state.catalog, endpoint=self.path)
         except MalformedReview as exc:
-            return _client_error(400, str(exc))
+            return self._client_error(400, str(exc))
         payload = encode_response(answer.response())
-        _account(answer, started)
-        return Response(payload, media_type="application/json")
+        self._account(answer, started)
+        return 200, payload, False
 
-    def _client_error(status: int, message: str, close: bool = False) -> Response:
-        metrics.requests.labels(webhook, "unknown", "error", str(status)).inc()
+    def _count(self, operation: str, allowed: str, code: str) -> None:
+        key = (operation, allowed, code)
+        child = self._requests.get(key)
+        if child is None:  # operations are the envelope's four; codes and verdicts a few
+            child = self._requests[key] = self.ctx.metrics.requests.labels(self.webhook, *key)
+        child.inc()
+
+    def _client_error(self, status: int, message: str, *, close: bool = False) -> Answer:
+        self._count("unknown", "error", str(status))
         log.info(
             "bad admission request",
-            extra=_fields(webhook, status=status, error=_clip(message, 200)),
+            extra=_fields(self.webhook, status=status, error=_clip(message, 200)),
         )
-        return _error(status, message, close=close)
+        return status, _error_body(status, message), close
 
-    def _account(answer: Review, started: float) -> None:
+    def _account(self, answer: Review, started: float) -> None:
         req, decision = answer.request, answer.decision
         denied = decision if isinstance(decision, Denied) else None
-        code = str(denied.code) if denied else "200"
-        metrics.requests.labels(webhook, req.operation, str(not denied).lower(), code).inc()
+        self._count(req.operation, str(not denied).lower(), str(denied.code) if denied else "200")
         causes = [str(c.code) for c in denied.causes] if denied else []
         for cause in set(causes):
-            metrics.denials.labels(webhook, cause).inc()
-        log.info("admission", extra={"fields": _decision_fields(req, decision, causes, started)})
+            self.ctx.metrics.denials.labels(self.webhook, cause).inc()
+        log.info(
+            "admission", extra={"fields": self._decision_fields(req, decision, causes, started)}
+        )
 
     def _decision_fields(
-        req: AdmissionRequest, decision: Decision, causes: list[str], started: float
+        self, req: AdmissionRequest, decision: Decision, causes: list[str], started: float
     ) -> dict[str, object]:
         obj = req.object if req.object is not None else req.old_object
         meta = _as_dict(obj.get("metadata")) if obj is not None else {}
         return {
             "uid": _clip(req.uid),
-            "webhook": webhook,
+            "webhook": self.webhook,
             "operation": req.operation,
             "kind": _clip(req.kind.kind, 64),
             "namespace": _clip(req.namespace or meta.get("namespace") or ""),
@@ -174,31 +207,28 @@ def _admission_endpoint(ctx: AppContext, path: str) -> Callable[[Request], Await
             "duration_ms": round((time.perf_counter() - started) * 1000, 3),
         }
 
-    return endpoint
-
 
 def create_app(ctx: AppContext) -> ASGIApp:
-    """The ASGI app: admission POSTs go straight to their endpoints, the rest through FastAPI.
+    """The ASGI app: admission POSTs go straight to their routes, the rest through FastAPI.
 
     The admission routes are the hot path and catch everything themselves, so they skip
     FastAPI's middleware and router layers (a third of the time an answer took); health,
     metrics, 404 and 405 keep the ordinary FastAPI handling.
     """
-    app = _fastapi_app(ctx)
-    admission = {path: _admission_endpoint(ctx, path) for path in WEBHOOKS}
+    admission = {path: AdmissionRoute(ctx, path) for path in WEBHOOKS}
+    app = _fastapi_app(ctx, admission)
 
     async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
-        endpoint = admission.get(scope["path"]) if scope["type"] == "http" else None
-        if endpoint is None or scope["method"] != "POST":
+        route = admission.get(scope["path"]) if scope["type"] == "http" else None
+        if route is None or scope["method"] != "POST":
             await app(scope, receive, send)
             return
-        response = await endpoint(Request(scope, receive))
-        await response(scope, receive, send)
+        await route(scope, receive, send)
 
     return dispatch
 
 
-def _fastapi_app(ctx: AppContext) -> FastAPI:
+def _fastapi_app(ctx: AppContext, admission: dict[str, AdmissionRoute]) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         jobs: list[Callable[[], Coroutine[Any, Any, None]]] = [ctx.state.run, *ctx.background]
@@ -219,8 +249,8 @@ def _fastapi_app(ctx: AppContext) -> FastAPI:
         redirect_slashes=False,  # a redirect's Location would come from the client's Host header
     )
     app.add_exception_handler(HTTPException, _http_error)
-    for path in WEBHOOKS:  # POSTs never get here (see create_app)
-        app.add_route(path, _admission_endpoint(ctx, path), methods=["POST"])
+    for path, route in admission.items():  # POSTs never get here (see create_app): for 405s
+        app.router.routes.append(Route(path, route, methods=["POST"]))
 
     app.router.routes.extend(health_routes(_probes(ctx)))
     return app

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect
+from starlette.types import Receive
 
 BUSY = "server busy: too many request bodies in flight; retry"
 
@@ -70,9 +71,9 @@ class BodyLimits:
     budget: BodyBudget
 
 
-async def read_body(request: Request, limits: BodyLimits) -> bytes:
-    """The whole body, or BodyRefused; starlette's ClientDisconnect passes through."""
-    declared = request.headers.get("content-length")
+async def read_body(receive: Receive, declared: str | None, limits: BodyLimits) -> bytes:
+    """The whole body from the ASGI `receive`, or BodyRefused; `declared` is the request's
+    Content-Length. A client gone before the end raises starlette's ClientDisconnect."""
     if declared and declared.isdigit():
         if int(declared) > limits.max_bytes:
             raise BodyRefused(413, f"request body larger than {limits.max_bytes} bytes")
@@ -82,7 +83,13 @@ async def read_body(request: Request, limits: BodyLimits) -> bytes:
     held = 0
     try:
         async with asyncio.timeout(limits.timeout):
-            async for chunk in request.stream():
+            more = True
+            while more:
+                message = await receive()
+                if message["type"] != "http.request":
+                    raise ClientDisconnect
+                chunk: bytes = message.get("body", b"")
+                more = message.get("more_body", False)
                 if held + len(chunk) > limits.max_bytes:
                     raise BodyRefused(413, f"request body larger than {limits.max_bytes} bytes")
                 if not limits.budget.take(len(chunk), body_so_far=held + len(chunk)):
@@ -95,4 +102,4 @@ async def read_body(request: Request, limits: BodyLimits) -> bytes:
         ) from None
     finally:
         limits.budget.give(held)
-    return b"".join(chunks)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)

@@ -158,8 +158,7 @@ async def serve(settings: WebhookSettings) -> int:
         lifespan=True,
         timeout_keep_alive=settings.keep_alive_seconds,
         timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
-        h11_max_incomplete_event_size=settings.max_header_bytes,
-        http="h11",
+        http="httptools",  # what `GuardedProtocol` extends (webhook/server.py), for the record
     )
     config.load()
     shrink_tls_buffers()

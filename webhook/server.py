@@ -1,14 +1,20 @@
-"""The webhook's HTTP server: uvicorn's h11 protocol with per-connection limits, over TLS.
+"""The webhook's HTTP server: uvicorn's httptools protocol with per-connection limits, over TLS.
 
-uvicorn bounds header size (`h11_max_incomplete_event_size`) and idle keep-alive time, but
-not the number of connections, the time a client may take to send its headers, nor the
-TLS handshake; and its SIGTERM stops accepting at once. `GuardedProtocol` adds, per
-connection: a header deadline (armed when the connection opens and when the next request's
-first bytes arrive, so neither an idle-before-first-request nor a slowloris client lives
-longer than `header_timeout`); a cap on connections and on requests in flight that sheds the
-longest-idle connection or the slowest body rather than the newcomer (a client that sends
-a whole request at once — the API server — always gets in); JSON errors for malformed
-requests. `WebhookServer` listens with a TLS handshake timeout; the drain on the first SIGTERM
+httptools (llhttp) parses in C; uvicorn's h11 protocol spent about a quarter of the server's
+CPU per review parsing requests and framing responses in Python (docs/webhook.md,
+Performance). uvicorn bounds idle keep-alive time, but not the size of the headers (its
+httptools protocol has no cap), the number of connections, the time a client may take to send
+its headers, nor the TLS handshake; and its SIGTERM stops accepting at once.
+`GuardedProtocol` adds, per connection: a header-size cap (431), counted both on the bytes read
+while a request's headers are incomplete, which bounds what httptools buffers, and on the
+header block as parsed, which catches a whole block arriving in one read; a header deadline
+(armed when the connection opens and when the next request's first bytes arrive, so neither an
+idle-before-first-request nor a slowloris client lives longer than `header_timeout`); a cap on
+connections and on requests in flight that sheds the longest-idle connection or the slowest
+body rather than the newcomer (a client that sends a whole request at once — the API server —
+always gets in); JSON errors for malformed requests. Its transport is wrapped in
+`JoinedWrites`, so a response's head and body go out as one TLS record and one system call.
+`WebhookServer` listens with a TLS handshake timeout; the drain on the first SIGTERM
 (`drain_seconds` of serving with readiness failing and answers saying `Connection: close`, then
 uvicorn's own graceful shutdown) is the shared server's (`shared.kube.http`). Body limits live
 in `webhook.limits`. docs/webhook.md lists every limit and its default.
@@ -22,12 +28,12 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
-import h11
 import orjson
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from gpuclass.shared.kube.http import DrainOnSignal, Server
@@ -76,12 +82,93 @@ _HTTP_LOG = _QuietLogger("gpuclass.webhook.http")
 _HTTP_LOG.parent = log
 
 
+class JoinedWrites(asyncio.Transport):
+    """A connection's TLS transport whose writes in one event-loop turn go out as one.
+
+    uvicorn writes a response's head and its body in two calls; over TLS each write is its own
+    record and its own `send` system call. Held until the turn ends (`call_soon`), they are one
+    of each, and the responses decided in one turn leave together after it: more throughput, a
+    longer tail when the core is shared (docs/decisions.md, "httptools under the webhook").
+    Closing sends what is held first; aborting drops it. Everything else is the wrapped
+    transport's."""
+
+    def __init__(self, inner: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self.inner, self.loop = inner, loop
+        self.held: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Hold `data` until the end of this turn of the event loop."""
+        if not self.held:
+            self.loop.call_soon(self.flush)
+        self.held.append(bytes(data))
+
+    def flush(self) -> None:
+        """Write what is held, as one piece."""
+        if self.held:
+            data = self.held[0] if len(self.held) == 1 else b"".join(self.held)
+            self.held = []
+            self.inner.write(data)
+
+    def close(self) -> None:
+        """Send what is held, then close as the wrapped transport does."""
+        self.flush()
+        self.inner.close()
+
+    def abort(self) -> None:
+        """Drop what is held and the connection."""
+        self.held = []
+        self.inner.abort()
+
+    def is_closing(self) -> bool:
+        """The wrapped transport's."""
+        return self.inner.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        """The wrapped transport's (socket, peer and TLS details)."""
+        return self.inner.get_extra_info(name, default)
+
+    def pause_reading(self) -> None:
+        """The wrapped transport's."""
+        self.inner.pause_reading()
+
+    def resume_reading(self) -> None:
+        """The wrapped transport's."""
+        self.inner.resume_reading()
+
+    def is_reading(self) -> bool:
+        """The wrapped transport's."""
+        return self.inner.is_reading()
+
+    def get_write_buffer_size(self) -> int:
+        """The wrapped transport's buffer and what is held."""
+        return self.inner.get_write_buffer_size() + sum(len(piece) for piece in self.held)
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        """The wrapped transport's."""
+        self.inner.set_protocol(protocol)
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        """The wrapped transport's."""
+        return self.inner.get_protocol()
+
+
 _IDLE, _HEADERS, _BODY, _ANSWERING = "idle", "headers", "body", "answering"
 _BUSY = (_BODY, _ANSWERING)
 
 
-class GuardedProtocol(H11Protocol):
-    """One HTTP/1.1 connection, with the limits of `ConnectionLimits`."""
+class _HeadersTooLarge(Exception):
+    """Raised inside httptools' callback to stop the parse; `send_400_response` answers 431."""
+
+
+class GuardedProtocol(HttpToolsProtocol):
+    """One HTTP/1.1 connection, parsed by httptools, with the limits of `ConnectionLimits`.
+
+    Phases: `headers` from the connection's start, or from the first bytes of a later request,
+    until its headers are complete; then `body`, then `answering` until the response is sent,
+    then `idle`. A pipelined request parsed while an earlier one is answered (uvicorn queues it)
+    leaves the phase as it is: one connection is one request in flight.
+    """
 
     def __init__(
         self,
@@ -98,6 +185,11 @@ class GuardedProtocol(H11Protocol):
         self.phase = _IDLE
         self.phase_since = time.monotonic()
         self._deadline: asyncio.TimerHandle | None = None
+        self._awaiting_headers = True  # no request's headers are complete since the last one ended
+        self._begun = False  # bytes of the awaited request have been read
+        self._header_bytes = 0  # bytes read while the awaited headers were incomplete
+        self._ended_in_read = False  # a request ended inside the read being parsed
+        self._too_large = False
 
     # -- connection life -------------------------------------------------------------------
 
@@ -112,7 +204,7 @@ class GuardedProtocol(H11Protocol):
                 transport.abort()
                 return
             victim.cut("idle_evicted")
-        super().connection_made(transport)
+        super().connection_made(JoinedWrites(transport, self.loop))
         self._enter(_HEADERS)
         self._arm(self.limits.header_timeout, "header_timeout")
 
@@ -123,55 +215,84 @@ class GuardedProtocol(H11Protocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        """Refuse a header block over the cap before h11 parses it, then follow h11's state: a
-        header deadline for each new request, the in-flight count once its headers are in."""
-        if self.conn.their_state is h11.IDLE and self._headers_too_large(data):
-            self._refuse(431, "request headers too large", "headers_too_large")
-            return
+        """Parse (httptools calls the hooks below), then bound headers still incomplete: the
+        bytes read while they are count against the cap (431 past it), and the first bytes of a
+        request on an idle connection start its header deadline."""
+        self._ended_in_read = False
         super().data_received(data)
-        state = self.conn.their_state
-        if state is h11.IDLE and self.phase == _IDLE:
-            self._enter(_HEADERS)  # the next request's first bytes: its headers are due
+        if not self._awaiting_headers or self.transport.is_closing():
+            return
+        if not self._ended_in_read:  # all of this read is the awaited request's
+            self._begun = True
+            self._header_bytes += len(data)
+            if self._header_bytes > self.limits.max_header_bytes:
+                self._refuse(431, "request headers too large", "headers_too_large")
+                return
+        if self.phase == _IDLE and self._begun:  # the next request's first bytes: headers due
+            self._enter(_HEADERS)
             self._arm(self.limits.header_timeout, "header_timeout")
-        elif state in (h11.SEND_BODY, h11.DONE) and self.phase in (_IDLE, _HEADERS):
+
+    def on_message_begin(self) -> None:
+        """httptools: a request starts (for a pipelined one, possibly mid-read)."""
+        super().on_message_begin()
+        self._begun = True
+
+    def on_headers_complete(self) -> None:
+        """httptools: the headers are in. Over the cap (counted as parsed: a whole block can come
+        in one read) the parse stops with 431; else the request counts as in flight."""
+        size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        if size > self.limits.max_header_bytes:
+            self._too_large = True
+            raise _HeadersTooLarge
+        super().on_headers_complete()
+        self._awaiting_headers = self._begun = False
+        self._header_bytes = 0
+        if self.phase in (_IDLE, _HEADERS):
             self._disarm()
-            self._enter(_BODY if state is h11.SEND_BODY else _ANSWERING)
+            self._enter(_BODY)
             self._limit_in_flight()
-        elif state is h11.DONE and self.phase == _BODY:
+
+    def on_message_complete(self) -> None:
+        """httptools: the body is in; what follows in the connection is the next request's."""
+        super().on_message_complete()
+        self._awaiting_headers, self._ended_in_read = True, True
+        if self.phase == _BODY:
             self._enter(_ANSWERING)
 
     def on_response_complete(self) -> None:
-        """The answer is sent: the connection is idle again and no longer counts as in flight."""
-        self._enter(_IDLE)  # uvicorn arms its keep-alive timer for the idle time
+        """The answer is sent: the next queued (pipelined) request is answered, or the next
+        request's headers are due if its first bytes are in, or the connection is idle (uvicorn
+        arms its keep-alive timer) and no longer counts as in flight."""
+        queued = self.pipeline[-1][0] if self.pipeline else None
+        if queued is not None:
+            self._enter(_BODY if queued.more_body else _ANSWERING)
+        elif self._begun:
+            self._enter(_HEADERS)
+            self._arm(self.limits.header_timeout, "header_timeout")
+        else:
+            self._enter(_IDLE)
         super().on_response_complete()
 
-    def _headers_too_large(self, data: bytes) -> bool:
-        """h11 caps only an *incomplete* header block; one read can bring a complete larger one."""
-        cap = self.limits.max_header_bytes
-        buffered = self.conn.trailing_data[0]
-        if len(buffered) + len(data) <= cap:
-            return False
-        return b"\r\n\r\n" not in (bytes(buffered) + data)[: cap + 4]
-
     def send_400_response(self, msg: str) -> None:
-        """A malformed request (uvicorn's hook): the contract's JSON error; the connection closes."""
-        self._refuse(400, "malformed HTTP request", "malformed")
+        """uvicorn's hook for a request httptools refused: the contract's JSON error, 431 for
+        headers over the cap, else 400; the connection closes."""
+        if self._too_large:
+            self._refuse(431, "request headers too large", "headers_too_large")
+        else:
+            self._refuse(400, "malformed HTTP request", "malformed")
 
     def _refuse(self, status: int, message: str, reason: str) -> None:
+        """Answer `status` in the contract's JSON and close; only close when a response is
+        still owed on this connection (an error written now would land inside it)."""
         self._disarm()
         self.limits.on_close(reason)
-        body = orjson.dumps({"status": status, "error": message}) + b"\n"
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"connection", b"close"),
-        ]
-        try:
-            self.transport.write(self.conn.send(h11.Response(status_code=status, headers=headers)))
-            self.transport.write(self.conn.send(h11.Data(data=body)))
-            self.transport.write(self.conn.send(h11.EndOfMessage()))
-        except h11.LocalProtocolError:  # h11 cannot answer in this state: just close
-            pass
+        if self.cycle is None or self.cycle.response_complete:
+            body = orjson.dumps({"status": status, "error": message}) + b"\n"
+            self.transport.write(
+                b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+                % (status, HTTPStatus(status).phrase.encode(), len(body), body)
+            )
         self.transport.close()
 
     def cut(self, reason: str) -> None:

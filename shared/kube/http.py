@@ -102,12 +102,20 @@ def health_app(probes: Probes) -> Starlette:
 
 
 def server_config(
-    app: ASGIApp, *, host: str, port: int, lifespan: bool = False, **tuning: Any
+    app: ASGIApp,
+    *,
+    host: str,
+    port: int,
+    lifespan: bool = False,
+    http: str = "h11",
+    **tuning: Any,
 ) -> uvicorn.Config:
     """uvicorn's config as both binaries want it: no logging config of uvicorn's (the process's
     own JSON logging stays), no access log (no line per probe or scrape), no `server` header, no
     trust in proxy headers (nothing sits in front), lifespan only when asked; `tuning` passes any
-    further `uvicorn.Config` keyword (the webhook's timeouts and header cap)."""
+    further `uvicorn.Config` keyword (the webhook's timeouts). The protocol is h11 unless asked:
+    uvicorn's "auto" would take httptools, installed for the webhook, and uvicorn's httptools
+    protocol has no header-size cap, while h11's bounds the reconciler's probe port."""
     return uvicorn.Config(
         app,
         host=host,
@@ -117,6 +125,7 @@ def server_config(
         server_header=False,
         proxy_headers=False,
         lifespan="on" if lifespan else "off",
+        http=http,
         **tuning,
     )
 

@@ -8,6 +8,7 @@ bodies too slowly or not at all, and more connections than the cap.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import socket
@@ -20,6 +21,7 @@ import httpx
 import pytest
 
 from gpuclass.webhook import paths
+from gpuclass.webhook.server import JoinedWrites
 from tests.conftest import OBJECTS
 from tests.webhook_process import WebhookProcess
 
@@ -175,6 +177,122 @@ def test_headers_over_the_cap_are_refused(server: WebhookProcess) -> None:
     assert json_error(data)[0] == 431
 
 
+def trickle(sock: ssl.SSLSocket, pieces: list[bytes], every: float) -> tuple[bytes, float]:
+    """Send `pieces` one by one, `every` seconds apart, until the server answers or closes;
+    then everything it sends until it closes, and how long the whole took."""
+    started, data = time.monotonic(), b""
+    sock.settimeout(every)
+    for piece in pieces:
+        try:
+            sock.sendall(piece)
+            data = sock.recv(65536)
+        except TimeoutError:
+            continue
+        except (ConnectionResetError, BrokenPipeError, ssl.SSLError):
+            break
+        break
+    if data:
+        rest, _ = read_until_closed(sock, within=5)
+        data += rest
+    return data, time.monotonic() - started
+
+
+HEADER_CAP = 4096  # --max-header-bytes in LIMITS
+PAD = b"x-pad: " + b"a" * (2 * HEADER_CAP) + b"\r\n"
+
+
+@pytest.mark.parametrize(
+    ("pieces", "every"),
+    [
+        pytest.param(
+            [b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-pad: "] + [b"a" * 512] * 40,
+            0.02,
+            id="one-header-line-trickled-past-the-cap",
+        ),
+        pytest.param(
+            [
+                b"GET /healthz HTTP/1.1\r\nhost: x\r\n"
+                + b"x-h: 0123456789abcdef\r\n" * 300
+                + b"\r\n"
+            ],
+            0.02,
+            id="many-small-headers-in-one-write",
+        ),
+        pytest.param(
+            [b"GET /healthz HTTP/1.1\r\nhost: x\r\n" + PAD[:3000], PAD[3000:] + b"\r\n"],
+            0.2,
+            id="under-the-cap-then-completed-past-it",
+        ),
+        pytest.param(
+            [b"GET /" + b"a" * (2 * HEADER_CAP) + b" HTTP/1.1\r\nhost: x\r\n\r\n"],
+            0.02,
+            id="request-target-past-the-cap",
+        ),
+    ],
+)
+def test_header_blocks_past_the_cap_get_431_however_they_arrive(
+    server: WebhookProcess, pieces: list[bytes], every: float
+) -> None:
+    with tls_socket(server) as sock:
+        data, took = trickle(sock, pieces, every)
+    assert json_error(data) == (431, {"status": 431, "error": "request headers too large"})
+    assert took < 1, "refused at the cap, not at the header timeout"
+
+
+def test_pipelined_requests_are_answered_in_order(server: WebhookProcess) -> None:
+    good = review_body(paths.MUTATE_VMIS)
+    post = (
+        f"POST {paths.MUTATE_VMIS} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(good)}\r\n\r\n"
+    ).encode() + good
+    last = b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    with tls_socket(server) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n" + post + post + last)
+        data, _ = read_until_closed(sock, within=5)
+    answers = data.split(b"HTTP/1.1 ")[1:]
+    assert [a[:3] for a in answers] == [b"200"] * 4
+    bodies = [json.loads(a.partition(b"\r\n\r\n")[2]) for a in answers]
+    assert bodies[0]["message"] == bodies[3]["message"] == "ok"
+    assert [b["response"]["allowed"] for b in bodies[1:3]] == [True, True]
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [
+        pytest.param(
+            b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\nGET /healthz HTTP/1.1\r\n",
+            b"x",
+            id="pipelined-request-trickling-its-headers",
+        ),
+        pytest.param(
+            b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n", b"\r\n", id="empty-lines-after-an-answer"
+        ),
+    ],
+)
+def test_bytes_trickled_after_an_answer_are_cut_at_the_header_timeout(
+    server: WebhookProcess, first: bytes, then: bytes
+) -> None:
+    """Every byte read resets the idle keep-alive timer, so only the header deadline ends these."""
+    with tls_socket(server) as sock:
+        sock.sendall(first)
+        started, data = time.monotonic(), b""
+        sock.settimeout(0.25)
+        while time.monotonic() - started < 8:
+            try:
+                sock.sendall(then)
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                continue
+            except (ConnectionResetError, BrokenPipeError, ssl.SSLError):
+                break
+            if not chunk:
+                break
+            data += chunk
+        took = time.monotonic() - started
+    assert data.startswith(b"HTTP/1.1 200")
+    assert took < 5, "the header timeout is 1 s; the trickle would go on for 8 s"
+
+
 @pytest.mark.parametrize(
     "send",
     [
@@ -273,3 +391,43 @@ def test_over_the_in_flight_cap_the_slowest_body_gives_way(server: WebhookProces
     finally:
         for sock in slow:
             sock.close()
+
+
+class RecordingTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, bytes]] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.calls.append(("write", bytes(data)))
+
+    def close(self) -> None:
+        self.calls.append(("close", b""))
+
+    def abort(self) -> None:
+        self.calls.append(("abort", b""))
+
+
+@pytest.mark.parametrize(
+    ("end", "expected"),
+    [
+        pytest.param(None, [("write", b"head|body")], id="one-write-at-the-end-of-the-turn"),
+        pytest.param("close", [("write", b"head|body"), ("close", b"")], id="close-sends-first"),
+        pytest.param("abort", [("abort", b"")], id="abort-drops-what-is-held"),
+    ],
+)
+def test_joined_writes_send_one_piece_per_event_loop_turn(
+    end: str | None, expected: list[tuple[str, bytes]]
+) -> None:
+    async def turn() -> list[tuple[str, bytes]]:
+        inner = RecordingTransport()
+        joined = JoinedWrites(inner, asyncio.get_running_loop())
+        joined.write(b"head|")
+        joined.write(b"body")
+        assert inner.calls == [], "nothing is written within the turn"
+        if end:
+            getattr(joined, end)()
+        await asyncio.sleep(0)
+        return inner.calls
+
+    assert asyncio.run(turn()) == expected

@@ -148,8 +148,9 @@ def test_server_config_is_quiet_and_trusts_no_proxy() -> None:
     config = server_config(health_app(probes()), host="127.0.0.1", port=0)
     assert (config.log_config, config.access_log, config.server_header) == (None, False, False)
     assert (config.proxy_headers, config.lifespan) == (False, "off")
-    tuned = server_config(health_app(probes()), host="::1", port=1, lifespan=True, http="h11")
-    assert (tuned.host, tuned.port, tuned.lifespan, tuned.http) == ("::1", 1, "on", "h11")
+    assert config.http == "h11", "not uvicorn's auto: its httptools protocol has no header cap"
+    tuned = server_config(health_app(probes()), host="::1", port=1, lifespan=True, http="httptools")
+    assert (tuned.host, tuned.port, tuned.lifespan, tuned.http) == ("::1", 1, "on", "httptools")
 
 
 def policy_server(policy: DrainOnSignal | OwnerStops) -> Server:
