@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Build the control-plane binaries the tests run from their Go modules, the envtest
-# way, into a cache keyed by the Kubernetes, etcd, kwok and Go versions:
-#   kube-apiserver, kube-scheduler, kube-controller-manager, kubectl  (k8s.io/kubernetes)
-#   etcd                                                               (go.etcd.io/etcd/server/v3)
-#   kwok                                                               (sigs.k8s.io/kwok)
+# way, into a cache folder:
+#   kube-apiserver, kube-scheduler, kube-controller-manager, kubectl,
+#   kwok                                      (kube/go.mod: k8s.io/kubernetes, sigs.k8s.io/kwok)
+#   etcd                                      (etcd/go.mod: go.etcd.io/etcd/server/v3)
 # and then runs kubevirt/build.sh, which builds kubevirt-parts (KubeVirt's admission
 # webhooks and launcher renderer, kubevirt.io/kubevirt) into its own cache folder; a
 # failure there is reported and the tests that need it skip (or fail in CI).
+#
+# kwok shares kube's module, so it links against the same versions of every package the
+# Kubernetes binaries use: Go's build cache (GOCACHE) compiles those once, and kwok adds
+# only its own packages. The cache folder is keyed by the Kubernetes, etcd, kwok and Go
+# versions and a hash of kube's and etcd's go.mod and go.sum, so a change of any pinned
+# dependency builds a new folder instead of reusing binaries built from other pins.
 #
 # Idempotent and incremental: each binary that is already in the cache folder is
 # reused; the missing ones are built under a lock into a temporary folder and moved
@@ -20,9 +26,11 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-kube_version=$(awk '/^require k8s.io\/kubernetes /{print $3}' "$here/kube/go.mod")
-etcd_version=$(awk '/^require go.etcd.io\/etcd\/server\/v3 /{print $3}' "$here/etcd/go.mod")
-kwok_version=$(awk '/^require sigs.k8s.io\/kwok /{print $3}' "$here/kwok/go.mod")
+# The version a go.mod requires of a module, on a `require` line or in a `require (` block.
+required() { awk -v m="$1" '($1 == "require" && $2 == m) {print $3; exit} ($1 == m && $2 ~ /^v/) {print $2; exit}' "$2"; }
+kube_version=$(required k8s.io/kubernetes "$here/kube/go.mod")
+kwok_version=$(required sigs.k8s.io/kwok "$here/kube/go.mod")
+etcd_version=$(required go.etcd.io/etcd/server/v3 "$here/etcd/go.mod")
 kube_bins=(kube-apiserver kube-scheduler kube-controller-manager kubectl)
 read -r -a wanted <<<"${GPUCLASS_CONTROLPLANE_BINARIES:-${kube_bins[*]} etcd kwok kubevirt-parts}"
 with_kubevirt=false
@@ -54,7 +62,8 @@ command -v go >/dev/null || { echo "controlplane: no Go toolchain on PATH; insta
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 go_version=$(go env GOVERSION)
 cache_root=${GPUCLASS_ASSETS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuclass/assets}
-dest="$cache_root/${kube_version}-etcd${etcd_version}-kwok${kwok_version}-${go_version}"
+pins=$(cd "$here" && cat kube/go.mod kube/go.sum etcd/go.mod etcd/go.sum | sha256sum | cut -c1-12)
+dest="$cache_root/${kube_version}-etcd${etcd_version}-kwok${kwok_version}-${go_version}-${pins}"
 
 if have_all "$dest"; then
   finish "$dest"
@@ -70,7 +79,7 @@ fi
 work=$(mktemp -d "$cache_root/.build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 # Build from copies so the repository's go.mod/go.sum are never rewritten.
-cp -r "$here/kube" "$here/etcd" "$here/kwok" "$work/"
+cp -r "$here/kube" "$here/etcd" "$work/"
 mkdir -p "$work/out"
 
 minor=${kube_version#v1.}; minor=${minor%%.*}
@@ -98,7 +107,9 @@ if missing etcd; then
 fi
 if missing kwok; then
   echo "controlplane: building kwok $kwok_version" >&2
-  (cd "$work/kwok" && nice -n 10 go build -trimpath -ldflags "-s -w" -o "$work/out/kwok" sigs.k8s.io/kwok/cmd/kwok)
+  # Its own `go build` (kwok is linked without the Kubernetes version stamps); the
+  # packages it shares with the Kubernetes binaries come from the Go build cache.
+  (cd "$work/kube" && nice -n 10 go build -trimpath -ldflags "-s -w" -o "$work/out/kwok" sigs.k8s.io/kwok/cmd/kwok)
   install_bin kwok
 fi
 finish "$dest"
