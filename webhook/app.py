@@ -44,8 +44,9 @@ from gpuclass.shared.core.admission.envelope import (
 )
 from gpuclass.shared.core.admission.review import Review, decide
 from gpuclass.shared.kube.http import Probes, health_routes
+from gpuclass.shared.kube.logs import BoundedFields
 from gpuclass.webhook import paths
-from gpuclass.webhook.limits import BodyLimits, BodyRefused, read_body
+from gpuclass.webhook.limits import BODY_COMPLETE, BodyLimits, BodyRefused, read_body
 from gpuclass.webhook.metrics import WebhookMetrics
 from gpuclass.webhook.state import CatalogState
 
@@ -148,7 +149,8 @@ class AdmissionRoute:
             message = f"content type must be application/json (got {content_type[:60]!r})"
             return self._client_error(400, message, close=True)
         try:
-            body = await read_body(receive, length, self.ctx.body)
+            arrived = scope.get(BODY_COMPLETE, False)
+            body = await read_body(receive, length, self.ctx.body, arrived=arrived)
         except BodyRefused as refused:
             return self._client_error(refused.status, refused.reason, close=True)
         try:
@@ -191,21 +193,24 @@ class AdmissionRoute:
 
     def _decision_fields(
         self, req: AdmissionRequest, decision: Decision, causes: list[str], started: float
-    ) -> dict[str, object]:
+    ) -> BoundedFields:
         obj = req.object if req.object is not None else req.old_object
         meta = _as_dict(obj.get("metadata")) if obj is not None else {}
-        return {
-            "uid": _clip(req.uid),
-            "webhook": self.webhook,
-            "operation": req.operation,
-            "kind": _clip(req.kind.kind, 64),
-            "namespace": _clip(req.namespace or meta.get("namespace") or ""),
-            "name": _clip(req.name or meta.get("name") or meta.get("generateName") or ""),
-            "allowed": not isinstance(decision, Denied),
-            "causes": causes[:20],
-            "patched": isinstance(decision, Allowed) and bool(decision.operations),
-            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
-        }
+        # Every request-derived string is clipped here, so the log filter need not walk them.
+        return BoundedFields(
+            {
+                "uid": _clip(req.uid),
+                "webhook": self.webhook,
+                "operation": req.operation,
+                "kind": _clip(req.kind.kind, 64),
+                "namespace": _clip(req.namespace or meta.get("namespace") or ""),
+                "name": _clip(req.name or meta.get("name") or meta.get("generateName") or ""),
+                "allowed": not isinstance(decision, Denied),
+                "causes": causes[:20],
+                "patched": isinstance(decision, Allowed) and bool(decision.operations),
+                "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+            }
+        )
 
 
 def create_app(ctx: AppContext) -> ASGIApp:

@@ -18,6 +18,9 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Receive
 
 BUSY = "server busy: too many request bodies in flight; retry"
+BODY_COMPLETE = "gpuclass.body_complete"
+"""Scope key the server's protocol sets once the request's whole body is in (`webhook.server`):
+then it is read without arming the body deadline, which has nothing left to bound."""
 
 
 class BodyRefused(Exception):
@@ -71,9 +74,13 @@ class BodyLimits:
     budget: BodyBudget
 
 
-async def read_body(receive: Receive, declared: str | None, limits: BodyLimits) -> bytes:
+async def read_body(
+    receive: Receive, declared: str | None, limits: BodyLimits, *, arrived: bool = False
+) -> bytes:
     """The whole body from the ASGI `receive`, or BodyRefused; `declared` is the request's
-    Content-Length. A client gone before the end raises starlette's ClientDisconnect."""
+    Content-Length, `arrived` says the server holds all of it already (the usual case: a review
+    comes in one read), so no deadline is armed. A client gone before the end raises starlette's
+    ClientDisconnect."""
     if declared and declared.isdigit():
         if int(declared) > limits.max_bytes:
             raise BodyRefused(413, f"request body larger than {limits.max_bytes} bytes")
@@ -81,21 +88,29 @@ async def read_body(receive: Receive, declared: str | None, limits: BodyLimits) 
             raise BodyRefused(503, BUSY)
     chunks: list[bytes] = []
     held = 0
+
+    async def read() -> None:
+        nonlocal held
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                raise ClientDisconnect
+            chunk: bytes = message.get("body", b"")
+            more = message.get("more_body", False)
+            if held + len(chunk) > limits.max_bytes:
+                raise BodyRefused(413, f"request body larger than {limits.max_bytes} bytes")
+            if not limits.budget.take(len(chunk), body_so_far=held + len(chunk)):
+                raise BodyRefused(503, BUSY)
+            held += len(chunk)
+            chunks.append(chunk)
+
     try:
-        async with asyncio.timeout(limits.timeout):
-            more = True
-            while more:
-                message = await receive()
-                if message["type"] != "http.request":
-                    raise ClientDisconnect
-                chunk: bytes = message.get("body", b"")
-                more = message.get("more_body", False)
-                if held + len(chunk) > limits.max_bytes:
-                    raise BodyRefused(413, f"request body larger than {limits.max_bytes} bytes")
-                if not limits.budget.take(len(chunk), body_so_far=held + len(chunk)):
-                    raise BodyRefused(503, BUSY)
-                held += len(chunk)
-                chunks.append(chunk)
+        if arrived:
+            await read()
+        else:
+            async with asyncio.timeout(limits.timeout):
+                await read()
     except TimeoutError:
         raise BodyRefused(
             408, f"request body not received within {limits.timeout:g} seconds"

@@ -37,6 +37,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from gpuclass.shared.kube.http import DrainOnSignal, Server
+from gpuclass.webhook.limits import BODY_COMPLETE
 
 log = logging.getLogger("gpuclass.webhook.server")
 
@@ -253,7 +254,9 @@ class GuardedProtocol(HttpToolsProtocol):
             self._limit_in_flight()
 
     def on_message_complete(self) -> None:
-        """httptools: the body is in; what follows in the connection is the next request's."""
+        """httptools: the body is in; what follows in the connection is the next request's. The
+        request's scope says so, and the route reads it without a deadline (`webhook.limits`)."""
+        self.scope[BODY_COMPLETE] = True  # type: ignore[literal-required]
         super().on_message_complete()
         self._awaiting_headers, self._ended_in_read = True, True
         if self.phase == _BODY:

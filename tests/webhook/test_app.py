@@ -183,6 +183,22 @@ def test_one_decision_log_line_per_request(servers: dict[bool, WebhookProcess]) 
     assert isinstance(entry["duration_ms"], float)
 
 
+def test_the_decision_line_stays_short_whatever_the_review_holds(
+    servers: dict[bool, WebhookProcess],
+) -> None:
+    """Every request-derived field of the line per review is clipped by the route itself."""
+    review = json.loads(VMI_BODY)
+    uid = "u" * 200_000
+    review["request"]["uid"] = uid
+    review["request"]["object"]["metadata"]["name"] = "n" * 200_000
+    assert post(servers[True], paths.MUTATE_VMIS, json.dumps(review).encode()).status_code == 200
+    time.sleep(0.2)
+    [line] = [line for line in servers[True].lines if '"uuuuuuuu' in line]
+    assert len(line) < 1_000
+    entry = json.loads(line)
+    assert entry["msg"] == "admission" and entry["uid"].startswith("u" * 128)
+
+
 def test_objects_are_reloaded_when_files_change(tmp_path: Path) -> None:
     objects = tmp_path / "objects"
     shutil.copytree(OBJECTS[0], objects)

@@ -50,7 +50,11 @@ Decision = Allowed | Denied
 def denial_message(causes: tuple[Cause, ...]) -> str:
     """The status message naming each cause with its field path, the first MAX_LISTED_CAUSES only,
     then "and N more" (a hostile request cannot grow the response without bound)."""
-    listed = "; ".join(c.render() for c in causes[:MAX_LISTED_CAUSES])
+    return _message(causes, [c.field for c in causes[:MAX_LISTED_CAUSES]])
+
+
+def _message(causes: tuple[Cause, ...], fields: list[str]) -> str:
+    listed = "; ".join(cause.render(field) for field, cause in zip(fields, causes, strict=False))
     extra = len(causes) - MAX_LISTED_CAUSES
     if extra > 0:
         listed += f"; and {extra} more"
@@ -71,16 +75,18 @@ def render_response(decision: Decision, *, uid: str, api_version: str) -> dict[s
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(orjson.dumps(list(decision.operations))).decode()
     else:
-        code = decision.code
+        code, causes = decision.code, decision.causes
+        fields = [c.field for c in causes[:MAX_LISTED_CAUSES]]  # each path rendered once
         response["allowed"] = False
         response["status"] = {
             "code": code,
             "reason": "Invalid" if code == 422 else "Forbidden",
-            "message": denial_message(decision.causes),
+            "message": _message(causes, fields),
             "details": {
                 "causes": [
-                    {"field": c.field, "message": c.message, "reason": c.code.value}
-                    for c in decision.causes[:MAX_LISTED_CAUSES]
+                    # the code is a str enum: orjson writes its value, and it equals its value
+                    {"field": field, "message": c.message, "reason": c.code}
+                    for field, c in zip(fields, causes, strict=False)
                 ]
             },
         }

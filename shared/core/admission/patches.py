@@ -8,6 +8,7 @@ operations created so that several appends under one new parent compose.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,6 +17,12 @@ _MISSING = object()
 
 def pointer(path: Sequence[str]) -> str:
     """An RFC 6901 JSON pointer for the path, `~` and `/` escaped (annotation keys hold slashes)."""
+    return _pointer(tuple(path))
+
+
+@functools.lru_cache(maxsize=64)
+def _pointer(path: tuple[str, ...]) -> str:
+    # The paths are the rules' own constants (a handful): each is escaped once.
     return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in path)
 
 
@@ -43,12 +50,13 @@ class PatchBuilder:
     def get(self, path: Sequence[str]) -> Any:
         """The value at `path` in the object as patched so far, or None when absent."""
         node: Any = self._obj
-        for i in range(len(path)):
-            prefix = tuple(path[: i + 1])
-            if prefix in self._created:
-                node = self._created[prefix]
-            elif isinstance(node, dict) and path[i] in node:
-                node = node[path[i]]
+        created = self._created
+        for i, part in enumerate(path):
+            made = created.get(tuple(path[: i + 1]), _MISSING) if created else _MISSING
+            if made is not _MISSING:
+                node = made
+            elif isinstance(node, dict) and part in node:
+                node = node[part]
             else:
                 return None
         return node
@@ -60,9 +68,10 @@ class PatchBuilder:
         path = tuple(path)
         existing = self.get(path)
         if isinstance(existing, list):
+            where, grows = _pointer(path) + "/-", path in self._created
             for item in items:
-                self.operations.append({"op": "add", "path": pointer(path) + "/-", "value": item})
-                if path in self._created:
+                self.operations.append({"op": "add", "path": where, "value": item})
+                if grows:
                     existing.append(item)
             return
         # Find the deepest existing object on the way, then add one nested value below it.
@@ -75,7 +84,7 @@ class PatchBuilder:
             value = {path[level]: value}
             self._created[path[:level]] = value
         self.operations.append(
-            {"op": "add", "path": pointer(path[: depth + 1]), "value": _containers(value)}
+            {"op": "add", "path": _pointer(path[: depth + 1]), "value": _containers(value)}
         )
         if depth >= 1 and tuple(path[:depth]) in self._created:
             self._created[tuple(path[:depth])][path[depth]] = value

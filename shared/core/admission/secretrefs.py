@@ -21,11 +21,23 @@ field a later KubeVirt release adds in the same style, so the check fails closed
 `domain.firmware.acpi.slicNameRef`/`msdmNameRef` name a *volume*, not a Secret:
 that volume's own Secret reference is the one that counts.
 Pure: a dict in, paths and names out.
+
+Every key a reference sits under (`secretName`, `imagePullSecret(s)`, `secret`, `secretRef`,
+`*SecretRef`) holds the letters `ecret`, so a spec whose JSON text lacks them names no Secret:
+one orjson encoding (a C pass) answers most VMIs without the Python walk, which cost a fifth
+of a VMI's decision. The text is encoded from the parsed spec, so an escaped key in the request
+(`"secr\\u0065tName"`) is spelled out again; what orjson cannot encode (non-string keys from
+YAML, nesting past its limit) is walked.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import orjson
+
+REFERENCE_LETTERS = b"ecret"
+"""In every key a Secret reference can sit under (see :func:`_is_reference_object`, NAME_KEYS)."""
 
 NAME_KEYS = frozenset({"secretName", "imagePullSecret"})
 """String fields that are Secret names wherever they appear."""
@@ -45,6 +57,14 @@ def _is_reference_object(key: str) -> bool:
     return key == "secret" or key.endswith("SecretRef") or key == "secretRef"
 
 
+def _may_reference(spec: object) -> bool:
+    """False only when no key of `spec` can hold a Secret reference (its JSON lacks the letters)."""
+    try:
+        return REFERENCE_LETTERS in orjson.dumps(spec)
+    except orjson.JSONEncodeError:  # not JSON-shaped (non-string keys, very deep): walk it
+        return True
+
+
 def _render(parts: list[str | int]) -> str:
     return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
 
@@ -55,6 +75,8 @@ def secret_refs(spec: object, prefix: str = "spec") -> tuple[SecretRef, ...]:
     Runs on every VMI CREATE and UPDATE, so the path is kept as a stack of parts and
     turned into text only for the (rare) references found.
     """
+    if not _may_reference(spec):
+        return ()
     found: list[SecretRef] = []
     parts: list[str | int] = []
 

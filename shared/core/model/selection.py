@@ -92,33 +92,40 @@ def _entry(index: int, entry: object) -> tuple[str | None, ClassEntry | None, li
     The class entry is returned whenever its className is valid; its count is 0 when
     the count is invalid (that cause is among the causes).
     """
-    path = entry_path(index)
     if not isinstance(entry, dict):
         return (
             None,
             None,
             [
                 invalid(
-                    path,
+                    entry_path(index),
                     "each entry must be an object with className (and count) or name "
                     f"(got {json_kind(entry)})",
                 )
             ],
         )
-    if len(entry) > len(_KNOWN_KEYS):
+    if entry.keys() <= _KNOWN_KEYS:
+        causes = []
+    elif len(entry) > len(_KNOWN_KEYS):
         # More keys than an entry can hold: one cause for the entry, not one per key.
         causes = [
-            invalid(path, f"has {len(entry)} keys; an entry has className and count, or name only")
+            invalid(
+                entry_path(index),
+                f"has {len(entry)} keys; an entry has className and count, or name only",
+            )
         ]
     else:
         causes = [
-            invalid(path.child(key), "unknown key: an entry has className and count, or name")
+            invalid(
+                entry_path(index).child(key),
+                "unknown key: an entry has className and count, or name",
+            )
             for key in entry
             if key not in _KNOWN_KEYS
         ]
     has_class, has_name = "className" in entry, "name" in entry
     if has_class == has_name:
-        causes.append(invalid(path, "select exactly one of className and name"))
+        causes.append(invalid(entry_path(index), "select exactly one of className and name"))
         return None, None, causes
     if has_name:
         if not isinstance(entry["name"], str) or not entry["name"]:
@@ -153,7 +160,7 @@ def _entry(index: int, entry: object) -> tuple[str | None, ClassEntry | None, li
 
 def _show(value: object) -> str:
     """The received value, short; integers beyond 64 bits too (orjson cannot dump those)."""
-    if isinstance(value, float | int) and not isinstance(value, bool):
+    if type(value) is int or type(value) is float:  # not bool, which orjson writes as true/false
         text = repr(value)
     else:
         text = orjson.dumps(value).decode()
@@ -169,33 +176,36 @@ _LONG_NUMBER = re.compile(r"\d{20}")
 """20 digits or more: possibly an integer of 2**64 or more."""
 
 
-def _load(raw: str) -> object:
+def _load(raw: str, capped: bool = True) -> object:
     """Parse the annotation, integers kept as integers.
 
     orjson (fast) reads an integer of 2**64 or more as a float, so a count like
     18446744073709551616 would be refused as "not a whole number"; it is a whole
     number, and far too many units (the limit cause). When orjson's answer holds a
-    float where a rule looks (an entry, or a value of one) and the text has such a long
+    float where a rule looks (an entry, or its count) and the text has such a long
     digit run, or when orjson refuses the text, the standard parser reads it again,
     keeping them exact. The digit-run search runs only then: it costs more than the
-    parse. NaN and Infinity are not JSON for either.
+    parse. NaN and Infinity are not JSON for either. Under the caps a list longer than
+    MAX_SELECTION_ENTRIES is refused whole, so only its first entries are looked at.
     """
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return _load_exact(raw)
-    if _has_float(value) and _LONG_NUMBER.search(raw):
+    judged = MAX_SELECTION_ENTRIES + 1 if capped else None
+    if _has_float(value, judged) and _LONG_NUMBER.search(raw):
         return _load_exact(raw)
     return value
 
 
-def _has_float(value: object) -> bool:
-    """A float among the entries of a list, or among the values of an entry."""
+def _has_float(value: object, first: int | None = None) -> bool:
+    """A float in an entry itself ("got a number") or in an entry's count (quoted, and a count
+    of 2**64 is a whole number), among the `first` entries; elsewhere a float changes nothing."""
     items = value if isinstance(value, list) else [value]
-    for item in items:
+    for item in items[:first]:
         if isinstance(item, float):
             return True
-        if isinstance(item, dict) and any(isinstance(v, float) for v in item.values()):
+        if isinstance(item, dict) and isinstance(item.get("count"), float):
             return True
     return False
 
@@ -258,13 +268,32 @@ def parse_selection(raw: str | None, *, capped: bool = True) -> Selection:
     `capped` applies the byte and entry caps (admission, and everything that says what
     admission would answer). Only a reader of VMIs already stored turns it off: one
     admitted before the caps existed must keep its classes (:mod:`shared.core.model.vmiuse`).
+    A value within the byte cap is parsed once and remembered (:func:`remembered_selection`).
     """
     if raw is None:
         return NO_SELECTION
+    if len(raw) <= MAX_SELECTION_BYTES:
+        return remembered_selection(raw, capped)
+    return _parse(raw, capped)
+
+
+SELECTIONS_REMEMBERED = 256
+"""Distinct short annotations kept parsed. A platform's VMs repeat a few selections (the chart
+writes the same JSON for the same choice), so a review usually finds its selection here; each
+entry holds at most 2048 characters and what they parse to, under 4 MiB in all."""
+
+
+@functools.lru_cache(maxsize=SELECTIONS_REMEMBERED)
+def remembered_selection(raw: str, capped: bool) -> Selection:
+    """:func:`_parse`, remembered: a Selection is immutable, so a repeated annotation shares it."""
+    return _parse(raw, capped)
+
+
+def _parse(raw: str, capped: bool) -> Selection:
     if capped and (too_large := size_cause(raw)):
         return Selection((), (too_large,), readable=False)
     try:
-        value = _load(raw)
+        value = _load(raw, capped)
     except (ValueError, RecursionError):  # decode errors of both parsers; json's deep nesting
         return _unreadable(
             'must be a JSON list of GPU entries, e.g. [{"className": "x", "count": 1}]; '

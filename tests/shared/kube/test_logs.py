@@ -8,7 +8,12 @@ import logging
 
 import pytest
 
-from gpuclass.shared.kube.logs import MAX_FIELD_CHARS, MAX_MESSAGE_CHARS, setup_logging
+from gpuclass.shared.kube.logs import (
+    MAX_FIELD_CHARS,
+    MAX_MESSAGE_CHARS,
+    BoundedFields,
+    setup_logging,
+)
 
 
 @pytest.fixture
@@ -39,3 +44,13 @@ def test_short_values_are_untouched(stream: io.StringIO) -> None:
     logging.getLogger("test").info("admission", extra={"fields": {"uid": "abc", "causes": []}})
     entry = json.loads(stream.getvalue())
     assert (entry["msg"], entry["uid"], entry["causes"]) == ("admission", "abc", [])
+
+
+def test_fields_bounded_by_their_maker_are_written_as_given(stream: io.StringIO) -> None:
+    """The webhook clips its decision fields itself (BoundedFields); a plain dict is still cut."""
+    made = BoundedFields({"uid": "u" * (MAX_FIELD_CHARS + 1), "causes": ["a"]})
+    logging.getLogger("test").info("admission", extra={"fields": made})
+    logging.getLogger("test").info("admission", extra={"fields": dict(made)})
+    given, cut = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert given["uid"] == "u" * (MAX_FIELD_CHARS + 1)
+    assert cut["uid"].startswith("u" * MAX_FIELD_CHARS) and cut["uid"].endswith("(1 more)")

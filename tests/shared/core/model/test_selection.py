@@ -13,8 +13,10 @@ from gpuclass.shared.core.model.selection import (
     MAX_SELECTION_BYTES,
     MAX_SELECTION_ENTRIES,
     NO_SELECTION,
+    SELECTIONS_REMEMBERED,
     ClassEntry,
     parse_selection,
+    remembered_selection,
 )
 from gpuclass.shared.core.status.catalog import Catalog
 
@@ -321,3 +323,18 @@ def test_named_entries_keep_the_class_of_a_bad_count() -> None:
     assert selection.entries == (ClassEntry("b", 2, 1),)
     assert selection.named == (ClassEntry("a", 0, 0), ClassEntry("b", 2, 1))
     assert selection.has_classes and selection.readable
+
+
+def test_a_repeated_selection_answers_alike_and_the_memory_is_bounded() -> None:
+    """Short annotations are parsed once and remembered (a platform repeats a few); a tenant
+    sending ever new ones, or ones over the cap, cannot make the process hold more."""
+    first = parse_selection('[{"className": "a", "count": 2}]')
+    assert parse_selection('[{"className": "a", "count": 2}]') == first
+    assert first.entries == (ClassEntry("a", 2, 0),)
+    for i in range(3 * SELECTIONS_REMEMBERED):
+        parse_selection(f'[{{"className": "c{i}", "count": 0}}]')
+    assert remembered_selection.cache_info().currsize <= SELECTIONS_REMEMBERED
+    remembered_selection.cache_clear()
+    over = "[" + " " * MAX_SELECTION_BYTES + "]"
+    assert [c.code for c in parse_selection(over).causes] == [TOO_LARGE]
+    assert remembered_selection.cache_info().currsize == 0
