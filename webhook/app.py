@@ -44,7 +44,7 @@ from gpuclass.shared.core.admission.envelope import (
 )
 from gpuclass.shared.core.admission.review import Review, decide
 from gpuclass.shared.kube.http import Probes, health_routes
-from gpuclass.shared.kube.logs import BoundedFields
+from gpuclass.shared.kube.logs import BoundedFields, log_fields
 from gpuclass.webhook import paths
 from gpuclass.webhook.limits import BODY_COMPLETE, BodyLimits, BodyRefused, read_body
 from gpuclass.webhook.metrics import WebhookMetrics
@@ -187,9 +187,7 @@ class AdmissionRoute:
         causes = [str(c.code) for c in denied.causes] if denied else []
         for cause in set(causes):
             self.ctx.metrics.denials.labels(self.webhook, cause).inc()
-        log.info(
-            "admission", extra={"fields": self._decision_fields(req, decision, causes, started)}
-        )
+        log_fields(log, "admission", self._decision_fields(req, decision, causes, started))
 
     def _decision_fields(
         self, req: AdmissionRequest, decision: Decision, causes: list[str], started: float

@@ -59,15 +59,10 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line: ts (UTC, milliseconds), level, logger, msg, then the record's
     `fields` at the top level and `exc` for a traceback."""
 
-    _second: tuple[int, str] = (-1, "")  # the last second formatted, and its text
-
     def format(self, record: logging.LogRecord) -> str:
         """The record as one line of JSON; values orjson cannot encode are written with str()."""
-        second = int(record.created)
-        if second != self._second[0]:  # one strftime a second, not one a line
-            self._second = (second, self.formatTime(record, "%Y-%m-%dT%H:%M:%S"))
         entry: dict[str, Any] = {
-            "ts": self._second[1] + f".{int(record.msecs):03d}Z",
+            "ts": timestamp(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
@@ -80,16 +75,90 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(entry, default=str).decode()
 
 
+_second: tuple[int, str] = (-1, "")  # the last second formatted, and its text
+
+
+def timestamp(created: float) -> str:
+    """`created` (seconds since the epoch) as the lines write it: UTC, milliseconds, one
+    `strftime` a second rather than one a line."""
+    global _second
+    second = int(created)
+    if second != _second[0]:
+        _second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    return f"{_second[1]}.{int((created - second) * 1000):03d}Z"
+
+
+class JsonLines(logging.StreamHandler):  # type: ignore[type-arg]
+    """The JSON handler `setup_logging` installs; :func:`log_fields` writes through it directly."""
+
+    def write_fields(self, name: str, msg: str, fields: BoundedFields) -> None:
+        """One info line of `fields`, as JsonFormatter writes a record of them, without the
+        record: the webhook's line per review spent more on logging's machinery than on its
+        JSON."""
+        entry: dict[str, Any] = {"ts": timestamp(time.time()), "level": "info", "logger": name}
+        entry["msg"] = msg
+        entry.update(fields)
+        line = orjson.dumps(entry, default=str).decode() + self.terminator
+        with self.lock or _UNLOCKED:
+            try:
+                self.stream.write(line)
+                self.stream.flush()
+            except (OSError, ValueError):  # stderr closed or broken: nowhere left to write
+                pass
+
+
+class _Unlocked:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+
+_UNLOCKED = _Unlocked()
+
+
+def log_fields(logger: logging.Logger, msg: str, fields: BoundedFields) -> None:
+    """`logger.info(msg, extra={"fields": fields})`, the same line, written directly when nothing
+    but `setup_logging`'s JSON handler would see the record: no handler or filter on the logger
+    or its ancestors, one root handler with no level above info. `msg` is a constant (never
+    longer than MAX_MESSAGE_CHARS), and `fields` are bounded by their maker."""
+    handler = _direct_handler(logger)
+    if handler is None:
+        logger.info(msg, extra={"fields": fields})
+    elif logger.isEnabledFor(logging.INFO):
+        handler.write_fields(logger.name, msg, fields)
+
+
+def _direct_handler(logger: logging.Logger) -> JsonLines | None:
+    node: logging.Logger | None = logger
+    root = logging.root
+    while node is not None and node is not root:
+        if node.handlers or node.filters or not node.propagate or node.disabled:
+            return None
+        node = node.parent
+    handlers = root.handlers
+    if len(handlers) != 1 or root.filters:
+        return None
+    handler = handlers[0]
+    if type(handler) is not JsonLines or handler.level > logging.INFO:
+        return None
+    if not all(type(f) is BoundedRecords for f in handler.filters):
+        return None
+    return handler
+
+
 def setup_logging(level: str = "info", fmt: str = "json") -> None:
     """Route every logger to stderr in `fmt` (`json` or `text`) at `level`, with records bounded;
     replaces any handler set before, quiets uvicorn's access log (the webhook logs each review
     itself) and stops collecting the caller, thread and process of each record (no line shows
     them)."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler: logging.StreamHandler[Any]
+    formatter: logging.Formatter
     if fmt == "json":
-        formatter: logging.Formatter = JsonFormatter()
-        formatter.converter = time.gmtime
+        handler, formatter = JsonLines(sys.stderr), JsonFormatter()
     else:
+        handler = logging.StreamHandler(sys.stderr)
         formatter = logging.Formatter(
             "%(asctime)s %(levelname)s %(name)s %(message)s %(fields)s", defaults={"fields": ""}
         )

@@ -12,6 +12,7 @@ from gpuclass.shared.kube.logs import (
     MAX_FIELD_CHARS,
     MAX_MESSAGE_CHARS,
     BoundedFields,
+    log_fields,
     setup_logging,
 )
 
@@ -54,3 +55,38 @@ def test_fields_bounded_by_their_maker_are_written_as_given(stream: io.StringIO)
     given, cut = (json.loads(line) for line in stream.getvalue().splitlines())
     assert given["uid"] == "u" * (MAX_FIELD_CHARS + 1)
     assert cut["uid"].startswith("u" * MAX_FIELD_CHARS) and cut["uid"].endswith("(1 more)")
+
+
+def _without_ts(line: str) -> dict[str, object]:
+    entry = json.loads(line)
+    assert entry.pop("ts").endswith("Z")
+    return entry
+
+
+def test_the_direct_line_is_the_line_logging_writes(stream: io.StringIO) -> None:
+    """`log_fields` skips logging's record for the line per review; the line is the same."""
+    logger = logging.getLogger("gpuclass.test")
+    fields = BoundedFields({"uid": "u-1", "allowed": True, "causes": ["A"], "ms": 0.5})
+    log_fields(logger, "admission", fields)
+    logger.info("admission", extra={"fields": fields})
+    direct, through_logging = stream.getvalue().splitlines()
+    assert _without_ts(direct) == _without_ts(through_logging)
+    assert list(json.loads(direct)) == list(json.loads(through_logging))  # same key order
+
+
+def test_the_direct_line_gives_way_to_anything_else_configured(stream: io.StringIO) -> None:
+    """A handler or filter on the way, or a level above info, gets the record as before."""
+    logger = logging.getLogger("gpuclass.test.other")
+    seen: list[logging.LogRecord] = []
+    extra = logging.Handler()
+    extra.emit = seen.append  # type: ignore[method-assign]
+    logger.addHandler(extra)
+    try:
+        log_fields(logger, "admission", BoundedFields({"uid": "u-2"}))
+    finally:
+        logger.removeHandler(extra)
+    assert [r.fields for r in seen] == [{"uid": "u-2"}]  # type: ignore[attr-defined]
+    assert json.loads(stream.getvalue())["uid"] == "u-2"  # and the root handler's line too
+    logging.getLogger().setLevel(logging.WARNING)
+    log_fields(logger, "admission", BoundedFields({"uid": "u-3"}))
+    assert "u-3" not in stream.getvalue()
