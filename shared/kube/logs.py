@@ -10,6 +10,7 @@ a 5 MB uid makes a short line, not a 5 MB one.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import time
@@ -89,7 +90,18 @@ def timestamp(created: float) -> str:
 
 
 class JsonLines(logging.StreamHandler):  # type: ignore[type-arg]
-    """The JSON handler `setup_logging` installs; :func:`log_fields` writes through it directly."""
+    """The JSON handler `setup_logging` installs; :func:`log_fields` writes through it directly.
+
+    Direct lines written inside a running event loop are held until the end of the loop's turn
+    and written together: a write to stderr is a system call, and a turn under load answers
+    several reviews. A line waits less than a turn (the loop runs its `call_soon` callbacks
+    before it next waits); a record through logging, and the interpreter's exit
+    (`logging.shutdown`), write what is held first, so lines keep their order and only a
+    process killed within that turn loses its last lines."""
+
+    def __init__(self, stream: Any = None) -> None:
+        super().__init__(stream)
+        self.held: list[str] = []
 
     def write_fields(self, name: str, msg: str, fields: BoundedFields) -> None:
         """One info line of `fields`, as JsonFormatter writes a record of them, without the
@@ -98,13 +110,30 @@ class JsonLines(logging.StreamHandler):  # type: ignore[type-arg]
         entry: dict[str, Any] = {"ts": timestamp(time.time()), "level": "info", "logger": name}
         entry["msg"] = msg
         entry.update(fields)
-        line = orjson.dumps(entry, default=str).decode() + self.terminator
+        self.held.append(orjson.dumps(entry, default=str).decode())
+        if len(self.held) == 1:
+            try:
+                asyncio.get_running_loop().call_soon(self.flush)
+            except RuntimeError:  # no loop in this thread: now
+                self.flush()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write what is held, then the record, as StreamHandler does."""
+        if self.held:
+            self.flush()
+        super().emit(record)
+
+    def flush(self) -> None:
+        """Write what is held as one piece, then flush the stream."""
         with self.lock or _UNLOCKED:
             try:
-                self.stream.write(line)
+                if self.held:
+                    text = "\n".join(self.held) + "\n"
+                    self.held = []
+                    self.stream.write(text)
                 self.stream.flush()
             except (OSError, ValueError):  # stderr closed or broken: nowhere left to write
-                pass
+                self.held = []
 
 
 class _Unlocked:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -12,6 +13,8 @@ from gpuclass.shared.kube.logs import (
     MAX_FIELD_CHARS,
     MAX_MESSAGE_CHARS,
     BoundedFields,
+    JsonLines,
+    _direct_handler,
     log_fields,
     setup_logging,
 )
@@ -57,6 +60,14 @@ def test_fields_bounded_by_their_maker_are_written_as_given(stream: io.StringIO)
     assert cut["uid"].startswith("u" * MAX_FIELD_CHARS) and cut["uid"].endswith("(1 more)")
 
 
+def _only_ours() -> None:
+    """Only our handler on the root logger: pytest adds its capture handler when a test's body
+    starts, which would send every line through logging."""
+    root = logging.getLogger()
+    root.handlers[:] = [h for h in root.handlers if isinstance(h, JsonLines)]
+    assert _direct_handler(logging.getLogger("gpuclass.test")) is not None
+
+
 def _without_ts(line: str) -> dict[str, object]:
     entry = json.loads(line)
     assert entry.pop("ts").endswith("Z")
@@ -65,17 +76,19 @@ def _without_ts(line: str) -> dict[str, object]:
 
 def test_the_direct_line_is_the_line_logging_writes(stream: io.StringIO) -> None:
     """`log_fields` skips logging's record for the line per review; the line is the same."""
+    _only_ours()
     logger = logging.getLogger("gpuclass.test")
     fields = BoundedFields({"uid": "u-1", "allowed": True, "causes": ["A"], "ms": 0.5})
     log_fields(logger, "admission", fields)
     logger.info("admission", extra={"fields": fields})
-    direct, through_logging = stream.getvalue().splitlines()
-    assert _without_ts(direct) == _without_ts(through_logging)
-    assert list(json.loads(direct)) == list(json.loads(through_logging))  # same key order
+    written, through_logging = stream.getvalue().splitlines()
+    assert _without_ts(written) == _without_ts(through_logging)
+    assert list(json.loads(written)) == list(json.loads(through_logging))  # same key order
 
 
 def test_the_direct_line_gives_way_to_anything_else_configured(stream: io.StringIO) -> None:
     """A handler or filter on the way, or a level above info, gets the record as before."""
+    _only_ours()
     logger = logging.getLogger("gpuclass.test.other")
     seen: list[logging.LogRecord] = []
     extra = logging.Handler()
@@ -90,3 +103,26 @@ def test_the_direct_line_gives_way_to_anything_else_configured(stream: io.String
     logging.getLogger().setLevel(logging.WARNING)
     log_fields(logger, "admission", BoundedFields({"uid": "u-3"}))
     assert "u-3" not in stream.getvalue()
+
+
+def test_direct_lines_of_one_loop_turn_are_written_at_its_end_in_order(
+    stream: io.StringIO,
+) -> None:
+    """Inside an event loop the direct lines of a turn go out together when it ends; a record
+    through logging writes the held ones first, so the order is the order of logging."""
+    _only_ours()
+    logger = logging.getLogger("gpuclass.test.turn")
+    written_in_turn: list[str] = []
+
+    async def turn() -> None:
+        log_fields(logger, "admission", BoundedFields({"uid": "a"}))
+        log_fields(logger, "admission", BoundedFields({"uid": "b"}))
+        written_in_turn.append(stream.getvalue())
+        logger.warning("between", extra={"fields": {"uid": "c"}})
+        log_fields(logger, "admission", BoundedFields({"uid": "d"}))
+        await asyncio.sleep(0)  # the turn ends: what is held is written
+        written_in_turn.append(stream.getvalue())
+
+    asyncio.run(turn())
+    assert written_in_turn[0] == ""
+    assert [json.loads(line)["uid"] for line in written_in_turn[1].splitlines()] == list("abcd")
