@@ -115,7 +115,7 @@ class AdmissionRoute:
         """Answer one POST: 200 with the review's response, or an error in the contract's shape."""
         metrics = self.ctx.metrics
         started = time.perf_counter()
-        metrics.in_flight.inc()
+        metrics.answering += 1
         try:
             status, body, close = await self._answer(scope, receive)
         except ClientDisconnect:
@@ -128,7 +128,7 @@ class AdmissionRoute:
             self._count("unknown", "error", "500")
             status, body, close = 500, _error_body(500, "internal error", traceId=trace), False
         finally:
-            metrics.in_flight.dec()
+            metrics.answering -= 1
             self.duration.observe(time.perf_counter() - started)
         headers = [_JSON, (b"content-length", b"%d" % len(body))]
         if close or self.ctx.draining:  # draining: let the client reconnect elsewhere

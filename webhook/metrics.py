@@ -64,9 +64,13 @@ class WebhookMetrics:
             buckets=DURATION_BUCKETS,
             registry=r,
         )
+        self.answering = 0
+        """Admission requests being answered: a plain count the route keeps (one event loop, no
+        lock), read by the gauge when scraped rather than set per request."""
         self.in_flight = Gauge(
             "gpuclass_webhook_requests_in_flight", "Admission requests being answered.", registry=r
         )
+        self.in_flight.set_function(lambda: self.answering)
         self.catalog_synced = Gauge(
             "gpuclass_webhook_catalog_synced",
             "1 once the catalog cache has completed its first full sync.",

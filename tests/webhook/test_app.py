@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import socket
 import ssl
 import time
 from collections.abc import Iterator
@@ -165,6 +166,39 @@ def test_health_readiness_and_metrics(servers: dict[bool, WebhookProcess]) -> No
     assert 'gpuclass_webhook_requests_total{allowed="true",code="200"' in text
     assert "gpuclass_webhook_request_duration_seconds_bucket" in text
     assert "gpuclass_webhook_cert_expiry_timestamp_seconds" in text
+
+
+def test_a_request_being_answered_counts_in_flight(servers: dict[bool, WebhookProcess]) -> None:
+    """`gpuclass_webhook_requests_in_flight` counts a request whose body is still arriving."""
+    server = servers[True]
+    context = ssl.create_default_context(cafile=server.ca)
+
+    def in_flight() -> float:
+        with httpx.Client(verify=context, timeout=10) as client:
+            text = client.get(server.url + paths.METRICS).text
+        [line] = [
+            x for x in text.splitlines() if x.startswith("gpuclass_webhook_requests_in_flight ")
+        ]
+        return float(line.split()[1])
+
+    host, port = server.url.removeprefix("https://").rsplit(":", 1)
+    with (
+        socket.create_connection((host, int(port)), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=host) as tls,
+    ):
+        tls.sendall(
+            b"POST " + paths.MUTATE_VMIS.encode() + b" HTTP/1.1\r\nhost: x\r\n"
+            b"content-type: application/json\r\ncontent-length: %d\r\n\r\n"
+            % len(VMI_BODY)
+            + VMI_BODY[:10]
+        )
+        deadline = time.monotonic() + 5
+        while in_flight() != 1.0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert in_flight() == 1.0
+        tls.sendall(VMI_BODY[10:])
+        assert tls.recv(4096).startswith(b"HTTP/1.1 200")
+    assert in_flight() == 0.0
 
 
 def test_one_decision_log_line_per_request(servers: dict[bool, WebhookProcess]) -> None:

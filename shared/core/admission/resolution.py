@@ -165,6 +165,10 @@ def _units(total: int) -> str:
     return str(total) if total < 10**MAX_INT_DIGITS else f"more than 10^{MAX_INT_DIGITS}"
 
 
+def _is_vgpu(offer: Offer) -> bool:
+    return offer.record.spec is not None and offer.record.spec.mode == "vgpu"
+
+
 def limit_causes(
     entries: tuple[ClassEntry, ...], offers: Mapping[str, Offer]
 ) -> tuple[dict[str, int], list[Cause]]:
@@ -197,9 +201,7 @@ def limit_causes(
                     CauseCode.MAX_COUNT_EXCEEDED,
                 )
             )
-    vgpu = [
-        n for n in totals if (o := offers.get(n)) and o.record.spec and o.record.spec.mode == "vgpu"
-    ]
+    vgpu = [n for n in totals if (o := offers.get(n)) and _is_vgpu(o)]
     if len(vgpu) > 1:
         causes.append(
             invalid(
@@ -228,12 +230,12 @@ def policy_causes(
 ) -> list[Cause]:
     """Rule 5 for class entries: vGPU entitlement, and passthrough only for worker pools."""
     causes: list[Cause] = []
+    vgpu = [e for e in entries if (o := offers.get(e.class_name)) and _is_vgpu(o)]
+    if not vgpu:  # passthrough only: nothing to judge
+        return causes
     worker_pool = is_worker_pool(_dig(obj, "metadata", "labels"))
-    first = {e.class_name: e for e in reversed(entries)}  # one cause per class, at its first entry
+    first = {e.class_name: e for e in reversed(vgpu)}  # one cause per class, at its first entry
     for entry in sorted(first.values(), key=lambda e: e.index):
-        offer = offers.get(entry.class_name)
-        if offer is None or not offer.record.spec or offer.record.spec.mode != "vgpu":
-            continue
         path = entry_path(entry.index, "className")
         if worker_pool:
             causes.append(
