@@ -66,7 +66,7 @@ class PatchBuilder:
         if not items:
             return
         path = tuple(path)
-        existing = self.get(path)
+        existing, depth = self._walk(path)
         if isinstance(existing, list):
             where, grows = _pointer(path) + "/-", path in self._created
             for item in items:
@@ -74,10 +74,7 @@ class PatchBuilder:
                 if grows:
                     existing.append(item)
             return
-        # Find the deepest existing object on the way, then add one nested value below it.
-        depth = len(path) - 1
-        while depth > 0 and not isinstance(self.get(path[:depth]), dict):
-            depth -= 1
+        # Below the deepest existing object on the way, add one nested value.
         value: Any = list(items)
         self._created[path] = value
         for level in range(len(path) - 1, depth, -1):
@@ -88,3 +85,22 @@ class PatchBuilder:
         )
         if depth >= 1 and tuple(path[:depth]) in self._created:
             self._created[tuple(path[:depth])][path[depth]] = value
+
+    def _walk(self, path: tuple[str, ...]) -> tuple[Any, int]:
+        """The value at `path` as :meth:`get` reads it, and the length of the longest proper
+        prefix of `path` (at least 1) whose value is an object, 0 when none is: where a missing
+        list and its missing parents are added. One walk for both."""
+        node: Any = self._obj
+        created = self._created
+        depth = 0
+        for i, part in enumerate(path):
+            if i and isinstance(node, dict):
+                depth = i
+            made = created.get(path[: i + 1], _MISSING) if created else _MISSING
+            if made is not _MISSING:
+                node = made
+            elif isinstance(node, dict) and part in node:
+                node = node[part]
+            else:
+                return None, depth
+        return node, depth
