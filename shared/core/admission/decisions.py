@@ -50,11 +50,11 @@ Decision = Allowed | Denied
 def denial_message(causes: tuple[Cause, ...]) -> str:
     """The status message naming each cause with its field path, the first MAX_LISTED_CAUSES only,
     then "and N more" (a hostile request cannot grow the response without bound)."""
-    return _message(causes, [c.field for c in causes[:MAX_LISTED_CAUSES]])
+    return _message(causes, [str(c.path) for c in causes[:MAX_LISTED_CAUSES]])
 
 
 def _message(causes: tuple[Cause, ...], fields: list[str]) -> str:
-    listed = "; ".join(cause.render(field) for field, cause in zip(fields, causes, strict=False))
+    listed = "; ".join([cause.render(field) for field, cause in zip(fields, causes, strict=False)])
     extra = len(causes) - MAX_LISTED_CAUSES
     if extra > 0:
         listed += f"; and {extra} more"
@@ -76,7 +76,7 @@ def render_response(decision: Decision, *, uid: str, api_version: str) -> dict[s
             response["patch"] = base64.b64encode(orjson.dumps(list(decision.operations))).decode()
     else:
         code, causes = decision.code, decision.causes
-        fields = [c.field for c in causes[:MAX_LISTED_CAUSES]]  # each path rendered once
+        fields = [str(c.path) for c in causes[:MAX_LISTED_CAUSES]]  # each path rendered once
         response["allowed"] = False
         response["status"] = {
             "code": code,

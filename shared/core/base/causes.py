@@ -124,18 +124,23 @@ class Cause(NamedTuple):
         return Cause(self.path.rebase(prefix, new), self.message, self.kind, self.code)
 
 
-def _path(path: FieldPath | str) -> FieldPath:
-    return path if isinstance(path, FieldPath) else FieldPath.parse(path)
-
-
 def invalid(path: FieldPath | str, message: str, code: CauseCode = CauseCode.INVALID) -> Cause:
     """A cause the client can fix in its input (a 422 when it refuses)."""
-    return Cause(_path(path), message, "invalid", code)
+    if not isinstance(path, FieldPath):
+        path = FieldPath.parse(path)
+    return _made(Cause, (path, message, "invalid", code))
 
 
 def forbidden(path: FieldPath | str, message: str, code: CauseCode = CauseCode.FORBIDDEN) -> Cause:
     """A cause that is policy, not a malformed input (a 403 when every cause is one)."""
-    return Cause(_path(path), message, "forbidden", code)
+    if not isinstance(path, FieldPath):
+        path = FieldPath.parse(path)
+    return _made(Cause, (path, message, "forbidden", code))
+
+
+# A named tuple's constructor is a generated function around this call; the two makers above,
+# which a hostile review calls dozens of times, make the tuple directly with every field given.
+_made = tuple.__new__
 
 
 _JSON_KINDS: tuple[tuple[type, str], ...] = (

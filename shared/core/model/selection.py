@@ -82,40 +82,34 @@ MAX_SELECTION_ENTRIES = 16
 UNCHECKED = "the classes it names were not checked"
 
 
-def _is_count(value: object) -> bool:
-    return type(value) is int and value >= 1
-
-
-def _entry(index: int, entry: object) -> tuple[str | None, ClassEntry | None, list[Cause]]:
-    """Kind of entry ('class', 'raw' or None), the class entry, and its causes.
+def _entry(index: int, entry: object, causes: list[Cause]) -> tuple[str | None, ClassEntry | None]:
+    """Kind of entry ('class', 'raw' or None) and the class entry; its causes are appended to
+    `causes` (one list for the whole selection: a hostile one has sixteen entries to judge).
 
     The class entry is returned whenever its className is valid; its count is 0 when
     the count is invalid (that cause is among the causes).
     """
     if not isinstance(entry, dict):
-        return (
-            None,
-            None,
-            [
-                invalid(
-                    entry_path(index),
-                    "each entry must be an object with className (and count) or name "
-                    f"(got {json_kind(entry)})",
-                )
-            ],
+        causes.append(
+            invalid(
+                entry_path(index),
+                "each entry must be an object with className (and count) or name "
+                f"(got {json_kind(entry)})",
+            )
         )
+        return None, None
     if entry.keys() <= _KNOWN_KEYS:
-        causes = []
+        pass
     elif len(entry) > len(_KNOWN_KEYS):
         # More keys than an entry can hold: one cause for the entry, not one per key.
-        causes = [
+        causes.append(
             invalid(
                 entry_path(index),
                 f"has {len(entry)} keys; an entry has className and count, or name only",
             )
-        ]
+        )
     else:
-        causes = [
+        causes += [
             invalid(
                 entry_path(index).child(key),
                 "unknown key: an entry has className and count, or name",
@@ -126,7 +120,7 @@ def _entry(index: int, entry: object) -> tuple[str | None, ClassEntry | None, li
     has_class, has_name = "className" in entry, "name" in entry
     if has_class == has_name:
         causes.append(invalid(entry_path(index), "select exactly one of className and name"))
-        return None, None, causes
+        return None, None
     if has_name:
         if not isinstance(entry["name"], str) or not entry["name"]:
             causes.append(invalid(entry_path(index, "name"), "must be a non-empty resource name"))
@@ -134,7 +128,7 @@ def _entry(index: int, entry: object) -> tuple[str | None, ClassEntry | None, li
             causes.append(
                 invalid(entry_path(index, "count"), "count belongs to class entries only")
             )
-        return "raw", None, causes
+        return "raw", None
     class_name = entry["className"]
     if not isinstance(class_name, str) or k8s.dns_label_error(class_name):
         causes.append(
@@ -145,7 +139,7 @@ def _entry(index: int, entry: object) -> tuple[str | None, ClassEntry | None, li
         )
         class_name = None
     count = entry.get("count", 1)
-    if not _is_count(count):
+    if type(count) is not int or count < 1:  # a whole number of at least 1 (bool is not one)
         causes.append(
             invalid(
                 entry_path(index, "count"),
@@ -154,8 +148,8 @@ def _entry(index: int, entry: object) -> tuple[str | None, ClassEntry | None, li
         )
         count = 0
     if class_name is None:
-        return "class", None, causes
-    return "class", ClassEntry(class_name, count, index), causes
+        return "class", None
+    return "class", ClassEntry(class_name, count, index)
 
 
 def _show(value: object) -> str:
@@ -185,12 +179,17 @@ def _load(raw: str, capped: bool = True) -> object:
     float where a rule looks (an entry, or its count) and the text has such a long
     digit run, or when orjson refuses the text, the standard parser reads it again,
     keeping them exact. The digit-run search runs only then: it costs more than the
-    parse. NaN and Infinity are not JSON for either. Under the caps a list longer than
-    MAX_SELECTION_ENTRIES is refused whole, so only its first entries are looked at.
+    parse. NaN and Infinity are not JSON for either. Text nested deeper than orjson
+    reads is deeper than the standard parser reads too, so it is refused without a
+    second try (the message is only a shortcut: another wording takes the slower way).
+    Under the caps a list longer than MAX_SELECTION_ENTRIES is refused whole, so only
+    its first entries are looked at.
     """
     try:
         value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
+    except orjson.JSONDecodeError as refused:
+        if "depth" in str(refused):  # past orjson's 1,024 levels, so past Python's 1,000 too
+            raise
         return _load_exact(raw)
     judged = MAX_SELECTION_ENTRIES + 1 if capped else None
     if _has_float(value, judged) and _LONG_NUMBER.search(raw):
@@ -314,14 +313,14 @@ def _judge_entries(value: list[object]) -> Selection:
     causes: list[Cause] = []
     kinds: set[str] = set()
     for index, item in enumerate(value):
-        kind, entry, entry_causes = _entry(index, item)
+        judged = len(causes)
+        kind, entry = _entry(index, item, causes)
         if kind:
             kinds.add(kind)
         if entry:
             named.append(entry)
-            if not entry_causes:
+            if len(causes) == judged:
                 entries.append(entry)
-        causes += entry_causes
     if kinds == {"class", "raw"}:
         causes.append(
             invalid(

@@ -338,3 +338,23 @@ def test_a_repeated_selection_answers_alike_and_the_memory_is_bounded() -> None:
     over = "[" + " " * MAX_SELECTION_BYTES + "]"
     assert [c.code for c in parse_selection(over).causes] == [TOO_LARGE]
     assert remembered_selection.cache_info().currsize == 0
+
+
+@pytest.mark.parametrize(
+    ("raw", "cause"),
+    [
+        # Deeper than either JSON parser reads: unreadable, nothing in it judged.
+        ("[" * 1500, "must be a JSON list of GPU entries"),
+        ("[" * 1000 + "]" * 1000, None),  # 1,000 levels: read, and its one entry is no object
+    ],
+    ids=["1500-levels-unclosed", "1000-levels-closed"],
+)
+def test_deep_nesting_within_the_byte_cap(raw: str, cause: str | None) -> None:
+    selection = parse_selection(raw)
+    if cause is None:
+        assert selection.readable
+        assert [c.field for c in selection.causes] == [entry_path(0)]
+    else:
+        assert not selection.readable
+        [only] = selection.causes
+        assert only.field == ANN and only.message.startswith(cause)
