@@ -98,9 +98,7 @@ def _entry(index: int, entry: object, causes: list[Cause]) -> tuple[str | None, 
             )
         )
         return None, None
-    if entry.keys() <= _KNOWN_KEYS:
-        pass
-    elif len(entry) > len(_KNOWN_KEYS):
+    if len(entry) > len(_KNOWN_KEYS):
         # More keys than an entry can hold: one cause for the entry, not one per key.
         causes.append(
             invalid(
@@ -108,7 +106,7 @@ def _entry(index: int, entry: object, causes: list[Cause]) -> tuple[str | None, 
                 f"has {len(entry)} keys; an entry has className and count, or name only",
             )
         )
-    else:
+    elif not entry.keys() <= _KNOWN_KEYS:
         causes += [
             invalid(
                 entry_path(index).child(key),
