@@ -11,6 +11,7 @@ a 5 MB uid makes a short line, not a 5 MB one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 import time
@@ -62,18 +63,28 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         """The record as one line of JSON; values orjson cannot encode are written with str()."""
-        entry: dict[str, Any] = {
-            "ts": timestamp(record.created),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
         fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):
-            entry.update(fields)
+        entry = _entry(
+            record.created,
+            record.levelname.lower(),
+            record.name,
+            record.getMessage(),
+            fields if isinstance(fields, dict) else None,
+        )
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return orjson.dumps(entry, default=str).decode()
+
+
+def _entry(
+    created: float, level: str, logger: str, msg: str, fields: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A line's keys in their order: ts, level, logger, msg, then the fields."""
+    entry: dict[str, Any] = {"ts": timestamp(created), "level": level, "logger": logger}
+    entry["msg"] = msg
+    if fields:
+        entry.update(fields)
+    return entry
 
 
 _second: tuple[int, str] = (-1, "")  # the last second formatted, and its text
@@ -107,9 +118,7 @@ class JsonLines(logging.StreamHandler):  # type: ignore[type-arg]
         """One info line of `fields`, as JsonFormatter writes a record of them, without the
         record: the webhook's line per review spent more on logging's machinery than on its
         JSON."""
-        entry: dict[str, Any] = {"ts": timestamp(time.time()), "level": "info", "logger": name}
-        entry["msg"] = msg
-        entry.update(fields)
+        entry = _entry(time.time(), "info", name, msg, fields)
         self.held.append(orjson.dumps(entry, default=str).decode())
         if len(self.held) == 1:
             try:
@@ -125,7 +134,7 @@ class JsonLines(logging.StreamHandler):  # type: ignore[type-arg]
 
     def flush(self) -> None:
         """Write what is held as one piece, then flush the stream."""
-        with self.lock or _UNLOCKED:
+        with self.lock or contextlib.nullcontext():
             try:
                 if self.held:
                     text = "\n".join(self.held) + "\n"
@@ -134,17 +143,6 @@ class JsonLines(logging.StreamHandler):  # type: ignore[type-arg]
                 self.stream.flush()
             except (OSError, ValueError):  # stderr closed or broken: nowhere left to write
                 self.held = []
-
-
-class _Unlocked:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *_: object) -> None:
-        return None
-
-
-_UNLOCKED = _Unlocked()
 
 
 def log_fields(logger: logging.Logger, msg: str, fields: BoundedFields) -> None:

@@ -49,17 +49,7 @@ class PatchBuilder:
 
     def get(self, path: Sequence[str]) -> Any:
         """The value at `path` in the object as patched so far, or None when absent."""
-        node: Any = self._obj
-        created = self._created
-        for i, part in enumerate(path):
-            made = created.get(tuple(path[: i + 1]), _MISSING) if created else _MISSING
-            if made is not _MISSING:
-                node = made
-            elif isinstance(node, dict) and part in node:
-                node = node[part]
-            else:
-                return None
-        return node
+        return self._walk(tuple(path))[0]
 
     def append(self, path: Sequence[str], items: Sequence[Any]) -> None:
         """Append `items` to the list at `path`, creating it (and its parents) when absent."""
@@ -87,9 +77,9 @@ class PatchBuilder:
             self._created[tuple(path[:depth])][path[depth]] = value
 
     def _walk(self, path: tuple[str, ...]) -> tuple[Any, int]:
-        """The value at `path` as :meth:`get` reads it, and the length of the longest proper
-        prefix of `path` (at least 1) whose value is an object, 0 when none is: where a missing
-        list and its missing parents are added. One walk for both."""
+        """The value at `path` in the object as patched so far (None when absent), and the length
+        of the longest proper prefix of `path` (at least 1) whose value is an object, 0 when none
+        is: where a missing list and its missing parents are added. One walk for both."""
         node: Any = self._obj
         created = self._created
         depth = 0
