@@ -217,10 +217,10 @@ def hostile(catalog: Catalog) -> None:
     """Hostile reviews as ratios against a normal one, all measured in this run.
 
     Both sides of every ratio parse their annotation (the memory of selections is cleared before
-    each run): a tenant varies what it sends. Each scenario alternates with the normal review, round by round (ROUNDS x 2 rounds), and
-    the ratio is taken per round: on a shared machine the load changes within seconds, and a
-    ratio of two medians taken minutes apart would measure the load, not the code. The median
-    of the round ratios is the figure; the range shows the noise.
+    each run): a tenant varies what it sends. Each scenario alternates with the normal review,
+    round by round (ROUNDS x 2 rounds), and the ratio is taken per round: on a shared machine the
+    load changes within seconds, and a ratio of two medians taken minutes apart would measure the
+    load, not the code. The median of the round ratios is the figure; the range shows the noise.
     """
     runs = max(RUNS // 10, 1_000)
     normal_body = review_body([{"className": "example-whole-gpu", "count": 1}])
