@@ -110,18 +110,18 @@ def request_from(request: Mapping[str, Any], *, api_version: str) -> AdmissionRe
         if value is not None and not isinstance(value, expected):
             raise MalformedReview(f"request.{field}: must be {what} when present")
     username, groups = _user(request.get("userInfo"))
-    return AdmissionRequest(
-        api_version=api_version,
-        uid=uid,
-        kind=GroupKind(kind.get("group") or "", kind["kind"]),
-        operation=operation,
-        object=request.get("object"),
-        old_object=request.get("oldObject"),
-        request_namespace=request.get("namespace") or "",
-        name=request.get("name") or "",
-        username=username,
-        groups=groups,
-        dry_run=bool(request.get("dryRun")),
+    return AdmissionRequest(  # positional: a named tuple is made faster so, in field order
+        api_version,
+        uid,
+        GroupKind(kind.get("group") or "", kind["kind"]),
+        operation,
+        request.get("object"),
+        request.get("oldObject"),
+        request.get("namespace") or "",
+        request.get("name") or "",
+        username,
+        groups,
+        bool(request.get("dryRun")),
     )
 
 

@@ -11,8 +11,7 @@ nothing (webhooks are reinvoked).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuclass.shared.core.admission.patches import PatchBuilder
 from gpuclass.shared.core.admission.secretrefs import secret_refs
@@ -76,8 +75,7 @@ def license_disk() -> dict[str, Any]:
     return {"name": names.LICENSE_VOLUME, "serial": names.LICENSE_SERIAL, "disk": {"bus": "virtio"}}
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
+class Plan(NamedTuple):
     """What the selection resolves to: per class in first-appearance order, its total units."""
 
     totals: dict[str, int]
@@ -418,8 +416,7 @@ def capacity_warnings(plan: Plan) -> list[str]:
     return warnings
 
 
-@dataclass(frozen=True, slots=True)
-class Judgement:
+class Judgement(NamedTuple):
     """Every rule of section 4 on a CREATE: all causes, what an allowed answer carries, and what
     the selection resolves to (rule 6), which the check after every mutation reads back
     (:mod:`shared.core.admission.admit_vmi_final`)."""

@@ -20,8 +20,7 @@ endpoint, the kind's first endpoint answers (the mutating one for Pods and VMIs)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from gpuclass.shared.core.admission import (
     admit_gpuclass,
@@ -74,8 +73,7 @@ for _kind, _admitter in ENDPOINTS.values():
     ADMITTERS.setdefault(_kind, _admitter)  # a kind's first endpoint answers a review without one
 
 
-@dataclass(frozen=True, slots=True)
-class Review:
+class Review(NamedTuple):
     """A request and the decision on it: what the shells log, count and render."""
 
     request: AdmissionRequest
