@@ -153,11 +153,11 @@ def profile(servers: dict[str, Profiled], script: Path) -> None:
     for server in servers.values():
         wrk(server.url, script, "2s")
         server.proc.send_signal(signal.SIGUSR1)
-    seconds = float(DURATION.rstrip("s")) / ROUNDS
+    seconds = max(1, round(float(DURATION.rstrip("s")) / ROUNDS))  # wrk takes whole seconds
     served: dict[str, float] = dict.fromkeys(servers, 0.0)
     for _ in range(ROUNDS):
         for label, server in servers.items():
-            out = wrk(server.url, script, f"{seconds:g}s")
+            out = wrk(server.url, script, f"{seconds}s")
             served[label] += float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     for label, server in servers.items():
         server.proc.send_signal(signal.SIGUSR2)

@@ -329,7 +329,7 @@ def explain_manifest(
         )
     wanted: dict[str, int] = {}
     for entry in selection.entries:
-        wanted[entry.class_name] = wanted.get(entry.class_name, 0) + entry.count
+        wanted[entry.class_name] = wanted.get(entry.class_name, 0) + entry.units
     refused = "admission refuses the VM: " + "; ".join(c.message for c in causes)
     if not wanted:
         if problems:

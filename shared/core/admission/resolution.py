@@ -21,6 +21,7 @@ from gpuclass.shared.core.base.fieldpath import FieldPath
 from gpuclass.shared.core.model.selection import (
     ANNOTATION_PATH,
     MAX_INT_DIGITS,
+    MAX_SELECTION_BYTES,
     ClassEntry,
     Selection,
     entry_path,
@@ -110,7 +111,7 @@ def class_causes(
         if entry.class_name in judged:
             continue
         judged.add(entry.class_name)
-        path = entry_path(entry.index, "className")
+        path = entry_path(entry.position, "className")
         offer = catalog.offers.get(entry.class_name)
         if offer is None:
             causes.append(
@@ -177,7 +178,7 @@ def limit_causes(
     """
     totals: dict[str, int] = {}
     for entry in entries:
-        totals[entry.class_name] = totals.get(entry.class_name, 0) + entry.count
+        totals[entry.class_name] = totals.get(entry.class_name, 0) + entry.units
     causes: list[Cause] = []
     grand = sum(totals.values())
     if grand > names.MAX_UNITS_PER_VMI:
@@ -233,8 +234,8 @@ def policy_causes(
         return causes
     worker_pool = is_worker_pool(_dig(obj, "metadata", "labels"))
     first = {e.class_name: e for e in reversed(vgpu)}  # one cause per class, at its first entry
-    for entry in sorted(first.values(), key=lambda e: e.index):
-        path = entry_path(entry.index, "className")
+    for entry in sorted(first.values(), key=lambda e: e.position):
+        path = entry_path(entry.position, "className")
         if worker_pool:
             causes.append(
                 forbidden(
@@ -350,9 +351,13 @@ def license_reference_causes(
 
 
 def gpu_operations(
-    obj: Mapping[str, Any], plan: Plan, *, licensed: str | None, wanted: list[dict[str, Any]] | None
+    obj: Mapping[str, Any],
+    tolerations: list[Mapping[str, Any]],
+    *,
+    licensed: str | None,
+    wanted: list[dict[str, Any]] | None,
 ) -> tuple[list[dict[str, Any]], list[Cause]]:
-    """Rule 6: GPU entries, tolerations and the licence volume/disk, as narrow appends.
+    """Rule 6: GPU entries, the classes' `tolerations` and the licence volume/disk, as narrow appends.
 
     `wanted` is what `spec.domain.devices.gpus` must hold (:func:`wanted_gpus`): the
     resolved entries, `[]` when resolution never writes any, or None when that is
@@ -373,12 +378,10 @@ def gpu_operations(
                 CauseCode.RAW_REQUEST_BESIDE_CLASSES,
             )
         )
-    tolerations = list(_list(obj, *TOLERATIONS))
-    for offer in plan.offers.values():
-        for tol in offer.record.tolerations:
-            if tol not in tolerations:
-                tolerations.append(tol)
-                builder.append(TOLERATIONS, [tol])
+    present = _list(obj, *TOLERATIONS)
+    for tol in tolerations:
+        if tol not in present:
+            builder.append(TOLERATIONS, [tol])  # one operation each, as rule 6 always wrote them
     if licensed:
         causes += _append_named(builder, VOLUMES, license_volume(licensed), "spec.volumes")
         causes += _append_named(builder, DISKS, license_disk(), "spec.domain.devices.disks")
@@ -443,6 +446,79 @@ def wanted_gpus(selection: Selection, plan: Plan, *, resolved: bool) -> list[dic
     return plan.gpu_entries() if resolved else None
 
 
+class Resolution(NamedTuple):
+    """What one selection resolves to against one catalog, whatever object carries it: the same
+    annotation text gives the same answer until the catalog changes (:func:`resolve`)."""
+
+    licensed: list[str]
+    """Classes whose licence volume the object may carry (rule 8)."""
+    offers: dict[str, Offer]
+    """The classes that resolved (rule 3)."""
+    causes: list[Cause]
+    """Rule 3's causes, then rule 4's."""
+    plan: Plan
+    wanted: list[dict[str, Any]] | None
+    """What `spec.domain.devices.gpus` must hold (:func:`wanted_gpus`)."""
+    tolerations: list[Mapping[str, Any]]
+    """Every resolved class's tolerations, in class order, each once."""
+    warnings: tuple[str, ...]
+    """Rule 7's capacity warnings."""
+    vgpu: bool
+    """A resolved class is vGPU: rule 5 has something to judge."""
+
+
+RESOLUTIONS_REMEMBERED = 256
+"""Distinct annotations whose resolution a catalog keeps (:attr:`Catalog.remembered`): a platform's
+VMs repeat a few selections, so a review usually finds its own there."""
+REMEMBERED_UNITS = 64
+"""A resolution of more GPU units than this is not kept: its entries are the memory (a thousand
+entries per hostile annotation), and no honest VM asks for that many."""
+
+
+def resolve(raw: str | None, selection: Selection, catalog: Catalog) -> Resolution:
+    """The namespace-free part of rules 3, 4, 6, 7 and 8 for the selection parsed from `raw`,
+    remembered per annotation text on `catalog` (at most :data:`RESOLUTIONS_REMEMBERED`, each of
+    at most :data:`REMEMBERED_UNITS` units; a full memory starts over)."""
+    memory = catalog.remembered
+    key = raw if raw is not None and len(raw) <= MAX_SELECTION_BYTES else None
+    if key is not None:
+        known = memory.get(key)
+        if known is not None:
+            return known  # type: ignore[no-any-return]
+    resolution = _resolve(selection, catalog)
+    if key is not None and sum(resolution.plan.totals.values()) <= REMEMBERED_UNITS:
+        if len(memory) >= RESOLUTIONS_REMEMBERED:
+            memory.clear()
+        memory[key] = resolution
+    return resolution
+
+
+def _resolve(selection: Selection, catalog: Catalog) -> Resolution:
+    licensed = (
+        selected_licensed_classes(selection.named, catalog)
+        if selection.readable
+        else catalog_licensed_classes(catalog)
+    )
+    if not selection.has_classes:
+        return Resolution(licensed, {}, [], Plan({}, {}), None, [], (), False)
+    offers, unresolved = class_causes(selection.named, catalog)
+    totals, over_limit = limit_causes(selection.named, offers)
+    plan = Plan(totals, offers)
+    tolerations: list[Mapping[str, Any]] = []
+    for offer in offers.values():
+        tolerations += [t for t in offer.record.tolerations if t not in tolerations]
+    return Resolution(
+        licensed,
+        offers,
+        unresolved + over_limit,
+        plan,
+        wanted_gpus(selection, plan, resolved=not unresolved),
+        tolerations,
+        tuple(capacity_warnings(plan)),
+        any(_is_vgpu(offer) for offer in offers.values()),
+    )
+
+
 def judge_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> Judgement:
     """Rules 1 to 8 on `obj` (a VMI, or a VM template of the same shape) in `namespace`.
 
@@ -451,35 +527,36 @@ def judge_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> Ju
     a lower bound). An annotation that cannot be read (not JSON, over the caps of
     :mod:`shared.core.model.selection`) leaves only the checks that do not depend on it: raw vGPU
     requests need entitlement (rule 5), and a licence copy named anywhere but the
-    exact licence volume of a licensed class is refused (rule 8).
+    exact licence volume of a licensed class is refused (rule 8). What depends on the selection
+    alone comes from :func:`resolve`; what depends on the object is judged here, every time.
     """
-    selection = parse_selection(annotation(obj))
+    raw = annotation(obj)
+    selection = parse_selection(raw)
     causes = list(selection.causes)
     causes += raw_request_causes(
         obj, catalog, with_classes=selection.has_classes, namespace=namespace
     )
-    licensed = (
-        selected_licensed_classes(selection.named, catalog)
-        if selection.readable
-        else catalog_licensed_classes(catalog)
-    )
+    resolution = resolve(raw, selection, catalog)
+    licensed = resolution.licensed
     license_causes = license_reference_causes(obj, own_license_volume_refs(obj, licensed))
     if not selection.has_classes:
         return Judgement(tuple(causes + license_causes))
-    offers, unresolved = class_causes(selection.named, catalog)
-    totals, over_limit = limit_causes(selection.named, offers)
-    causes += unresolved + over_limit
-    causes += policy_causes(obj, namespace, selection.named, offers, catalog)
+    causes += resolution.causes
+    if resolution.vgpu:
+        causes += policy_causes(obj, namespace, selection.named, resolution.offers, catalog)
     causes += license_causes
-    plan = Plan(totals, offers)
-    wanted = wanted_gpus(selection, plan, resolved=not unresolved)
+    wanted = resolution.wanted
+    if wanted:  # the remembered entries stay the catalog's: the answer carries its own copies
+        wanted = [dict(entry) for entry in wanted]
     own_licence = licensed[0] if licensed else None
-    operations, op_causes = gpu_operations(obj, plan, licensed=own_licence, wanted=wanted)
+    operations, op_causes = gpu_operations(
+        obj, resolution.tolerations, licensed=own_licence, wanted=wanted
+    )
     causes += op_causes
     return Judgement(
         tuple(causes),
         tuple(operations),
-        tuple(capacity_warnings(plan)),
+        resolution.warnings,
         gpus=None if wanted is None else tuple(wanted),
         licensed=own_licence,
     )

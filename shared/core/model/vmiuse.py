@@ -95,7 +95,7 @@ def admitted_units(
         return ()
     counts: dict[str, int] = {}
     for entry in selection.entries:
-        counts[entry.class_name] = counts.get(entry.class_name, 0) + entry.count
+        counts[entry.class_name] = counts.get(entry.class_name, 0) + entry.units
     if len(gpus) != sum(counts.values()):
         return ()
     position = 0

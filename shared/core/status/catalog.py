@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.model.snapshot import ClassRecord, Snapshot
@@ -67,6 +67,11 @@ class Catalog:
     """Every resource that is a vGPU (rule 4.5): the resourceName of every `mode: vgpu` class, valid
     or not, and every `mediatedDevices` resourceName of the KubeVirt CR, whether a class names it
     or not. Whoever asks for one, by class, raw VMI entry or plain Pod, needs entitlement."""
+    remembered: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """What admission derived from this catalog for one selection annotation (its class look-ups,
+    limits, GPU entries and tolerations: :func:`shared.core.admission.resolution.resolve`), kept
+    per annotation text and bounded by its writer. A catalog never changes once built, so neither
+    does what follows from it; a change of state builds a new catalog with nothing remembered."""
 
     def resource_by_class(self) -> dict[str, str]:
         """className -> resourceName of every class that claims one (invalid classes too): what

@@ -294,7 +294,7 @@ def test_uncapped_parse_reads_ten_thousand_good_entries() -> None:
     raw = json.dumps([{"className": "a"}] * 10_000)
     selection = parse_selection(raw, capped=False)
     assert selection.causes == ()
-    assert sum(e.count for e in selection.entries) == 10_000
+    assert sum(e.units for e in selection.entries) == 10_000
 
 
 def hostile_vmi(raw: str) -> dict[str, Any]:
