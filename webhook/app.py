@@ -41,6 +41,7 @@ from gpuclass.shared.core.admission.envelope import (
     AdmissionRequest,
     GroupKind,
     MalformedReview,
+    too_many_values,
 )
 from gpuclass.shared.core.admission.review import Review, decide
 from gpuclass.shared.kube.http import Probes, health_routes
@@ -153,6 +154,8 @@ class AdmissionRoute:
             body = await read_body(receive, length, self.ctx.body, arrived=arrived)
         except BodyRefused as refused:
             return self._client_error(refused.status, refused.reason, close=True)
+        if (too_many := too_many_values(body)) is not None:  # before the tree is built
+            return self._client_error(413, too_many, close=True)
         try:
             parsed: Any = orjson.loads(body)
         except orjson.JSONDecodeError:

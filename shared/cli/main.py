@@ -39,7 +39,7 @@ from gpuclass.shared.cli.plancmd import add_parser as add_plan_parser
 from gpuclass.shared.cli.plancmd import run_plan
 from gpuclass.shared.cli.reviewtext import render_review_text
 from gpuclass.shared.core.admission.decisions import encode_response
-from gpuclass.shared.core.admission.envelope import wrap_manifest
+from gpuclass.shared.core.admission.envelope import too_many_values, wrap_manifest
 from gpuclass.shared.core.admission.review import ENDPOINTS, MalformedReview, review
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.status.availability import compute_all
@@ -302,6 +302,8 @@ def _read_review(source: str) -> bytes:
         data = stream.read(MAX_REVIEW_BYTES + 1)
     if len(data) > MAX_REVIEW_BYTES:
         raise MalformedReview("review is larger than 7 MiB")
+    if (too_many := too_many_values(data)) is not None:  # the webhook's 413, before parsing
+        raise MalformedReview(too_many)
     return data
 
 

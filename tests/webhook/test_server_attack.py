@@ -101,3 +101,57 @@ def test_hostile_clients_do_not_take_the_webhook_down(tmp_path: Path) -> None:
         )
         assert float(line.split()[-1]) > 0, f"the attack never reached {reason}"
     assert 'code="408"' in metrics or 'code="503"' in metrics, "no body limit was reached"
+
+
+def _vm_hwm_mb(pid: int) -> float:
+    """The most memory the process ever had resident (VmHWM), from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmHWM for {pid}")
+
+
+def _inflated(filler: bytes, size: int = 7 * 1024 * 1024 - 4096) -> bytes:
+    """The example review with `spec.volumes` filled with `filler` up to `size` bytes: JSON that
+    is small as bytes and large as a parsed tree (a tenant can put such a list on any object)."""
+    head, tail = BODY.split(b'"volumes": [', 1)
+    return head + b'"volumes": [' + filler * ((size - len(BODY)) // len(filler)) + tail
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
+def test_a_body_that_would_parse_into_a_huge_tree_is_refused_unparsed(tmp_path: Path) -> None:
+    # 7 MiB of `[],` parse into 2.4 million lists, about 170 MB: one such request took the
+    # process past the chart's 256Mi before it was counted (docs/decisions.md, "Values per review").
+    catalog = offline_catalog(OBJECTS, Policy(vgpu_entitled=True))
+    expected = encode_response(review(json.loads(BODY), catalog))
+    server = WebhookProcess(
+        [*(a for p in OBJECTS for a in ("--objects", p)), "--vgpu-entitled"], tls_dir=tmp_path
+    )
+    try:
+        with httpx.Client(
+            verify=ssl.create_default_context(cafile=server.ca), timeout=30
+        ) as client:
+            assert (
+                client.post(server.url + paths.MUTATE_VMIS, content=BODY, headers=JSON).content
+                == expected
+            )
+            at_rest = _vm_hwm_mb(server.proc.pid)
+            for filler in (b"[],", b"{},", b'{"a":1},', b"1.5,"):
+                response = client.post(
+                    server.url + paths.MUTATE_VMIS, content=_inflated(filler), headers=JSON
+                )
+                assert response.status_code == 413, (filler, response.text[:200])
+                assert response.json()["status"] == 413
+                assert "JSON values" in response.json()["error"]
+                assert response.headers.get("connection") == "close"
+                again = client.post(server.url + paths.MUTATE_VMIS, content=BODY, headers=JSON)
+                assert again.content == expected  # the next review is answered as before
+            grown = _vm_hwm_mb(server.proc.pid) - at_rest
+        assert server.proc.poll() is None
+    finally:
+        server.stop()
+    # Read as bytes they are 7 MiB each (a few copies in flight); parsed, one was 170 MB.
+    assert grown < 64, f"peak memory grew {grown:.0f} MB"
+
+
+JSON = {"content-type": "application/json"}

@@ -68,6 +68,32 @@ class AdmissionRequest(NamedTuple):
         return namespace if isinstance(namespace, str) else ""
 
 
+MAX_REVIEW_VALUES: Final = 2**19
+"""JSON values a review body may hold, counted from its bytes before parsing
+(:func:`too_many_values`). Parsed, a value costs up to about 100 bytes (a one-key object in a
+list), so this bounds one review's tree near 50 MB; an honest review holds a few thousand, and
+even an UPDATE of two 1.5 MiB objects (etcd's limit) of dense JSON stays under it."""
+
+
+def too_many_values(body: bytes, limit: int = MAX_REVIEW_VALUES) -> str | None:
+    """Why `body` is refused unparsed, or None: it holds more than `limit` JSON values.
+
+    Parsing is where a small body becomes a large tree: 7 MiB of `[],` or `{},` are 2.4 million
+    containers and about 170 MB once parsed, past the webhook's whole memory limit, in one
+    request. Every value but the first in a list or object follows a comma, and every
+    container opens with `{` or `[`, so their count bounds the number of values; three
+    C-speed byte counts, before anything is built. Commas and brackets inside strings count
+    too, so the bound can only over-count (docs/decisions.md, "Values per review").
+    """
+    values = body.count(b",") + body.count(b"{") + body.count(b"[")
+    if values <= limit:
+        return None
+    return (
+        f"request body holds more than {limit} JSON values (counted {values} commas and "
+        "brackets): an AdmissionReview never needs that many"
+    )
+
+
 def parse_envelope(body: object) -> AdmissionRequest:
     """The typed request of `body`, or MalformedReview naming the first thing that is wrong."""
     if not isinstance(body, dict):

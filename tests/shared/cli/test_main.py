@@ -214,6 +214,8 @@ def _not_review_cases(tmp_path: Path) -> dict[str, tuple[Path, str]]:
             "does not admit apps/Deployment",
         ),
         "eight-mib": (b" " * (8 * 1024 * 1024), "larger than 7 MiB"),
+        # 600,000 empty lists in 1.8 MB: the webhook's 413 before parsing (envelope.too_many_values)
+        "a-million-values": (b"[" + b"[]," * 600_000 + b"[]]", "more than 524288 JSON values"),
         "missing-file": (None, "No such file or directory"),
     }
     out = {}
@@ -233,6 +235,7 @@ NOT_REVIEWS = [
     "missing-request",
     "unknown-kind",
     "eight-mib",
+    "a-million-values",
     "missing-file",
 ]
 

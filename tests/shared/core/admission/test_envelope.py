@@ -18,6 +18,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from gpuclass.shared.cli.main import offline_catalog
+from gpuclass.shared.core.admission.envelope import MAX_REVIEW_VALUES, too_many_values
 from gpuclass.shared.core.admission.review import MalformedReview, review
 from gpuclass.shared.core.status.catalog import Policy
 from tests.conftest import OBJECTS
@@ -144,3 +145,36 @@ def test_an_object_nested_as_deep_as_json_allows_is_answered_or_refused(
         assert "nests too deeply" in str(exc)
         return
     assert answer["response"]["uid"] == "u"
+
+
+# Values per review (docs/decisions.md): counted from the bytes, refused before parsing.
+
+
+@pytest.mark.parametrize(
+    ("body", "values"),
+    [
+        pytest.param(b"{}", 1, id="one-object"),
+        pytest.param(b'{"a": [1, 2, 3], "b": {"c": null}}', 6, id="nested"),
+        pytest.param(b'["a,b", "[c]"]', 4, id="strings-over-count"),
+        pytest.param(b"7", 0, id="a-scalar-alone"),
+    ],
+)
+def test_values_are_counted_from_commas_and_brackets(body: bytes, values: int) -> None:
+    assert too_many_values(body, limit=values) is None
+    refused = too_many_values(body, limit=values - 1)
+    assert values == 0 or (refused is not None and f"counted {values}" in refused)
+
+
+def test_a_review_at_the_limit_passes_and_one_value_more_is_refused() -> None:
+    # A list of N numbers counts N: its bracket and a comma before each number but the first.
+    at_limit = b"[" + b"0," * (MAX_REVIEW_VALUES - 1) + b"0]"
+    assert len(orjson.loads(at_limit)) == MAX_REVIEW_VALUES
+    assert too_many_values(at_limit) is None
+    over = b"[" + b"0," * MAX_REVIEW_VALUES + b"0]"
+    assert too_many_values(over) is not None
+
+
+def test_every_example_review_is_far_below_the_limit() -> None:
+    for path in (ROOT / "examples" / "reviews").glob("*.json"):
+        data = path.read_bytes()
+        assert too_many_values(data, limit=MAX_REVIEW_VALUES // 100) is None, path.name
