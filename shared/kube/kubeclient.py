@@ -29,6 +29,7 @@ import aiohttp
 import orjson
 from kubernetes_asyncio import client, config
 
+from gpuclass.shared.core.base.jsonsize import json_values
 from gpuclass.shared.kube.clusterconfig import (
     ClusterConfigError,
     choose_cluster_config,
@@ -42,6 +43,10 @@ from gpuclass.shared.kube.version import package_version
 WRITE_METHODS = frozenset({"PATCH", "POST", "PUT"})
 MAX_PAGE_BYTES = 32 * 1024 * 1024
 """A list page larger than this is asked for again with fewer objects (RawClient.list_collection)."""
+MAX_PAGE_VALUES = 2**20
+"""A list page holding more JSON values than this (counted from its bytes, an over-count:
+:func:`shared.core.base.jsonsize.json_values`) is asked for again with fewer objects too: it
+would parse into up to about 100 MB. Honest pages of 500 objects hold a few hundred thousand."""
 Collections = Mapping[str, tuple[str, Mapping[str, str]]]
 """Resource name -> (collection path, selectors such as fieldSelector/labelSelector)."""
 
@@ -116,9 +121,11 @@ class RawClient:
         request_timeout: float = 60.0,
         limiter: TokenBucket | None = None,
         max_page_bytes: int = MAX_PAGE_BYTES,
+        max_page_values: int = MAX_PAGE_VALUES,
     ) -> None:
         self.api, self.paths, self.field_manager = api, collections, field_manager
         self.max_page_bytes = max_page_bytes
+        self.max_page_values = max_page_values
         self.page_size, self.watch_timeout, self.request_timeout = (
             page_size,
             watch_timeout,
@@ -174,8 +181,9 @@ class RawClient:
         return data if isinstance(data, dict) else {}
 
     async def _page(self, path: str, query: dict[str, str]) -> RawObject | None:
-        """One list page, or None when its body is larger than :data:`MAX_PAGE_BYTES` (and
-        the limit allows fewer objects: a single object is read whatever it weighs)."""
+        """One list page, or None when its body is larger than :data:`MAX_PAGE_BYTES` or holds
+        more than :data:`MAX_PAGE_VALUES` values (and the limit allows fewer objects: a single
+        object is read whatever it weighs)."""
         response = await self._open("GET", path, query=query)
         try:
             body = bytearray()
@@ -187,6 +195,8 @@ class RawClient:
             raise ApiError(0, type(exc).__name__, str(exc)) from exc
         finally:
             response.release()
+        if json_values(body) > self.max_page_values and query.get("limit") != "1":
+            return None  # small as bytes, large as a tree: fewer objects, before parsing
         try:
             data = orjson.loads(body) if body else {}
         except orjson.JSONDecodeError as exc:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Final, Literal, NamedTuple
 
 from gpuclass.shared.core.base import names
+from gpuclass.shared.core.base.jsonsize import json_values
 
 API_VERSIONS: Final = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
@@ -76,16 +77,10 @@ even an UPDATE of two 1.5 MiB objects (etcd's limit) of dense JSON stays under i
 
 
 def too_many_values(body: bytes, limit: int = MAX_REVIEW_VALUES) -> str | None:
-    """Why `body` is refused unparsed, or None: it holds more than `limit` JSON values.
-
-    Parsing is where a small body becomes a large tree: 7 MiB of `[],` or `{},` are 2.4 million
-    containers and about 170 MB once parsed, past the webhook's whole memory limit, in one
-    request. Every value but the first in a list or object follows a comma, and every
-    container opens with `{` or `[`, so their count bounds the number of values; three
-    C-speed byte counts, before anything is built. Commas and brackets inside strings count
-    too, so the bound can only over-count (docs/decisions.md, "Values per review").
-    """
-    values = body.count(b",") + body.count(b"{") + body.count(b"[")
+    """Why `body` is refused unparsed, or None: it holds more than `limit` JSON values
+    (:func:`shared.core.base.jsonsize.json_values`, an over-count). The webhook answers 413 and
+    `gpuclass review` exits 2, before anything is built."""
+    values = json_values(body)
     if values <= limit:
         return None
     return (

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import orjson
 import pytest
 from aiohttp import web
 from kubernetes_asyncio import client
@@ -23,6 +24,7 @@ from kubernetes_asyncio import client
 from gpuclass.reconciler.api.client import KubeAdapter
 from gpuclass.reconciler.api.port import ApiError
 from gpuclass.reconciler.state.sources import POD_FIELD_SELECTOR, Scope
+from gpuclass.shared.core.base.jsonsize import json_values
 from gpuclass.shared.kube.kubeclient import user_agent
 from gpuclass.shared.kube.ratelimit import TokenBucket
 
@@ -201,6 +203,27 @@ def test_a_page_too_large_is_asked_for_again_with_fewer_objects() -> None:
         assert [(s["query"]["limit"], s["query"].get("continue")) for s in seen] == [
             ("2", None),  # too large: dropped
             ("1", None),  # one object is read whatever it weighs
+            ("2", "t1"),  # the next page asks for the full limit again
+        ]
+
+    run(test)
+
+
+def test_a_page_of_too_many_values_is_asked_for_again_with_fewer_objects() -> None:
+    """A page small as bytes but large as a tree (objects a tenant filled with empty objects) is
+    dropped before parsing and asked for with half the limit, as a page too large in bytes is."""
+
+    async def test(kube: KubeAdapter, seen: Seen) -> None:
+        first = await kube._page("/api/v1/pods", {"limit": "2"})
+        assert first is not None
+        two_pods = json_values(orjson.dumps(first))
+        kube.max_page_values = two_pods - 1  # the first page (two pods) holds more, the last not
+        seen.clear()
+        pages = [page async for page in kube.list_pages("pods")]
+        assert [[i["metadata"]["name"] for i in p.items] for p in pages] == [["a", "b"], ["c"]]
+        assert [(s["query"]["limit"], s["query"].get("continue")) for s in seen] == [
+            ("2", None),  # too many values: dropped unparsed
+            ("1", None),  # one object is read whatever it holds
             ("2", "t1"),  # the next page asks for the full limit again
         ]
 

@@ -5,13 +5,15 @@ visible in this file: class `whole` (passthrough, 8 units on its largest host, a
 most 2 free on any Ready host), `capped` (maxCount 2), `fresh` (no node yet),
 `big` (maxCount 2000), the vGPU classes `lic` (licensed), `byol` and `byol2`, and
 the unavailable `gone` (deleting), `dup` (loses a conflict to `whole`),
-`unpermitted` and `broken` (invalid spec).
+`unpermitted` and `broken` (invalid spec). The last section shows that what a catalog remembers
+of a selection never changes an answer.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from typing import Any
 
 import jsonpatch
@@ -19,6 +21,11 @@ import pytest
 
 from gpuclass.shared.core.admission.admit_vmi import admit
 from gpuclass.shared.core.admission.decisions import Allowed, Decision, Denied
+from gpuclass.shared.core.admission.resolution import (
+    REMEMBERED_UNITS,
+    RESOLUTIONS_REMEMBERED,
+    judge_create,
+)
 from gpuclass.shared.core.model.snapshot import SnapshotBuilder
 from gpuclass.shared.core.status.catalog import Catalog, Policy, build_catalog
 from tests.builders import admission_request
@@ -1440,3 +1447,119 @@ def test_other_operations_pass(operation: str) -> None:
 def test_missing_object_refused(operation: str) -> None:
     decision = admit(admission_request(operation=operation), CATALOG)
     assert causes_of(decision) == [("object", "invalid", "Invalid")]
+
+
+# What a catalog remembers of a selection (`resolution.resolve`) never changes an answer: a review
+# resolves its annotation once per catalog and reuses it, while everything that depends on the
+# object (namespace, labels, existing GPUs and tolerations, Secret references) is judged again.
+# Each row is judged on a catalog that has the same annotations in memory from other objects, and
+# must give the contract's answer (section 4) and that of a catalog that remembers nothing.
+
+Edit = Callable[[dict[str, Any]], None]
+
+
+def _with_toleration(obj: dict[str, Any]) -> None:
+    obj["spec"]["tolerations"] = [TOL_W]
+
+
+def _with_gpus(obj: dict[str, Any]) -> None:
+    obj["spec"]["domain"]["devices"]["gpus"] = gpus(RES["pci"])
+
+
+def _pool(obj: dict[str, Any]) -> None:
+    obj["metadata"]["labels"] = dict(POOL)
+
+
+def _unentitled(obj: dict[str, Any]) -> None:
+    obj["metadata"]["namespace"] = "tenant-c"
+
+
+# (selection, how the object differs from the plain VMI, the contract's answer: the causes'
+# codes, or the operations' paths when allowed)
+ROWS: list[Any] = [
+    pytest.param(
+        [cls("whole", 2)], None, ["/spec/domain/devices/gpus", "/spec/tolerations"], id="plain"
+    ),
+    pytest.param(
+        [cls("whole", 2)], _with_toleration, ["/spec/domain/devices/gpus"], id="toleration-present"
+    ),
+    pytest.param(
+        [cls("whole", 2)], _with_gpus, ["RawRequestBesideClasses"], id="gpus-beside-classes"
+    ),
+    pytest.param([cls("byol")], None, ["/spec/domain/devices/gpus"], id="vgpu-entitled"),
+    pytest.param([cls("byol")], _unentitled, ["NotEntitled"], id="vgpu-unentitled-namespace"),
+    pytest.param([cls("byol")], _pool, ["WorkerPoolVGPU"], id="vgpu-worker-pool"),
+]
+
+
+def _answer(obj: dict[str, Any], cat: Catalog) -> list[str]:
+    decision = create(obj, cat)
+    if isinstance(decision, Denied):
+        return [str(c.code) for c in decision.causes]
+    return [op["path"] for op in decision.operations]
+
+
+@pytest.mark.parametrize(("selection", "edit", "expected"), ROWS)
+def test_an_annotation_seen_before_is_judged_on_each_object(
+    selection: list[dict[str, Any]], edit: Edit | None, expected: list[str]
+) -> None:
+    remembering = catalog()
+    for row in ROWS:  # every row's annotation in memory, judged on other objects first
+        create(vmi(row.values[0]), remembering)
+        create(vmi(row.values[0], namespace="tenant-c"), remembering)
+    obj = vmi(selection)
+    if edit:
+        edit(obj)
+    first, second = _answer(obj, remembering), _answer(obj, remembering)
+    assert first == second == expected
+    assert create(obj, remembering) == create(obj, catalog())  # a catalog with nothing remembered
+    assert json.dumps(selection) in remembering.remembered
+
+
+def test_a_new_catalog_remembers_nothing_of_the_old_one() -> None:
+    # `capped` allows 2 units per VM; a catalog built after the class changed to 1 refuses 2.
+    before = catalog()
+    obj = vmi([cls("capped", 2)])
+    assert isinstance(create(obj, before), Allowed)
+    objects = [copy.deepcopy(o) for o in OBJECTS]
+    for o in objects:
+        if o["metadata"]["name"] == "capped":
+            o["spec"]["maxCount"] = 1
+    after = build_catalog(
+        SnapshotBuilder().add_all(objects), Policy(vgpu_entitled=True), figures="computed"
+    )
+    decision = create(obj, after)
+    assert isinstance(decision, Denied)
+    assert [(c.field, c.code) for c in decision.causes] == [(ANN, "MaxCountExceeded")]
+    assert isinstance(create(obj, before), Allowed)  # the old catalog still answers as it did
+
+
+def test_the_memory_is_bounded_whatever_a_tenant_sends() -> None:
+    cat = catalog()
+    for spaces in range(3 * RESOLUTIONS_REMEMBERED):  # as many distinct annotations
+        obj = vmi(raw="[" + " " * spaces + json.dumps(cls("whole", 1)) + "]")
+        assert isinstance(create(obj, cat), Allowed)
+        assert len(cat.remembered) <= RESOLUTIONS_REMEMBERED
+    # A resolution of more units than an honest VM asks for is judged, never kept.
+    big = vmi([cls("big", REMEMBERED_UNITS + 1)])
+    assert len(ops_of_gpus(create(big, cat))) == REMEMBERED_UNITS + 1
+    assert big["metadata"]["annotations"][ANN_KEY] not in cat.remembered
+
+
+def ops_of_gpus(decision: Any) -> list[dict[str, Any]]:
+    assert isinstance(decision, Allowed), decision
+    return [e for op in decision.operations if op["path"].endswith("/gpus") for e in op["value"]]
+
+
+def test_changing_an_answer_does_not_change_the_next_one() -> None:
+    cat = catalog()
+    obj = vmi([cls("whole", 2)])
+    first = judge_create(obj, "tenant-a", cat)
+    patched = jsonpatch.apply_patch(obj, list(first.operations))
+    for entry in patched["spec"]["domain"]["devices"]["gpus"]:  # a caller edits what it got
+        entry["deviceName"] = "example.com/other"
+    assert first.gpus is not None
+    for entry in first.gpus:
+        entry["name"] = "edited"
+    again = judge_create(obj, "tenant-a", cat)
+    assert again.gpus == tuple(gpus(RES["whole"], RES["whole"]))
