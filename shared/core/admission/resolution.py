@@ -452,11 +452,10 @@ class Resolution(NamedTuple):
 
     licensed: list[str]
     """Classes whose licence volume the object may carry (rule 8)."""
-    offers: dict[str, Offer]
-    """The classes that resolved (rule 3)."""
     causes: list[Cause]
     """Rule 3's causes, then rule 4's."""
     plan: Plan
+    """Units per class, and the classes that resolved (rule 3)."""
     wanted: list[dict[str, Any]] | None
     """What `spec.domain.devices.gpus` must hold (:func:`wanted_gpus`)."""
     tolerations: list[Mapping[str, Any]]
@@ -500,7 +499,7 @@ def _resolve(selection: Selection, catalog: Catalog) -> Resolution:
         else catalog_licensed_classes(catalog)
     )
     if not selection.has_classes:
-        return Resolution(licensed, {}, [], Plan({}, {}), None, [], (), False)
+        return Resolution(licensed, [], Plan({}, {}), None, [], (), False)
     offers, unresolved = class_causes(selection.named, catalog)
     totals, over_limit = limit_causes(selection.named, offers)
     plan = Plan(totals, offers)
@@ -509,7 +508,6 @@ def _resolve(selection: Selection, catalog: Catalog) -> Resolution:
         tolerations += [t for t in offer.record.tolerations if t not in tolerations]
     return Resolution(
         licensed,
-        offers,
         unresolved + over_limit,
         plan,
         wanted_gpus(selection, plan, resolved=not unresolved),
@@ -543,7 +541,7 @@ def judge_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> Ju
         return Judgement(tuple(causes + license_causes))
     causes += resolution.causes
     if resolution.vgpu:
-        causes += policy_causes(obj, namespace, selection.named, resolution.offers, catalog)
+        causes += policy_causes(obj, namespace, selection.named, resolution.plan.offers, catalog)
     causes += license_causes
     wanted = resolution.wanted
     if wanted:  # the remembered entries stay the catalog's: the answer carries its own copies
