@@ -29,7 +29,7 @@ import aiohttp
 import orjson
 from kubernetes_asyncio import client, config
 
-from gpuclass.shared.core.base.jsonsize import json_values
+from gpuclass.shared.core.base.jsonsize import values_over
 from gpuclass.shared.kube.clusterconfig import (
     ClusterConfigError,
     choose_cluster_config,
@@ -195,7 +195,7 @@ class RawClient:
             raise ApiError(0, type(exc).__name__, str(exc)) from exc
         finally:
             response.release()
-        if json_values(body) > self.max_page_values and query.get("limit") != "1":
+        if values_over(body, self.max_page_values) is not None and query.get("limit") != "1":
             return None  # small as bytes, large as a tree: fewer objects, before parsing
         try:
             data = orjson.loads(body) if body else {}

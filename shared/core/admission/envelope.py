@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Final, Literal, NamedTuple
 
 from gpuclass.shared.core.base import names
-from gpuclass.shared.core.base.jsonsize import json_values
+from gpuclass.shared.core.base.jsonsize import values_over
 
 API_VERSIONS: Final = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
@@ -78,10 +78,10 @@ even an UPDATE of two 1.5 MiB objects (etcd's limit) of dense JSON stays under i
 
 def too_many_values(body: bytes, limit: int = MAX_REVIEW_VALUES) -> str | None:
     """Why `body` is refused unparsed, or None: it holds more than `limit` JSON values
-    (:func:`shared.core.base.jsonsize.json_values`, an over-count). The webhook answers 413 and
+    (:func:`shared.core.base.jsonsize.values_over`, an over-count). The webhook answers 413 and
     `gpuclass review` exits 2, before anything is built."""
-    values = json_values(body)
-    if values <= limit:
+    values = values_over(body, limit)
+    if values is None:
         return None
     return (
         f"request body holds more than {limit} JSON values (counted {values} commas and "

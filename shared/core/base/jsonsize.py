@@ -6,7 +6,9 @@ about 170 MB of Python objects, and a list page of objects a tenant filled with 
 Every value but the first inside a list or an object follows a comma, and every list or object
 opens with `[` or `{`, so commas plus opening brackets bound the number of values a text holds
 (docs/decisions.md, "Values per review"). Commas and brackets inside strings count too: the
-bound can only over-count. Three C-speed byte counts, nothing built.
+bound can only over-count. Three C-speed byte counts, nothing built. Every counted value is
+one byte of the text, so a text no longer than a limit is within it without counting (the
+webhook's limit is 2^19 values, so a review under 512 KiB, nearly every one, is not counted).
 """
 
 from __future__ import annotations
@@ -16,3 +18,12 @@ def json_values(text: bytes | bytearray) -> int:
     """Commas plus opening brackets of `text`: at least the number of values a parse would build
     (a lone scalar counts 0)."""
     return text.count(b",") + text.count(b"{") + text.count(b"[")
+
+
+def values_over(text: bytes | bytearray, limit: int) -> int | None:
+    """`json_values(text)` when it exceeds `limit`, else None; a text of at most `limit` bytes
+    holds at most `limit` counted bytes, so it is not counted."""
+    if len(text) <= limit:
+        return None
+    values = json_values(text)
+    return values if values > limit else None

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuclass.shared.core.base.jsonsize import json_values
+from gpuclass.shared.core.base.jsonsize import json_values, values_over
 
 JSON = st.recursive(
     st.none()
@@ -55,3 +55,18 @@ def test_the_count_is_at_least_what_a_parse_builds(value: object) -> None:
 def test_commas_and_opening_brackets_are_counted(text: bytes, values: int) -> None:
     assert json_values(text) == values
     assert json_values(bytearray(text)) == values
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.binary(max_size=200), limit=st.integers(min_value=0, max_value=220))
+def test_a_text_is_counted_only_when_its_bytes_could_exceed_the_limit(
+    text: bytes, limit: int
+) -> None:
+    # The shortcut on the length answers as the full count does: it never hides an excess.
+    counted = json_values(text)
+    assert values_over(text, limit) == (counted if counted > limit else None)
+
+
+def test_a_text_of_nothing_but_brackets_at_the_limit_is_within_it() -> None:
+    assert values_over(b"[" * 64, 64) is None
+    assert values_over(b"[" * 65, 64) == 65
