@@ -14,13 +14,15 @@ from typing import Any
 from gpuclass.shared.core.admission.decisions import Allowed, Decision, Denied
 from gpuclass.shared.core.admission.envelope import AdmissionRequest
 from gpuclass.shared.core.admission.resolution import (
+    LICENCE_REFERENCE_CAUSES,
     annotation,
     judge_create,
     license_reference_causes,
     own_license_volume_refs,
     selected_licensed_classes,
 )
-from gpuclass.shared.core.admission.secretrefs import secret_refs
+from gpuclass.shared.core.admission.secretrefs import find_secret_refs
+from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.causes import CauseCode, invalid
 from gpuclass.shared.core.model.selection import ANNOTATION_PATH, parse_selection
 from gpuclass.shared.core.status.catalog import Catalog
@@ -72,6 +74,11 @@ def admit_update(obj: Mapping[str, Any], old: Mapping[str, Any], catalog: Catalo
     # stored object already had stay, so KubeVirt's own updates and finalizer removal keep working.
     licensed = selected_licensed_classes(parse_selection(after).entries, catalog)
     permitted = own_license_volume_refs(obj, licensed)
-    permitted |= {(ref.path, ref.name) for ref in secret_refs(old.get("spec"))}
+    # The stored object's references, as many as one spec may make causes for: past them, a
+    # reference the new object keeps is refused (fail closed), never a cost without bound.
+    kept, _ = find_secret_refs(
+        old.get("spec"), named=names.LICENSE_COPY_PREFIX, limit=LICENCE_REFERENCE_CAUSES
+    )
+    permitted |= {(ref.path, ref.name) for ref in kept}
     causes = license_reference_causes(obj, permitted)
     return Denied(tuple(causes)) if causes else Allowed()

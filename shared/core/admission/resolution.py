@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from gpuclass.shared.core.admission.patches import PatchBuilder
-from gpuclass.shared.core.admission.secretrefs import secret_refs
+from gpuclass.shared.core.admission.secretrefs import find_secret_refs
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.causes import Cause, CauseCode, forbidden, invalid
 from gpuclass.shared.core.base.fieldpath import FieldPath
@@ -330,6 +330,12 @@ def own_license_volume_refs(obj: Mapping[str, Any], licensed: list[str]) -> set[
     return refs
 
 
+LICENCE_REFERENCE_CAUSES = 64
+"""Rule 8 causes one spec can make, one per reference to a licence copy, beyond which the rest
+are counted in one more cause: a reference deep in `domain.clock` has a path as long as its
+depth, and a 3 MiB spec can hold 100,000 of them."""
+
+
 def license_reference_causes(
     obj: Mapping[str, Any], permitted: set[tuple[str, str]]
 ) -> list[Cause]:
@@ -337,17 +343,37 @@ def license_reference_causes(
 
     Every Secret reference of the spec counts (volumes, cloud-init, sysprep, image pull
     Secrets, access credentials: :mod:`shared.core.admission.secretrefs`), not only volumes.
+    The first LICENCE_REFERENCE_CAUSES references to licence copies get a cause each; the rest
+    are counted in one cause on `spec` (they were not checked against `permitted`, so the count
+    may include the few permitted licence volumes found after them).
     """
-    return [
+    refs, more = find_secret_refs(
+        obj.get("spec"),
+        named=names.LICENSE_COPY_PREFIX,
+        limit=LICENCE_REFERENCE_CAUSES + len(permitted),
+    )
+    foreign = [ref for ref in refs if (ref.path, ref.name) not in permitted]
+    causes = [
         forbidden(
             ref.path,
             f"names Secret {ref.name}: a licence copy reaches a VM only as the licence volume "
             "of its licensed class",
             CauseCode.LICENCE_HAND_MOUNTED,
         )
-        for ref in secret_refs(obj.get("spec"))
-        if ref.name.startswith(names.LICENSE_COPY_PREFIX) and (ref.path, ref.name) not in permitted
+        for ref in foreign[:LICENCE_REFERENCE_CAUSES]
     ]
+    more += max(0, len(foreign) - LICENCE_REFERENCE_CAUSES)
+    if more:
+        causes.append(
+            forbidden(
+                "spec",
+                f"names {more} more licence copies beyond the {LICENCE_REFERENCE_CAUSES} "
+                "listed: a licence copy reaches a VM only as the licence volume of its "
+                "licensed class",
+                CauseCode.LICENCE_HAND_MOUNTED,
+            )
+        )
+    return causes
 
 
 def gpu_operations(
@@ -391,8 +417,12 @@ def gpu_operations(
 def _append_named(
     builder: PatchBuilder, path: tuple[str, ...], item: dict[str, Any], where: str
 ) -> list[Cause]:
-    """Add the licence volume or disk once; a different item of that name is a clash."""
-    for i, existing in enumerate(builder.get(path) or ()):
+    """Add the licence volume or disk once; a different item of that name is a clash, and a
+    value there that is not a list (the schema is checked only after mutation) is refused."""
+    present = builder.get(path)
+    if present is not None and not isinstance(present, list):
+        return [invalid(where, "must be a list: the class licence is added to it")]
+    for i, existing in enumerate(present or ()):
         if isinstance(existing, dict) and existing.get("name") == item["name"]:
             if existing == item:
                 return []

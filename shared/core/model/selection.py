@@ -153,11 +153,16 @@ def _entry(index: int, entry: object, causes: list[Cause]) -> tuple[str | None, 
 
 
 def _show(value: object) -> str:
-    """The received value, short; integers beyond 64 bits too (orjson cannot dump those)."""
+    """The received value, short; integers beyond 64 bits too (orjson cannot dump those). A
+    container orjson cannot write (an integer of 2**64 or more inside, or deeper than its 255
+    levels) is named by its kind."""
     if type(value) is int or type(value) is float:  # not bool, which orjson writes as true/false
         text = repr(value)
     else:
-        text = orjson.dumps(value).decode()
+        try:
+            text = orjson.dumps(value).decode()
+        except orjson.JSONEncodeError:
+            text = "a list" if isinstance(value, list) else "an object"
     return text if len(text) <= 40 else text[:37] + "..."
 
 
@@ -210,7 +215,41 @@ def _has_float(value: object, first: int | None = None) -> bool:
 
 
 def _load_exact(raw: str) -> object:
-    return json.loads(raw, parse_int=_parse_int, parse_constant=_no_constant)
+    value = json.loads(raw, parse_int=_parse_int, parse_constant=_no_constant)
+    return _without_lone_surrogates(value) if "\\u" in raw else value
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _without_lone_surrogates(value: object) -> object:
+    """`value` with every lone surrogate (`"\\ud800"` escaped in the text: orjson refuses it,
+    the standard parser keeps it) replaced by U+FFFD, as Go's decoder reads it. Such a string
+    cannot be written as UTF-8, so a cause quoting it could not be sent back. Iterative: the
+    text may nest as deep as the parser reads."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    stack = [value] if isinstance(value, list | dict) else []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            for i, item in enumerate(node):
+                if isinstance(item, str):
+                    node[i] = _SURROGATE.sub("\ufffd", item)
+                elif isinstance(item, list | dict):
+                    stack.append(item)
+        elif isinstance(node, dict):
+            items = [
+                (
+                    _SURROGATE.sub("\ufffd", k),
+                    _SURROGATE.sub("\ufffd", v) if isinstance(v, str) else v,
+                )
+                for k, v in node.items()
+            ]
+            node.clear()
+            node.update(items)  # keys that became equal: the last wins, as in a JSON object
+            stack.extend(v for _, v in items if isinstance(v, list | dict))
+    return value
 
 
 def _parse_int(text: str) -> int:

@@ -1563,3 +1563,26 @@ def test_changing_an_answer_does_not_change_the_next_one() -> None:
         entry["name"] = "edited"
     again = judge_create(obj, "tenant-a", cat)
     assert again.gpus == tuple(gpus(RES["whole"], RES["whole"]))
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        pytest.param(("spec", "volumes"), True, id="volumes-true"),
+        pytest.param(("spec", "volumes"), 1.5, id="volumes-number"),
+        pytest.param(("spec", "domain", "devices", "disks"), 1, id="disks-number"),
+        pytest.param(("spec", "domain", "devices", "disks"), {"name": "x"}, id="disks-object"),
+    ],
+)
+def test_a_licence_list_that_is_not_a_list_is_refused(where: tuple[str, ...], value: Any) -> None:
+    """The VMI schema is checked only after mutating admission, so the webhook meets these;
+    the licence volume and disk are appended to lists (section 4, rule 8), never in place of a
+    tenant's value."""
+    obj = vmi([cls("lic")])
+    parent = obj
+    for key in where[:-1]:
+        parent = parent[key]
+    parent[where[-1]] = value
+    decision = create(obj)
+    assert (".".join(where), "invalid", "Invalid") in causes_of(decision)
+    assert isinstance(decision, Denied) and decision.code == 422

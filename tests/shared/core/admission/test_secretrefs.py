@@ -7,12 +7,18 @@ reference the contract says must still be found.
 
 from __future__ import annotations
 
+import tracemalloc
 from typing import Any
 
 import orjson
 import pytest
 
-from gpuclass.shared.core.admission.secretrefs import SecretRef, secret_refs
+from gpuclass.shared.core.admission.resolution import (
+    LICENCE_REFERENCE_CAUSES,
+    license_reference_causes,
+)
+from gpuclass.shared.core.admission.secretrefs import SecretRef, find_secret_refs, secret_refs
+from gpuclass.shared.core.base.causes import CauseCode
 
 COPY = "gpuclass-license-lic"  # a licence copy's name (contract section 1)
 
@@ -89,3 +95,52 @@ def _nested(depth: int, leaf: dict[str, Any]) -> dict[str, Any]:
 )
 def test_every_reference_is_found(spec: object, expected: list[SecretRef]) -> None:
     assert list(secret_refs(spec)) == expected
+
+
+def _deep_refs(names: list[str], depth: int) -> dict[str, Any]:
+    """A VMI spec whose `domain.clock` (kept as written by KubeVirt's schema) holds image pull
+    Secrets naming `names`, `depth` lists down."""
+    node: object = {"imagePullSecrets": [{"name": name} for name in names]}
+    for _ in range(depth):
+        node = [node]
+    return {"domain": {"clock": {"utc": {}, "x": node}, "devices": {}}}
+
+
+def test_only_the_names_asked_for_are_collected() -> None:
+    spec = _deep_refs(["tenant-own", COPY, "another"], 3)
+    path = "spec.domain.clock.x[0][0][0].imagePullSecrets[1].name"
+    assert secret_refs(spec, named="gpuclass-license-") == (SecretRef(path, COPY),)
+    assert [r.name for r in secret_refs(spec)] == ["tenant-own", COPY, "another"]
+
+
+def test_past_the_limit_references_are_counted_not_made() -> None:
+    spec = _deep_refs([f"{COPY}-{i}" for i in range(10)], 2)
+    found, more = find_secret_refs(spec, limit=4)
+    assert [r.name for r in found] == [f"{COPY}-{i}" for i in range(4)]
+    assert more == 6
+
+
+def test_thousands_of_deep_licence_references_cost_a_bounded_refusal() -> None:
+    """2,000 references to a licence copy 400 lists down (about 60 KB of JSON): each would
+    be a cause with a 1.6 KB path and 400 parsed steps (over 50 MB once made). The VMI is refused
+    with one cause each for the first LICENCE_REFERENCE_CAUSES and one counting the rest."""
+    total, depth = 2000, 400
+    obj = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {"name": "vm", "namespace": "tenant-a"},
+        "spec": _deep_refs([COPY] * total, depth),
+    }
+    tracemalloc.start()
+    try:
+        causes = license_reference_causes(obj, set())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(causes) == LICENCE_REFERENCE_CAUSES + 1
+    assert all(c.code == CauseCode.LICENCE_HAND_MOUNTED for c in causes)
+    first = "spec.domain.clock.x" + "[0]" * depth + ".imagePullSecrets[0].name"
+    assert str(causes[0].path) == first
+    assert str(causes[-1].path) == "spec"
+    assert f"names {total - LICENCE_REFERENCE_CAUSES} more licence copies" in causes[-1].message
+    assert peak < 8 * 2**20, f"{peak / 2**20:.1f} MiB traced for one spec's rule 8"

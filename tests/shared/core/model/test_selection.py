@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
 import pytest
 
 from gpuclass.shared.core.admission.admit_vmi import admit_create
@@ -78,6 +79,10 @@ def test_no_annotation_is_no_selection() -> None:
         pytest.param(str(-(2**64)), str(-(2**64)), id="minus-two-to-the-64"),
         pytest.param("1e400", "inf", id="float-overflow"),
         pytest.param("[1]", "[1]", id="list"),
+        # Values orjson cannot write back: named by their kind, never a crash (a 500).
+        pytest.param("[" * 300 + "]" * 300, "a list", id="deeper-than-orjson-writes"),
+        # A lone surrogate escape is read as U+FFFD, as Go reads it.
+        pytest.param('"\\ud800"', '"\ufffd"', id="lone-surrogate"),
     ],
 )
 def test_bad_count(count_json: str, shown: str) -> None:
@@ -358,3 +363,26 @@ def test_deep_nesting_within_the_byte_cap(raw: str, cause: str | None) -> None:
         assert not selection.readable
         [only] = selection.causes
         assert only.field == ANN and only.message.startswith(cause)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param('[{"className": "a", "\\ud800": 1}]', id="lone-surrogate-key"),
+        pytest.param('[{"className": "\\udfff"}]', id="lone-surrogate-class-name"),
+        pytest.param('[{"className": "a", "count": ["\\ud800\\ud800"]}]', id="in-a-count"),
+        pytest.param('[{"name": "x\\ud83d"}, 1.5, 99999999999999999999]', id="raw-entry"),
+        # A float beside a long digit run: read again exactly, the big integer kept in a list.
+        pytest.param(
+            '[{"className": "a", "count": [99999999999999999999]}, 1.5]', id="big-integer-in-a-list"
+        ),
+    ],
+)
+def test_every_cause_of_a_hostile_annotation_can_be_sent_back(raw: str) -> None:
+    """The response quotes the annotation's strings; each must be valid UTF-8 (orjson writes
+    only that), or the webhook could only answer 500."""
+    selection = parse_selection(raw)
+    assert selection.causes
+    for cause in selection.causes:
+        orjson.dumps({"field": cause.field, "message": cause.message})
+        assert cause.kind == "invalid"
