@@ -397,13 +397,7 @@ def gpu_operations(
     if not existing:
         builder.append(GPUS, wanted or [])
     elif wanted is not None and existing != wanted:
-        causes.append(
-            invalid(
-                "spec.domain.devices.gpus",
-                "must be empty when GPU classes are selected: the admission integration adds the entries",
-                CauseCode.RAW_REQUEST_BESIDE_CLASSES,
-            )
-        )
+        causes.append(raw_gpus_beside_classes())
     present = _list(obj, *TOLERATIONS)
     for tol in tolerations:
         if tol not in present:
@@ -412,6 +406,20 @@ def gpu_operations(
         causes += _append_named(builder, VOLUMES, license_volume(licensed), "spec.volumes")
         causes += _append_named(builder, DISKS, license_disk(), "spec.domain.devices.disks")
     return builder.operations, causes
+
+
+def gpu_entries(obj: object) -> list[Any]:
+    """`spec.domain.devices.gpus` as written, `[]` when absent or not a list."""
+    return _list(obj, *GPUS)
+
+
+def raw_gpus_beside_classes() -> Cause:
+    """Rule 2: `spec.domain.devices.gpus` beside class entries holds what we did not write."""
+    return invalid(
+        "spec.domain.devices.gpus",
+        "must be empty when GPU classes are selected: the admission integration adds the entries",
+        CauseCode.RAW_REQUEST_BESIDE_CLASSES,
+    )
 
 
 def _append_named(

@@ -176,3 +176,35 @@ def test_a_vm_without_a_template_or_object() -> None:
     decision = admit(admission_request(VM_KIND, operation="CREATE"), catalog())
     assert isinstance(decision, Denied)
     assert [(c.field, c.kind) for c in decision.causes] == [("object", "invalid")]
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        pytest.param("example.com/byol-vgpu", id="a-vgpu-resource"),
+        pytest.param("example.com/whole-gpu", id="a-passthrough-resource"),
+        pytest.param("example.com/other", id="a-foreign-resource"),
+    ],
+)
+def test_raw_gpus_beside_a_class_that_does_not_resolve_yet_are_refused(device: str) -> None:
+    """Rule 4.10 refuses a raw GPU request beside classes at apply. A missing class is only a
+    warning on a VM, so it must not leave the template's own `gpus` unjudged (on a VMI it may:
+    the VMI is refused for the class)."""
+    vm = selection_vm(
+        '[{"className": "example-not-yet"}]',
+        domain={"devices": {"gpus": [{"name": "gpu1", "deviceName": device}]}},
+    )
+    request = admission_request(VM_KIND, operation="CREATE", namespace="tenant-a", object=vm)
+    decision = admit(request, catalog())
+    assert isinstance(decision, Denied), decision
+    assert [(c.field, c.code) for c in decision.causes] == [
+        ("spec.template.spec.domain.devices.gpus", "RawRequestBesideClasses")
+    ]
+    assert any("example-not-yet" in w for w in decision.warnings)
+
+
+def test_a_class_that_does_not_resolve_yet_without_gpus_is_only_a_warning() -> None:
+    vm = selection_vm('[{"className": "example-not-yet"}]')
+    request = admission_request(VM_KIND, operation="CREATE", namespace="tenant-a", object=vm)
+    decision = admit(request, catalog())
+    assert isinstance(decision, Allowed) and decision.warnings
