@@ -355,7 +355,7 @@ def license_reference_causes(
     foreign = [ref for ref in refs if (ref.path, ref.name) not in permitted]
     causes = [
         forbidden(
-            ref.path,
+            ref.field_path(),
             f"names Secret {ref.name}: a licence copy reaches a VM only as the licence volume "
             "of its licensed class",
             CauseCode.LICENCE_HAND_MOUNTED,

@@ -32,9 +32,11 @@ YAML, nesting past its limit) is walked.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
+
+from gpuclass.shared.core.base.fieldpath import FieldPath, Step
 
 REFERENCE_LETTERS = b"ecret"
 """In every key a Secret reference can sit under (see :func:`_is_reference_object`, NAME_KEYS)."""
@@ -50,6 +52,12 @@ class SecretRef:
 
     path: str
     name: str
+    steps: tuple[Step, ...] = field(default=(), compare=False, repr=False)
+    """The same path as steps (:class:`FieldPath`), so a cause need not parse `path` back."""
+
+    def field_path(self) -> FieldPath:
+        """The path as a :class:`FieldPath`, its text already made."""
+        return FieldPath(self.steps, self.path) if self.steps else FieldPath.parse(self.path)
 
 
 def _is_reference_object(key: str) -> bool:
@@ -79,16 +87,28 @@ def find_secret_refs(
 
     Runs on every VMI CREATE and UPDATE, and a tenant chooses the spec's shape: a reference
     600 levels down (inside `domain.clock`, which KubeVirt's schema keeps as it is) must not
-    cost 600 steps of text each. So each level's path text is made once, when the walk enters
-    it, and a reference's path is that text plus its key; the admitters ask only for the names
-    of licence copies, so the tenant's other references cost the walk alone.
+    cost 600 steps of text each, nor its neighbours. So the walk keeps its steps, and a level's
+    path text is made only when a reference below it is kept, once; the admitters ask only for
+    the names of licence copies, so the tenant's other references cost the walk alone.
     """
     if not _may_reference(spec):
         return (), 0
     found: list[SecretRef] = []
     more = 0
     room = -1 if limit is None else limit  # references still to make (-1: no limit)
-    texts = [prefix]  # the path text of each level the walk is in
+    root = FieldPath.parse(prefix).steps
+    stack: list[Step] = []  # the steps below `prefix` to the node being walked
+    texts = [prefix]  # texts[k]: the text of stack[:k], made on demand (see `kept`)
+
+    def kept(key: str, value: str) -> SecretRef:
+        for kind, part in stack[len(texts) - 1 :]:
+            texts.append(f"{texts[-1]}.{part}" if kind == "child" else f"{texts[-1]}[{part}]")
+        return SecretRef(f"{texts[-1]}.{key}", value, (*root, *stack, ("child", key)))
+
+    def left() -> None:  # the walk leaves a level: its text, if made, names it no more
+        stack.pop()
+        if len(texts) > len(stack) + 1:
+            del texts[len(stack) + 1 :]
 
     def walk(node: object, named_object: bool, pull_secrets: bool) -> None:
         nonlocal more, room
@@ -103,19 +123,19 @@ def find_secret_refs(
                         if room == 0:
                             more += 1
                         else:
-                            found.append(SecretRef(f"{texts[-1]}.{key}", value))
+                            found.append(kept(key, value))
                             room -= 1
                 elif isinstance(value, dict | list):
-                    texts.append(f"{texts[-1]}.{key}")
+                    stack.append(("child", key))
                     walk(value, _is_reference_object(key), key == "imagePullSecrets")
-                    texts.pop()
+                    left()
         elif isinstance(node, list):
             for i, item in enumerate(node):
                 if isinstance(item, dict | list):
-                    texts.append(f"{texts[-1]}[{i}]")
+                    stack.append(("index", i))
                     # imagePullSecrets: [{name: ...}] (Pod style) names Secrets by its entries.
                     walk(item, pull_secrets, False)
-                    texts.pop()
+                    left()
 
     walk(spec, False, False)
     return tuple(found), more

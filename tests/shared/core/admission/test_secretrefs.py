@@ -19,6 +19,7 @@ from gpuclass.shared.core.admission.resolution import (
 )
 from gpuclass.shared.core.admission.secretrefs import SecretRef, find_secret_refs, secret_refs
 from gpuclass.shared.core.base.causes import CauseCode
+from gpuclass.shared.core.base.fieldpath import FieldPath
 
 COPY = "gpuclass-license-lic"  # a licence copy's name (contract section 1)
 
@@ -94,7 +95,11 @@ def _nested(depth: int, leaf: dict[str, Any]) -> dict[str, Any]:
     ],
 )
 def test_every_reference_is_found(spec: object, expected: list[SecretRef]) -> None:
-    assert list(secret_refs(spec)) == expected
+    found = secret_refs(spec)
+    assert list(found) == expected
+    for ref in found:  # the steps a cause carries name the same field as the text
+        assert str(FieldPath(ref.steps)) == ref.path
+        assert ref.field_path() == FieldPath.parse(ref.path)
 
 
 def _deep_refs(names: list[str], depth: int) -> dict[str, Any]:
