@@ -22,6 +22,8 @@ NOT_KUBEVIRT = {
     "vmi-4.6-unknown-fields-survive": "carries fields KubeVirt does not know, to show they survive",
     "vmi-4.6-missing-containers-created": "no spec.domain.devices (KubeVirt requires it) and an "
     "unknown field, to show the patch creates the containers",
+    "vmi-4.6-volumes-not-a-list": "spec.volumes is `true`: the schema is checked only after "
+    "mutating admission, so the webhook meets such objects and refuses them",
 }
 
 
