@@ -25,12 +25,7 @@ from typing import Any
 
 from gpuclass.shared.core.admission.decisions import Allowed, Decision, Denied
 from gpuclass.shared.core.admission.envelope import AdmissionRequest
-from gpuclass.shared.core.admission.resolution import (
-    annotation,
-    gpu_entries,
-    judge_create,
-    raw_gpus_beside_classes,
-)
+from gpuclass.shared.core.admission.resolution import judge_create, raw_gpus_beside_classes
 from gpuclass.shared.core.admission.vmtemplate import (
     template_of,
     template_view,
@@ -38,7 +33,6 @@ from gpuclass.shared.core.admission.vmtemplate import (
     tenant_path,
 )
 from gpuclass.shared.core.base.causes import invalid
-from gpuclass.shared.core.model.selection import parse_selection
 from gpuclass.shared.core.status.catalog import Catalog
 
 RECHECKED = "the classes are checked again when the VM starts: the VM is stored"
@@ -67,10 +61,9 @@ def judge_template(view: Mapping[str, Any], namespace: str, catalog: Catalog) ->
     what cannot change before the VM starts, warnings for the rest."""
     judged = judge_create(view, namespace, catalog)
     refusals = tuple(tenant_cause(c) for c in judged.causes if not c.code.is_class_state)
-    if judged.gpus is None and gpu_entries(view) and parse_selection(annotation(view)).has_classes:
-        # A class that does not resolve leaves `gpus` unjudged on a VMI, which is refused for
-        # the class anyway; here that class is only a warning, and the template's `gpus` are the
-        # tenant's own (a VM is never patched): a raw request beside classes (rule 4.2).
+    if judged.gpus_unjudged:
+        # The class that left them unjudged is only a warning here, and the template's `gpus`
+        # are the tenant's own (a VM is never patched): a raw request beside classes (rule 4.2).
         refusals += (tenant_cause(raw_gpus_beside_classes()),)
     # One line per cause, in full (a warning is cut at 120 characters), then one that says why
     # it is only a warning.

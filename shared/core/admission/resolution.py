@@ -408,11 +408,6 @@ def gpu_operations(
     return builder.operations, causes
 
 
-def gpu_entries(obj: object) -> list[Any]:
-    """`spec.domain.devices.gpus` as written, `[]` when absent or not a list."""
-    return _list(obj, *GPUS)
-
-
 def raw_gpus_beside_classes() -> Cause:
     """Rule 2: `spec.domain.devices.gpus` beside class entries holds what we did not write."""
     return invalid(
@@ -470,6 +465,10 @@ class Judgement(NamedTuple):
     a class does not resolve (the request is refused then)."""
     licensed: str | None = None
     """The selected class whose licence volume and disk rule 6 adds, if any."""
+    gpus_unjudged: bool = False
+    """`spec.domain.devices.gpus` holds entries beside classes that were not judged, because a
+    class does not resolve (what resolution would write is unknown): a VMI is refused for the
+    class; a VM, where that class is only a warning, refuses them itself."""
 
 
 def wanted_gpus(selection: Selection, plan: Plan, *, resolved: bool) -> list[dict[str, Any]] | None:
@@ -595,4 +594,5 @@ def judge_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> Ju
         resolution.warnings,
         gpus=None if wanted is None else tuple(wanted),
         licensed=own_licence,
+        gpus_unjudged=wanted is None and bool(_list(obj, *GPUS)),
     )

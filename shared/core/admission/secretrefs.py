@@ -73,12 +73,6 @@ def _may_reference(spec: object) -> bool:
         return True
 
 
-def secret_refs(spec: object, prefix: str = "spec", *, named: str = "") -> tuple[SecretRef, ...]:
-    """Every Secret reference in `spec` whose Secret name starts with `named` (every one by
-    default), in document order."""
-    return find_secret_refs(spec, prefix, named=named)[0]
-
-
 def find_secret_refs(
     spec: object, prefix: str = "spec", *, named: str = "", limit: int | None = None
 ) -> tuple[tuple[SecretRef, ...], int]:

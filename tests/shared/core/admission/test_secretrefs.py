@@ -1,6 +1,6 @@
 """Every Secret a VMI spec names is found, however the spec is written (contract 4, rule 8).
 
-`secret_refs` skips its walk when the spec's JSON holds no key a reference can sit under; these
+`find_secret_refs` skips its walk when the spec's JSON holds no key a reference can sit under; these
 rows are the ways a tenant could try to hide a reference from that shortcut, each with the
 reference the contract says must still be found.
 """
@@ -17,7 +17,7 @@ from gpuclass.shared.core.admission.resolution import (
     LICENCE_REFERENCE_CAUSES,
     license_reference_causes,
 )
-from gpuclass.shared.core.admission.secretrefs import SecretRef, find_secret_refs, secret_refs
+from gpuclass.shared.core.admission.secretrefs import SecretRef, find_secret_refs
 from gpuclass.shared.core.base.causes import CauseCode
 from gpuclass.shared.core.base.fieldpath import FieldPath
 
@@ -95,7 +95,8 @@ def _nested(depth: int, leaf: dict[str, Any]) -> dict[str, Any]:
     ],
 )
 def test_every_reference_is_found(spec: object, expected: list[SecretRef]) -> None:
-    found = secret_refs(spec)
+    found, more = find_secret_refs(spec)
+    assert more == 0
     assert list(found) == expected
     for ref in found:  # the steps a cause carries name the same field as the text
         assert str(FieldPath(ref.steps)) == ref.path
@@ -114,8 +115,8 @@ def _deep_refs(names: list[str], depth: int) -> dict[str, Any]:
 def test_only_the_names_asked_for_are_collected() -> None:
     spec = _deep_refs(["tenant-own", COPY, "another"], 3)
     path = "spec.domain.clock.x[0][0][0].imagePullSecrets[1].name"
-    assert secret_refs(spec, named="gpuclass-license-") == (SecretRef(path, COPY),)
-    assert [r.name for r in secret_refs(spec)] == ["tenant-own", COPY, "another"]
+    assert find_secret_refs(spec, named="gpuclass-license-") == ((SecretRef(path, COPY),), 0)
+    assert [r.name for r in find_secret_refs(spec)[0]] == ["tenant-own", COPY, "another"]
 
 
 def test_past_the_limit_references_are_counted_not_made() -> None:
