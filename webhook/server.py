@@ -27,7 +27,7 @@ import logging
 import ssl
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
@@ -61,7 +61,9 @@ def shrink_tls_buffers() -> None:
 class ConnectionLimits:
     """The limits every connection of one server shares: connection and in-flight caps, the header
     block's size, and the header and TLS handshake timeouts in seconds. `busy` is the live count
-    of connections reading a body or being answered."""
+    of connections reading a body or being answered; `phases` lists the open connections of each
+    phase, longest in it first (the protocol keeps both), so a limit finds whom to cut in constant
+    time however many connections are open."""
 
     max_connections: int
     max_in_flight: int
@@ -70,6 +72,9 @@ class ConnectionLimits:
     handshake_timeout: float
     on_close: Callable[[str], None] = lambda reason: None  # metrics: why a connection was cut
     busy: int = 0  # connections whose request is being read or answered (kept by the protocol)
+    phases: dict[str, dict[Any, None]] = field(
+        default_factory=lambda: {phase: {} for phase in ("idle", "headers", "body", "answering")}
+    )
 
 
 class _QuietLogger(logging.Logger):
@@ -185,6 +190,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self.logger = _HTTP_LOG
         self.phase = _IDLE
         self.phase_since = time.monotonic()
+        self._listed = False  # in `limits.phases`, from its connection until it is gone
         self._deadline: asyncio.TimerHandle | None = None
         self._awaiting_headers = True  # no request's headers are complete since the last one ended
         self._begun = False  # bytes of the awaited request have been read
@@ -198,7 +204,7 @@ class GuardedProtocol(HttpToolsProtocol):
         """uvicorn's hook for a new connection: at the cap, the longest-idle connection is cut to
         make room, or this one is refused when none is idle; then its header deadline starts."""
         if len(self.connections) >= self.limits.max_connections:
-            victim = self._oldest(self.connections, (_IDLE, _HEADERS))
+            victim = self._oldest((_IDLE, _HEADERS))
             if victim is None:
                 self.transport = transport
                 self.limits.on_close("connection_limit")
@@ -210,9 +216,12 @@ class GuardedProtocol(HttpToolsProtocol):
         self._arm(self.limits.header_timeout, "header_timeout")
 
     def connection_lost(self, exc: Exception | None) -> None:
-        """Stop its deadline and leave the busy count before uvicorn forgets the connection."""
+        """Stop its deadline and leave the busy count and the phase lists before uvicorn forgets
+        the connection."""
         self._disarm()
         self._enter(_IDLE)
+        self.limits.phases[_IDLE].pop(self, None)
+        self._listed = False
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -311,22 +320,29 @@ class GuardedProtocol(HttpToolsProtocol):
     def _limit_in_flight(self) -> None:
         if self.limits.busy <= self.limits.max_in_flight:
             return
-        victim = self._oldest(self.connections, (_BODY,), exclude=self)
+        victim = self._oldest((_BODY,))
         (victim or self).cut("slow_body_evicted" if victim else "in_flight_limit")
 
-    @staticmethod
-    def _oldest(
-        connections: set[Any], phases: tuple[str, ...], *, exclude: object = None
-    ) -> GuardedProtocol | None:
-        candidates = [
-            c
-            for c in connections
-            if isinstance(c, GuardedProtocol) and c.phase in phases and c is not exclude
-        ]
-        return min(candidates, key=lambda c: c.phase_since, default=None)
+    def _oldest(self, phases: tuple[str, ...]) -> GuardedProtocol | None:
+        """The open connection longest in one of `phases`, other than this one and those a limit
+        has already cut (they stay listed until their transport is gone)."""
+        oldest: GuardedProtocol | None = None
+        for phase in phases:
+            for candidate in self.limits.phases[phase]:  # longest in the phase first
+                if candidate is self or candidate.transport.is_closing():
+                    continue
+                if oldest is None or candidate.phase_since < oldest.phase_since:
+                    oldest = candidate
+                break
+        return oldest
 
     def _enter(self, phase: str) -> None:
-        self.limits.busy += (phase in _BUSY) - (self.phase in _BUSY)
+        limits = self.limits
+        limits.busy += (phase in _BUSY) - (self.phase in _BUSY)
+        if self._listed:
+            del limits.phases[self.phase][self]
+        limits.phases[phase][self] = None  # at the end: the latest to enter it
+        self._listed = True
         self.phase, self.phase_since = phase, time.monotonic()
 
     def _arm(self, seconds: float, reason: str) -> None:

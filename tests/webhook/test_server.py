@@ -19,9 +19,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+import uvicorn
+from uvicorn.server import ServerState
 
 from gpuclass.webhook import paths
-from gpuclass.webhook.server import JoinedWrites
+from gpuclass.webhook.server import ConnectionLimits, GuardedProtocol, JoinedWrites
 from tests.conftest import OBJECTS
 from tests.webhook_process import WebhookProcess
 
@@ -431,3 +433,44 @@ def test_joined_writes_send_one_piece_per_event_loop_turn(
         return inner.calls
 
     assert asyncio.run(turn()) == expected
+
+
+class OpenTransport(RecordingTransport):
+    """A connection's transport that knows when it was aborted (the protocol asks)."""
+
+    def is_closing(self) -> bool:
+        return ("abort", b"") in self.calls
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return default
+
+
+def test_connections_arriving_together_at_the_cap_each_evict_their_own_victim() -> None:
+    """docs/webhook.md "Limits": at the cap a new connection takes the place of the longest-idle
+    one. Several arriving in one event-loop turn (before the evicted ones are gone) must each
+    evict another, or the cap drifts up by one each time."""
+
+    async def turn() -> tuple[list[str], list[bool]]:
+        cut: list[str] = []
+        limits = ConnectionLimits(
+            max_connections=3,
+            max_in_flight=4,
+            max_header_bytes=4096,
+            header_timeout=60,
+            handshake_timeout=60,
+            on_close=cut.append,
+        )
+        config = uvicorn.Config(app=lambda scope, receive, send: None, http="httptools")
+        state = ServerState()
+        loop = asyncio.get_running_loop()
+        open_ = [OpenTransport() for _ in range(3)]
+        for transport in open_:
+            GuardedProtocol(config, state, {}, loop, limits=limits).connection_made(transport)
+            await asyncio.sleep(0.002)  # each a little longer in its phase than the next
+        for _ in range(2):  # two more in one turn: the two longest in theirs give way
+            GuardedProtocol(config, state, {}, loop, limits=limits).connection_made(OpenTransport())
+        return cut, [t.is_closing() for t in open_]
+
+    cut, closed = asyncio.run(turn())
+    assert cut == ["idle_evicted", "idle_evicted"]
+    assert closed == [True, True, False]

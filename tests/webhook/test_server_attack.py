@@ -48,7 +48,7 @@ def test_hostile_clients_do_not_take_the_webhook_down(tmp_path: Path) -> None:
             "--vgpu-entitled",
             "--max-connections=200",
             "--max-in-flight=64",
-            "--header-timeout-seconds=2",
+            "--header-timeout-seconds=1",  # under a hostile one's life at the cap: both limits cut
             "--body-timeout-seconds=3",
         ],
         tls_dir=tmp_path,
@@ -93,13 +93,14 @@ def test_hostile_clients_do_not_take_the_webhook_down(tmp_path: Path) -> None:
     assert wrong == [], f"{len(wrong)} wrong answers, first: {wrong[:3]}"
     assert slowest < 5, "every answer within the API server's default webhook timeout"
     assert monitor.peak < CHART_MEMORY_LIMIT_MB - MARGIN_MB
+    cut = {
+        line.split('"')[1]: float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith("gpuclass_webhook_connections_cut_total{")
+    }
+    print(f"connections cut, by reason: {cut}")
     for reason in ("header_timeout", "idle_evicted"):
-        line = next(
-            x
-            for x in metrics.splitlines()
-            if x.startswith(f'gpuclass_webhook_connections_cut_total{{reason="{reason}"}}')
-        )
-        assert float(line.split()[-1]) > 0, f"the attack never reached {reason}"
+        assert cut.get(reason, 0) > 0, f"the attack never reached {reason}"
     assert 'code="408"' in metrics or 'code="503"' in metrics, "no body limit was reached"
 
 
