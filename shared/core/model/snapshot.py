@@ -283,12 +283,16 @@ def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
         if container.get("restartPolicy") == "Always":
             _add(total, own)
             _add(sidecars, own)
-            running = dict(sidecars)
-        else:
-            running = dict(own)
-            _add(running, sidecars)
-        for key, units in running.items():
-            init_peak[key] = max(init_peak.get(key, 0), units)
+            # While a sidecar starts, the sidecars so far run: never more than `total`, which
+            # holds them all and the containers too (units are never negative).
+            continue
+        # An init container runs beside the sidecars started before it. Only its own resources
+        # can peak above `total` (any other is a sidecar sum): one pass over them, not a copy of
+        # every sidecar resource per init container (a tenant's Pod of thousands was quadratic).
+        for key, units in own.items():
+            peak = units + sidecars.get(key, 0)
+            if peak > init_peak.get(key, 0):
+                init_peak[key] = peak
     for key, units in init_peak.items():
         total[key] = max(total.get(key, 0), units)
     _add(total, _extended(spec.get("overhead")))
