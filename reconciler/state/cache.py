@@ -116,6 +116,8 @@ HOLDING_PHASES = frozenset({"Scheduled", "Running"})
 """VMI phases whose launcher Pod is bound: the VMI's units are in use (docs/metrics.md)."""
 WAITING_PHASES = frozenset({"", "Pending", "Scheduling"})
 """VMI phases before its launcher Pod is bound: the VMI waits for capacity (docs/metrics.md)."""
+INTERN_ITEMS = 16  # larger maps and tuples are not shared: no honest cluster repeats them
+INTERN_WEIGHT = 1 << 16  # entries plus their items: about 20 MB of values no record holds, at most
 
 
 @dataclass(slots=True)
@@ -188,6 +190,7 @@ class ClusterCache:
         self._vmis_by_class: dict[str, set[Key]] = {}
         self._license_vmis: dict[Key, VMIUse] = {}
         self._interned: dict[object, Any] = {}
+        self._interned_weight = 0
         self._handlers: dict[Source, Callable[[Key, Mapping[str, Any] | None], None]] = {
             "gpuclasses": self._set_class,
             "nodes": self._set_node,
@@ -232,10 +235,13 @@ class ClusterCache:
             self._handlers[source](key, None)
 
     def keys(self, source: Source) -> list[Key]:
-        """The object keys the store of `source` holds (cluster-scoped stores hold names)."""
+        """The object keys the store of `source` holds (cluster-scoped stores hold names). A Pod
+        is held as a holder of units, as a launcher mounting a licence copy, or both."""
         store = self._store(source)
         if SPECS[source].cluster_scoped:
             return [("", name) for name in store]
+        if source == "pods":
+            return list(dict.fromkeys([*store, *self.launchers]))
         return list(store)
 
     def _store(self, source: Source) -> Mapping[Any, Any]:
@@ -265,9 +271,28 @@ class ClusterCache:
             self.dirty.statuses |= self._by_resource.get(resource, set())
 
     def _intern(self, value: Any) -> Any:
-        """One shared copy of equal small values (node names, request maps) across 100,000s of pods."""
-        key = (type(value), tuple(sorted(value.items())) if isinstance(value, dict) else value)
-        return self._interned.setdefault(key, value)
+        """One shared copy of equal small values (node names, request maps) across 100,000s of pods.
+
+        Tenants choose these values (a Pod's `nodeName` and requests) and delete their Pods, so
+        the table is bounded: a map or tuple of more than INTERN_ITEMS items is not shared (it
+        would be one Pod's), and a table that reaches INTERN_WEIGHT (entries plus their items) is
+        started afresh. Records keep what they hold; only later equal values share anew."""
+        if isinstance(value, dict | tuple):
+            if len(value) > INTERN_ITEMS:
+                return value
+            weight = 1 + len(value)
+            key = (type(value), tuple(sorted(value.items())) if isinstance(value, dict) else value)
+        else:
+            weight, key = 1, (type(value), value)
+        found = self._interned.get(key)
+        if found is not None:
+            return found
+        if self._interned_weight + weight > INTERN_WEIGHT:
+            self._interned.clear()
+            self._interned_weight = 0
+        self._interned[key] = value
+        self._interned_weight += weight
+        return value
 
     # -- per source ----------------------------------------------------------------------------
 
@@ -435,7 +460,11 @@ class ClusterCache:
                 self.dirty.finalizers.update(vmi.classes)
                 self.dirty.copies |= vmi.license_secret is not None
         for name in old.classes if old else ():
-            self._vmis_by_class.get(name, set()).discard(key)
+            holders = self._vmis_by_class.get(name)
+            if holders is not None:
+                holders.discard(key)
+                if not holders:  # the names come from annotations: keep none without a VMI
+                    del self._vmis_by_class[name]
         self._license_vmis.pop(key, None)
         if record is None:
             self.vmis.pop(key, None)

@@ -124,6 +124,11 @@ def copy_digest(data: Mapping[str, Redacted]) -> str:
     return digest.hexdigest()[:32]
 
 
+def _list(value: object) -> list[Any]:
+    """A field of the wrong shape is read as absent, as everywhere in the core."""
+    return value if isinstance(value, list) else []
+
+
 def _dict(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -145,7 +150,7 @@ def launcher_licence(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     owner = next(
         (
             ref
-            for ref in meta.get("ownerReferences") or ()
+            for ref in _list(meta.get("ownerReferences"))
             if isinstance(ref, dict)
             and ref.get("controller") is True
             and ref.get("kind") == "VirtualMachineInstance"
@@ -156,7 +161,7 @@ def launcher_licence(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     )
     if owner is None:
         return None
-    for volume in spec.get("volumes") or ():
+    for volume in _list(spec.get("volumes")):
         secret_name = _dict(_dict(volume).get("secret")).get("secretName")
         if isinstance(secret_name, str) and is_copy_name(secret_name):
             return (owner["name"], secret_name)

@@ -59,12 +59,19 @@ class ClassSurveys:
         self._tallies: dict[str, ClassTally] = {}
         self._by_resource: dict[str, dict[str, ClassTally]] = {}
 
-    def touch(self, resource: str, node: str) -> None:
-        """The units requested on `node`, or the node itself, changed: its share of `resource`'s
-        classes is judged again at their next survey."""
+    def touch(self, resource: str, node: str, *, node_changed: bool = False) -> None:
+        """The units requested on `node`, or the node itself (`node_changed`), changed: its share
+        of `resource`'s classes is judged again at their next survey."""
         classes = self._by_resource.get(resource)
-        if classes is not None:
-            for entry in classes.values():
+        if classes is None:
+            return
+        # Units requested on a node that neither lists the resource nor holds a share change no
+        # survey: a Pod bound to a made-up node name (a tenant can set `nodeName`) must not grow
+        # the stale sets of a class that is not surveyed again (one that lost a conflict keeps
+        # its tally).
+        listed = node_changed or node in self._nodes.get(resource, ())
+        for entry in classes.values():
+            if listed or node in entry.shares:
                 entry.stale.add(node)
 
     def forget(self, name: str) -> None:

@@ -86,7 +86,7 @@ class UsageCounters:
     def set_node(self, name: str, old: NodeRecord | None, new: NodeRecord | None) -> set[str]:
         """Replace node `name`'s record (None: absent); returns the resources it may affect."""
         for resource in {*(old.allocatable if old else ()), *(new.allocatable if new else ())}:
-            self.surveys.touch(resource, name)
+            self.surveys.touch(resource, name, node_changed=True)
         for resource in old.allocatable if old else ():
             per_resource = self._nodes.get(resource)
             if per_resource is not None:

@@ -197,6 +197,11 @@ def _yaml_documents(path: Path, data: bytes) -> Iterator[object]:
         ) from exc
     except RecursionError:
         raise _error(path, "nests too deeply to be Kubernetes objects", "TooDeep") from None
+    except ValueError as exc:  # a value PyYAML's constructors cannot make
+        problem = str(exc).split(":")[0][:200]
+        if "digits" in problem:  # Python reads integers of at most 4,300 digits
+            problem = "an integer longer than 4,300 digits"
+        raise _error(path, f"not valid YAML: {problem}", "InvalidYAML") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -254,10 +259,81 @@ def _too_deep(path: Path) -> LoadError:
     return _error(path, f"an object nests deeper than {MAX_DEPTH} levels", "TooDeep")
 
 
+MAX_ALIASED_VALUES = 1 << 20
+"""Values a YAML document may reach through aliases beyond what it writes (and twice that)."""
+
+
+class AliasLoop(ValueError):
+    """A YAML alias inside the node it names: the document holds itself."""
+
+
+def yaml_shape(document: object) -> tuple[int, int, int]:
+    """(depth, values, written) of a parsed YAML document, without expanding its aliases.
+
+    An alias makes one Python object appear in several places, so a walk of every path costs
+    what the aliases expand to: 500 bytes of nested aliases (`a1: [*a0, *a0, ...]`) reach
+    10^8 values. Each list and mapping is looked at once here: its depth below and the values
+    under it are the same wherever it appears. `values` counts every place (what a reader
+    walking the document would visit), `written` each list or mapping once. Raises AliasLoop
+    for a document that holds itself (`&a [*a]`)."""
+    known: dict[int, tuple[int, int]] = {}  # id -> (depth, values), for each container done
+    open_: set[int] = set()  # containers whose children are being looked at
+    written = 0
+    stack: list[tuple[Any, bool]] = [(document, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if not isinstance(node, dict | list):
+            continue
+        key = id(node)
+        children = list(node.values() if isinstance(node, dict) else node)
+        if not children_done:
+            if key in known:
+                continue
+            if key in open_:
+                raise AliasLoop
+            open_.add(key)
+            stack.append((node, True))
+            for child in children:
+                if isinstance(child, dict | list) and id(child) not in known:
+                    if id(child) in open_:
+                        raise AliasLoop
+                    stack.append((child, False))
+            continue
+        open_.discard(key)
+        depth, values = 1, 1
+        for child in children:
+            if isinstance(child, dict | list):
+                below, under = known[id(child)]
+                depth, values = max(depth, below + 1), values + under
+            else:
+                values += 1
+        known[key] = (depth, values)
+        written += 1 + len(children)
+    if not isinstance(document, dict | list):
+        return 0, 1, 1
+    depth, values = known[id(document)]
+    return depth, values, written
+
+
 def _check_depth(path: Path, document: object) -> None:
-    """The depth of a parsed YAML document (JSON is checked on its bytes, :func:`json_too_deep`)."""
-    if nesting_depth(document) > MAX_DEPTH:
+    """The depth of a parsed YAML document (JSON is checked on its bytes, :func:`json_too_deep`),
+    and what its aliases expand to: at most MAX_ALIASED_VALUES more values than it writes, and
+    at most twice as many. Go's YAML decoder behind kubectl refuses excessive aliasing too."""
+    try:
+        depth, values, written = yaml_shape(document)
+    except AliasLoop:
+        raise _error(
+            path, "a YAML alias names a node it is inside: it never ends", "TooDeep"
+        ) from None
+    if depth > MAX_DEPTH:
         raise _too_deep(path)
+    if values > written + MAX_ALIASED_VALUES and values > 2 * written:
+        raise _error(
+            path,
+            f"YAML aliases expand {written} written values to {values}: "
+            "more than Kubernetes objects need",
+            "TooDeep",
+        )
 
 
 def iter_objects(path: Path, *, strict_keys: bool = False) -> Iterator[Mapping[str, Any]]:

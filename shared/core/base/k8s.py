@@ -138,8 +138,15 @@ def _clip(value: str) -> str:
     return repr(value) if len(value) <= 24 else repr(value[:20]) + "..."
 
 
+MAX_UNITS = 2**32 - 1
+"""Units one quantity is read as at most. No device plugin advertises billions of devices; the
+bound keeps every sum the status writes (over fewer than 2^31 nodes or containers) inside the
+int64 the API server and the JSON encoder accept."""
+
+
 def quantity_units(value: object) -> int:
-    """Whole units of an extended resource from an API quantity (string or number); 0 if unreadable.
+    """Whole units of an extended resource from an API quantity (string or number); 0 if unreadable,
+    MAX_UNITS at most.
 
     Extended resources are integers; the API server refuses fractional ones, so
     flooring only matters for hand-written files.
@@ -147,9 +154,9 @@ def quantity_units(value: object) -> int:
     if isinstance(value, bool):
         return 0
     if isinstance(value, int):
-        return max(value, 0)
+        return min(max(value, 0), MAX_UNITS)
     if isinstance(value, float):  # YAML/JSON numbers in hand-written files: 4.0 is 4 units
-        return max(int(value), 0) if value == value and abs(value) < 2**63 else 0
+        return min(max(int(value), 0), MAX_UNITS) if value == value and abs(value) < 2**63 else 0
     if isinstance(value, str):
         return _units_of_text(value)
     return 0
@@ -159,7 +166,7 @@ def quantity_units(value: object) -> int:
 def _units_of_text(value: str) -> int:
     """Cached: a cluster repeats a handful of quantity strings ("1", "8") across 150,000 pods."""
     try:
-        return max(int(parse_quantity(value)), 0)
+        return min(max(int(parse_quantity(value)), 0), MAX_UNITS)
     except (ValueError, OverflowError):
         return 0
 

@@ -82,6 +82,11 @@ MAX_SELECTION_BYTES = 2048
 MAX_SELECTION_ENTRIES = 16
 """Entries judged at most: more than a host has GPUs. Counts, not repeated entries, ask for more."""
 UNCHECKED = "the classes it names were not checked"
+STORED_SELECTION_ENTRIES = 1024
+"""Entries read of a stored VMI's annotation (uncapped reading): admission never let more than
+MAX_SELECTION_ENTRIES through, and no VM has a thousand GPUs. A longer list, which only an object
+stored past the webhook can hold, names no class instead of costing every event of its VMI a
+judgment of each entry (256 KiB of `[1,1,...]` took 0.77 s)."""
 
 
 def _entry(index: int, entry: object, causes: list[Cause]) -> tuple[str | None, ClassEntry | None]:
@@ -343,6 +348,11 @@ def _parse(raw: str, capped: bool) -> Selection:
         )
     if capped and (too_many := entries_cause(len(value))):
         return Selection((), (too_many,), readable=False)
+    if len(value) > STORED_SELECTION_ENTRIES:
+        return _unreadable(
+            f"holds {len(value)} entries, more than any VMI could have been admitted with "
+            f"({STORED_SELECTION_ENTRIES} read at most); {UNCHECKED}"
+        )
     return _judge_entries(value)
 
 

@@ -101,10 +101,11 @@ def admitted_units(
     position = 0
     for count in counts.values():
         block = gpus[position : position + count]
-        devices = {_dict(g).get("deviceName") for g in block}
+        devices = [_dict(g).get("deviceName") for g in block]
         named = all(_dict(g).get("name") == f"gpu{position + i + 1}" for i, g in enumerate(block))
         position += count
-        if not named or len(devices) != 1 or not all(isinstance(d, str) and d for d in devices):
+        same = all(isinstance(d, str) and d for d in devices) and len(set(devices)) == 1
+        if not named or not same:  # (a name of the wrong type is not hashed)
             return ()  # not admission's output: the whole record is void
     return tuple(counts.items())
 

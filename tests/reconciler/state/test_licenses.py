@@ -23,7 +23,12 @@ from gpuclass.reconciler.state.licenses import (
 )
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.model.snapshot import Redacted, SecretRecord, compact_class
-from gpuclass.shared.core.model.vmiuse import VMIUse, compact_vmi_use, license_volume_secret
+from gpuclass.shared.core.model.vmiuse import (
+    VMIUse,
+    admitted_units,
+    compact_vmi_use,
+    license_volume_secret,
+)
 
 TOKEN = base64.b64encode(b"not-a-real-token").decode()
 LICENSED = compact_class(
@@ -339,6 +344,9 @@ COPY_VOLUME = {"name": "gpulicense", "secret": {"secretName": "gpuclass-license-
             [OWNER], [{"name": "x", "secret": {"secretName": "mine"}}], None, id="other-secret"
         ),
         pytest.param("junk", "junk", None, id="malformed"),
+        # Numbers where lists belong are read as absent, as the offline status reads them.
+        pytest.param(5, [COPY_VOLUME], None, id="owners-a-number"),
+        pytest.param([OWNER], 5, None, id="volumes-a-number"),
     ],
 )
 def test_launcher_licence(owners: object, volumes: object, expected: object) -> None:
@@ -419,3 +427,19 @@ def test_compact_vmi_use_reads_selection_and_devices() -> None:
     )
     assert record == VMIUse("tenant-a", "vm", ("lic",), frozenset({"example.com/lic"}), None)
     assert compact_vmi_use({"metadata": {"name": "x"}}) is None
+
+
+@pytest.mark.parametrize(
+    "device",
+    [{"name": "example.com/lic"}, ["example.com/lic"], None, ""],
+    ids=["an-object", "a-list", "absent", "empty"],
+)
+def test_a_gpu_whose_device_name_is_no_name_records_no_admission(device: object) -> None:
+    """Only admission's own output (`gpu1` with the class's device name) records the units a
+    VMI passed admission with; a device name of another type is not that, and must not stop
+    the reader (an object as deviceName raised TypeError and the VMI was skipped)."""
+    gpus = [{"name": "gpu1", "deviceName": device}]
+    assert admitted_units('[{"className": "lic"}]', gpus, "tenant-a") == ()
+    assert admitted_units(
+        '[{"className": "lic"}]', [{"name": "gpu1", "deviceName": "example.com/lic"}], "tenant-a"
+    ) == (("lic", 1),)

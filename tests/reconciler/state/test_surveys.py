@@ -183,3 +183,20 @@ def test_a_node_changed_after_a_survey_counts_at_the_next() -> None:
     bigger = NodeRecord("n0", True, False, (), {RESOURCES[0]: 8})
     usage.set_node("n0", cordoned, bigger)
     assert usage.surveys.survey(record).free == 8
+
+
+def test_pods_on_nodes_that_list_nothing_grow_no_tally() -> None:
+    """A class surveyed once and never again (it lost a resource-name conflict) keeps its tally:
+    Pods a tenant binds to made-up node names must not pile up in it (50,000 such Pods held
+    10 MB of names). A Pod on a listed node, and a node that goes, still count."""
+    usage, record = _one_class_on(NodeRecord("n0", True, False, (), {RESOURCES[0]: 4}))
+    usage.surveys.survey(record)
+    for i in range(100):
+        ghost = PodRecord(f"ghost-{i}", {RESOURCES[0]: 1})
+        usage.add_pod(ghost, 1)
+        usage.add_pod(ghost, -1)
+    assert usage.surveys._tallies["c1"].stale == set()
+    usage.add_pod(PodRecord("n0", {RESOURCES[0]: 1}), 1)
+    assert usage.surveys.survey(record).free == 3
+    usage.set_node("n0", NodeRecord("n0", True, False, (), {RESOURCES[0]: 4}), None)
+    assert usage.surveys.survey(record).free == 0

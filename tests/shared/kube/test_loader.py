@@ -24,6 +24,7 @@ from gpuclass.shared.kube.loader import (
     json_too_deep,
     load_snapshot,
     nesting_depth,
+    yaml_shape,
 )
 
 TOKEN = "c2VjcmV0LXRva2VuLXZhbHVl"  # base64 of a made-up token
@@ -99,6 +100,13 @@ def test_formats(tmp_path: Path, name: str, text: str, expected: list[tuple[str,
     assert kinds_and_names(write(tmp_path / name, text)) == expected
 
 
+# 500 bytes that a walk of every path reads as 10^8 values (the "billion laughs")
+LAUGHS = (
+    "kind: Node\nmetadata: {name: a}\ndata:\n  a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]\n" for i in range(1, 8))
+)
+
+
 @pytest.mark.parametrize(
     ("name", "text", "message"),
     [
@@ -117,6 +125,21 @@ def test_formats(tmp_path: Path, name: str, text: str, expected: list[tuple[str,
             "kind: List\nitems: {a: 1}\n",
             "items of a List must be a list",
             id="items-not-list",
+        ),
+        pytest.param(
+            "laughs.yaml",
+            LAUGHS,
+            "YAML aliases expand",
+            id="billion-laughs",
+        ),
+        pytest.param(
+            "loop.yaml", "kind: Node\nmetadata: &m {x: [*m]}\n", "never ends", id="alias-loop"
+        ),
+        pytest.param(
+            "bigint.yaml",
+            "kind: Node\nmetadata: {x: " + "9" * 5000 + "}\n",
+            "not valid YAML: an integer longer than 4,300 digits",
+            id="integer-past-pythons-limit",
         ),
     ],
 )
@@ -264,6 +287,21 @@ def test_a_duplicate_yaml_key_is_a_load_error(tmp_path: Path, text: str, line: i
         list(iter_objects(path))
     assert info.value.code == "DuplicateKey" and info.value.line == line
     assert str(info.value).startswith(f"{path}: line {line}: duplicate key")
+
+
+def test_aliases_that_repeat_a_little_still_load(tmp_path: Path) -> None:
+    """Anchors are YAML: a hoster may share tolerations between classes. Only aliases that make
+    a document far larger than it is written are refused."""
+    shared = "[" + ", ".join(["{key: gpu, operator: Exists}"] * 100) + "]"
+    text = f"kind: Node\nmetadata: {{name: a}}\nspec: {{a: &t {shared}, b: *t, c: *t}}\n"
+    [obj] = iter_objects(write(tmp_path / "a.yaml", text))
+    assert obj["spec"]["c"] == obj["spec"]["a"] and len(obj["spec"]["b"]) == 100
+
+
+def test_yaml_shape_counts_without_expanding() -> None:
+    leaf = ["x"] * 10
+    level = [leaf] * 10
+    assert yaml_shape({"a": [level] * 10}) == (4, 1 + 1 + 10 * (1 + 10 * 11), 1 + 1 + 11 + 11 + 11)
 
 
 def test_merge_keys_may_be_overridden(tmp_path: Path) -> None:

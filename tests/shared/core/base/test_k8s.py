@@ -199,6 +199,11 @@ def test_parse_quantity_refuses(text: str, message: str) -> None:
         pytest.param("lots", 0, id="unreadable"),
         pytest.param(True, 0, id="bool"),
         pytest.param(None, 0, id="none"),
+        # A node advertising 1e20 devices made every sum past int64: status could not be written.
+        pytest.param("1e20", 2**32 - 1, id="huge-is-capped"),
+        pytest.param(2**70, 2**32 - 1, id="huge-int-is-capped"),
+        pytest.param(1e18, 2**32 - 1, id="huge-float-is-capped"),
+        pytest.param("4294967295", 4294967295, id="the-cap-itself"),
     ],
 )
 def test_quantity_units(value: object, units: int) -> None:

@@ -15,6 +15,7 @@ from gpuclass.shared.core.model.selection import (
     MAX_SELECTION_ENTRIES,
     NO_SELECTION,
     SELECTIONS_REMEMBERED,
+    STORED_SELECTION_ENTRIES,
     ClassEntry,
     parse_selection,
     remembered_selection,
@@ -288,18 +289,32 @@ def test_caps_are_the_documented_figures() -> None:
 @pytest.mark.timeout(30)
 def test_uncapped_parse_reports_every_bad_entry() -> None:
     """Stored VMIs are read uncapped (shared.core.model.vmiuse): one admitted before the caps keeps its classes."""
-    raw = json.dumps([{"className": "a", "count": 0}] * 10_000)
+    raw = json.dumps([{"className": "a", "count": 0}] * STORED_SELECTION_ENTRIES)
     selection = parse_selection(raw, capped=False)
     assert selection.entries == ()
-    assert [c.field for c in selection.causes] == [entry_path(i, "count") for i in range(10_000)]
+    assert [c.field for c in selection.causes] == [
+        entry_path(i, "count") for i in range(STORED_SELECTION_ENTRIES)
+    ]
 
 
 @pytest.mark.timeout(30)
-def test_uncapped_parse_reads_ten_thousand_good_entries() -> None:
-    raw = json.dumps([{"className": "a"}] * 10_000)
+def test_uncapped_parse_reads_a_thousand_good_entries() -> None:
+    raw = json.dumps([{"className": "a"}] * STORED_SELECTION_ENTRIES)
     selection = parse_selection(raw, capped=False)
     assert selection.causes == ()
-    assert sum(e.units for e in selection.entries) == 10_000
+    assert sum(e.units for e in selection.entries) == STORED_SELECTION_ENTRIES
+
+
+@pytest.mark.parametrize("entry", [1, {"className": "a"}], ids=["numbers", "good-entries"])
+def test_an_uncapped_list_past_the_stored_bound_names_no_class(entry: object) -> None:
+    """Only an object stored past the webhook holds more than admission ever let through: such
+    a list names nothing, with one cause, instead of a judgment per entry on every event of its
+    VMI (256 KiB of `[1,1,...]` cost 0.77 s an event)."""
+    raw = json.dumps([entry] * (STORED_SELECTION_ENTRIES + 1))
+    selection = parse_selection(raw, capped=False)
+    assert selection.entries == () and selection.named == ()
+    assert [c.field for c in selection.causes] == [ANN]
+    assert f"holds {STORED_SELECTION_ENTRIES + 1} entries" in selection.causes[0].message
 
 
 def hostile_vmi(raw: str) -> dict[str, Any]:
