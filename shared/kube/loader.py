@@ -241,20 +241,6 @@ def json_too_deep(data: bytes, limit: int = MAX_DEPTH) -> bool:
     return bool(brackets)
 
 
-def nesting_depth(value: object, limit: int = MAX_DEPTH) -> int:
-    """How deep `value` nests (stops counting past `limit`); iterative, so any depth is safe."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict | list) and depth <= limit:
-            deepest = max(deepest, depth)
-            children = node.values() if isinstance(node, dict) else node
-            stack.extend((child, depth + 1) for child in children)
-        elif isinstance(node, dict | list):
-            return depth
-    return deepest
-
-
 def _too_deep(path: Path) -> LoadError:
     return _error(path, f"an object nests deeper than {MAX_DEPTH} levels", "TooDeep")
 
@@ -285,10 +271,10 @@ def yaml_shape(document: object) -> tuple[int, int, int]:
         if not isinstance(node, dict | list):
             continue
         key = id(node)
+        if not children_done and key in known:
+            continue
         children = list(node.values() if isinstance(node, dict) else node)
         if not children_done:
-            if key in known:
-                continue
             if key in open_:
                 raise AliasLoop
             open_.add(key)

@@ -23,7 +23,6 @@ from gpuclass.shared.kube.loader import (
     iter_objects,
     json_too_deep,
     load_snapshot,
-    nesting_depth,
     yaml_shape,
 )
 
@@ -334,8 +333,8 @@ json_values = st.recursive(
 @given(value=json_values, limit=st.integers(min_value=1, max_value=8))
 def test_the_byte_scan_agrees_with_the_tree_walk(value: object, limit: int) -> None:
     """json_too_deep reads the depth from the bytes (strings with brackets and escaped quotes
-    included) exactly as the walk of the parsed value counts it."""
-    expected = nesting_depth(value, limit) > limit
+    included) exactly as the walk of the parsed value (`yaml_shape`) counts it."""
+    expected = yaml_shape(value)[0] > limit
     assert json_too_deep(orjson.dumps(value), limit) == expected
     # The stdlib writes other escapes (`\u00e9`, `\n`) than orjson: the scan drops them alike.
     assert json_too_deep(json.dumps(value).encode(), limit) == expected
