@@ -265,25 +265,24 @@ def yaml_shape(document: object) -> tuple[int, int, int]:
     known: dict[int, tuple[int, int]] = {}  # id -> (depth, values), for each container done
     open_: set[int] = set()  # containers whose children are being looked at
     written = 0
-    stack: list[tuple[Any, bool]] = [(document, False)]
+    # (node, None): look at its children; (node, children): they are done, fold them
+    stack: list[tuple[Any, list[Any] | None]] = [(document, None)]
     while stack:
-        node, children_done = stack.pop()
+        node, children = stack.pop()
         if not isinstance(node, dict | list):
             continue
         key = id(node)
-        if not children_done and key in known:
-            continue
-        children = list(node.values() if isinstance(node, dict) else node)
-        if not children_done:
-            if key in open_:
-                raise AliasLoop
+        if children is None:
+            if key in known:
+                continue
+            children = list(node.values() if isinstance(node, dict) else node)
             open_.add(key)
-            stack.append((node, True))
+            stack.append((node, children))
             for child in children:
                 if isinstance(child, dict | list) and id(child) not in known:
-                    if id(child) in open_:
+                    if id(child) in open_:  # an alias to a node it is inside
                         raise AliasLoop
-                    stack.append((child, False))
+                    stack.append((child, None))
             continue
         open_.discard(key)
         depth, values = 1, 1
