@@ -85,6 +85,16 @@ def gpuclass(
     return obj
 
 
+KUBEVIRT_NODE_LABELS = {"kubevirt.io/schedulable": "true"}
+"""What virt-handler writes on a node it runs on (shared/core/model/kubevirt.py)."""
+KUBEVIRT_DEVICES = {
+    "devices.kubevirt.io/kvm": "1k",
+    "devices.kubevirt.io/tun": "1k",
+    "devices.kubevirt.io/vhost-net": "1k",
+}
+"""What virt-handler's device plugins advertise (1,000 each, as KubeVirt v1.8.4 does)."""
+
+
 def node(
     name: str,
     allocatable: dict[str, Any],
@@ -92,20 +102,32 @@ def node(
     ready: bool = True,
     unschedulable: bool = False,
     taints: list[RawObject] | None = None,
+    kubevirt: bool = True,
 ) -> RawObject:
+    """A node; by default a healthy KubeVirt node (virt-handler's label and devices), which
+    `kubevirt=False` leaves out and `allocatable` can override."""
     spec: RawObject = {}
     if unschedulable:
         spec["unschedulable"] = True
     if taints:
         spec["taints"] = taints
+    meta: RawObject = {"name": name}
+    devices: dict[str, Any] = {}
+    if kubevirt:
+        meta["labels"] = dict(KUBEVIRT_NODE_LABELS)
+        devices = dict(KUBEVIRT_DEVICES)
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name},
+        "metadata": meta,
         "spec": spec,
         "status": {
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-            "allocatable": {"cpu": "8", **{k: str(v) for k, v in allocatable.items()}},
+            "allocatable": {
+                "cpu": "8",
+                **devices,
+                **{k: str(v) for k, v in allocatable.items()},
+            },
         },
     }
 
@@ -151,6 +173,7 @@ def kubevirt(*resources: str, namespace: str = names.DEFAULT_KUBEVIRT_NAMESPACE)
                 "permittedHostDevices": {"pciHostDevices": [{"resourceName": r} for r in resources]}
             }
         },
+        "status": {"phase": "Deployed"},  # virt-operator's: KubeVirt reads only a deployed CR
     }
 
 

@@ -42,6 +42,7 @@ def _kubevirt(namespace: str | None, resource: str) -> dict[str, Any]:
     return {
         "apiVersion": "kubevirt.io/v1",
         "kind": "KubeVirt",
+        "status": {"phase": "Deployed"},
         "metadata": meta,
         "spec": {
             "configuration": {

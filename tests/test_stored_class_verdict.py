@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from gpuclass.shared.cli.main import main
-from tests.builders import review_file, vmi_request
+from tests.builders import KUBEVIRT_DEVICES, KUBEVIRT_NODE_LABELS, review_file, vmi_request
 
 RESOURCE = "example.com/stored-gpu"
 
@@ -66,14 +66,15 @@ def cluster(tmp_path: Path, gpuclass: dict[str, Any]) -> Path:
         gpuclass,
         {
             "kind": "Node",
-            "metadata": {"name": "n1"},
+            "metadata": {"name": "n1", "labels": dict(KUBEVIRT_NODE_LABELS)},
             "status": {
                 "conditions": [{"type": "Ready", "status": "True"}],
-                "allocatable": {resource: "4", RESOURCE: "4"},
+                "allocatable": {**KUBEVIRT_DEVICES, resource: "4", RESOURCE: "4"},
             },
         },
         {
             "kind": "KubeVirt",
+            "status": {"phase": "Deployed"},
             "metadata": {"name": "kubevirt", "namespace": "cozy-kubevirt"},
             "spec": {
                 "configuration": {

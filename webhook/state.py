@@ -17,13 +17,8 @@ from typing import Any, Protocol
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.meta import Key, object_key
 from gpuclass.shared.core.base.syncview import SyncView
-from gpuclass.shared.core.model.snapshot import (
-    ClassRecord,
-    Snapshot,
-    compact_class,
-    mediated_resources,
-    permitted_resources,
-)
+from gpuclass.shared.core.model.kubevirt import read_kubevirt
+from gpuclass.shared.core.model.snapshot import ClassRecord, Snapshot, compact_class
 from gpuclass.shared.core.status.catalog import Catalog, Policy, build_catalog
 from gpuclass.shared.kube.filesource import FileSource
 from gpuclass.shared.kube.listwatch import ListWatchClient, RawObject, Reflector
@@ -187,16 +182,8 @@ class CatalogCache:
         for entry in self._objects.get("namespaces", {}).values():
             if isinstance(entry, dict):
                 snapshot.namespaces[str(entry["name"])] = entry["labels"]
-        kubevirts = list(self._objects.get("kubevirts", {}).values())
-        if kubevirts:
-            permitted: frozenset[str] = frozenset()
-            mediated: frozenset[str] = frozenset()
-            for obj in kubevirts:
-                if isinstance(obj, dict):
-                    permitted |= permitted_resources(obj)
-                    mediated |= mediated_resources(obj)
-            snapshot.permitted = permitted
-            snapshot.mediated = mediated
+        kubevirts = self._objects.get("kubevirts", {}).values()
+        snapshot.use_kubevirt(read_kubevirt(obj for obj in kubevirts if isinstance(obj, dict)))
         self.catalog = build_catalog(snapshot, self._policy, figures="stored")
         self.updated_at = time.time()
         if not self.synced:

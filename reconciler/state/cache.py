@@ -51,6 +51,7 @@ from gpuclass.reconciler.state.sources import SPECS, Source
 from gpuclass.reconciler.state.usage import UsageCounters
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.meta import Key, object_key, resource_version
+from gpuclass.shared.core.model.kubevirt import KubeVirtConfig, read_kubevirt
 from gpuclass.shared.core.model.snapshot import (
     ClassRecord,
     NodeRecord,
@@ -61,7 +62,6 @@ from gpuclass.shared.core.model.snapshot import (
     compact_node,
     compact_pod,
     compact_secret,
-    permitted_resources,
 )
 from gpuclass.shared.core.model.vmiuse import VMIUse, compact_vmi_use
 from gpuclass.shared.core.status.availability import (
@@ -172,8 +172,9 @@ class ClusterCache:
         self.records: dict[str, ClassRecord] = {}
         self.nodes: dict[str, NodeRecord] = {}
         self.pods: dict[Key, PodRecord] = {}
-        self.kubevirts: dict[Key, frozenset[str]] = {}
-        self.permitted: frozenset[str] | None = None
+        self.kubevirts: dict[Key, Mapping[str, Any]] = {}
+        """The KubeVirt CRs of KubeVirt's namespace (a cluster holds one, seldom two)."""
+        self.kubevirt = KubeVirtConfig()
         self.license_secrets: dict[Key, SecretRecord] = {}
         self.copy_records: dict[Key, CopyRecord] = {}
         """At most one entry: the record ConfigMap (the source selects it by name)."""
@@ -347,6 +348,7 @@ class ClusterCache:
                 record.unschedulable,
                 self._intern(record.taints),
                 self._intern(dict(record.allocatable)),
+                record.handler,
             )
         old = self.nodes.get(name)
         if record == old:
@@ -388,10 +390,10 @@ class ClusterCache:
         if obj is None:
             self.kubevirts.pop(key, None)
         else:
-            self.kubevirts[key] = permitted_resources(obj)
-        permitted = frozenset().union(*self.kubevirts.values()) if self.kubevirts else None
-        if permitted != self.permitted:
-            self.permitted = permitted
+            self.kubevirts[key] = obj
+        config = read_kubevirt(self.kubevirts.values())
+        if config != self.kubevirt:
+            self.kubevirt = config
             self.dirty.statuses |= set(self.classes)
 
     def _set_license_secret(self, key: Key, obj: Mapping[str, Any] | None) -> None:
@@ -480,9 +482,8 @@ class ClusterCache:
     def status_context(self) -> StatusContext:
         """The snapshot and conflict winners a pass computes every status against, built once per
         pass rather than per class."""
-        snapshot = Snapshot(
-            classes=self.records, permitted=self.permitted, secrets=self.license_secrets
-        )
+        snapshot = Snapshot(classes=self.records, secrets=self.license_secrets)
+        snapshot.use_kubevirt(self.kubevirt)
         if self._winners is None:
             self._winners = conflict_winners(self.records)
         return StatusContext(snapshot, self._winners)
@@ -504,7 +505,12 @@ class ClusterCache:
         itself comes from :meth:`compute_status`)."""
         record = self.records[name]
         winner = context.winners.get(record.resource_name) if record.resource_name else None
-        return compute_figures(record, self.usage.surveys, conflict_lost=winner not in (None, name))
+        return compute_figures(
+            record,
+            self.usage.surveys,
+            conflict_lost=winner not in (None, name),
+            needs=context.snapshot.launcher_devices,
+        )
 
     def in_use(self, name: str) -> bool:
         """Whether a VMI the view holds passed admission with this class: what keeps the in-use

@@ -9,7 +9,8 @@ milliseconds per pod event. Here each class surveyed once keeps a
 marks its (resource, node) stale in the tallies of that resource; the next survey of a class
 swaps its stale nodes' shares (old share out, new share in) with the same two functions
 `survey_nodes` folds, :func:`node_share` and :meth:`Tally.add`, so the rule is stated once.
-A class whose resource or tolerations changed is tallied again from scratch.
+A class whose resource or tolerations changed, or a KubeVirt CR that changed the devices the
+launcher requests, is tallied again from scratch.
 
 Lazy: nothing is judged until a class is surveyed, so a re-list or a burst of events on
 one node costs one judgment per node at the next pass. A Hypothesis property
@@ -21,13 +22,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpuclass.shared.core.model.snapshot import ClassRecord, NodeRecord
-from gpuclass.shared.core.status.capacity import NodeShare, Survey, Tally, node_share, surveyed
-
-Reads = tuple[str, tuple[Mapping[str, Any], ...]]
-"""What a survey reads of its class: the resource and the tolerations (`capacity.surveyed`)."""
+from gpuclass.shared.core.status.capacity import (
+    Needs,
+    NodeShare,
+    Reads,
+    Survey,
+    Tally,
+    node_share,
+    surveyed,
+)
 
 
 @dataclass(slots=True)
@@ -80,10 +85,10 @@ class ClassSurveys:
         if entry is not None:
             self._unindex(name, entry)
 
-    def survey(self, record: ClassRecord) -> Survey:
+    def survey(self, record: ClassRecord, needs: Needs) -> Survey:
         """The class's survey now: its tally brought up to date (built first when the class is new
-        to it or its resource or tolerations changed)."""
-        reads = surveyed(record)
+        to it or its resource, tolerations or launcher devices changed)."""
+        reads = surveyed(record, needs)
         if reads is None:
             return Survey()
         entry = self._tallies.get(record.name)
@@ -107,7 +112,7 @@ class ClassSurveys:
                 del self._by_resource[entry.reads[0]]
 
     def _refresh(self, entry: ClassTally) -> None:
-        resource, tolerations = entry.reads
+        resource, tolerations, needs = entry.reads
         nodes = self._nodes.get(resource, {})
         used = self._used.get(resource, {})
         shares = entry.shares
@@ -115,7 +120,9 @@ class ClassSurveys:
         came: list[NodeShare] = []
         for name in entry.stale:
             node = nodes.get(name)
-            new = node_share(node, resource, tolerations, used.get(name, 0)) if node else None
+            new = (
+                node_share(node, resource, tolerations, used.get(name, 0), needs) if node else None
+            )
             old = shares.get(name)
             if new == old:
                 continue

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from gpuclass.reconciler.state.surveys import ClassSurveys
+from gpuclass.shared.core.model.kubevirt import kubevirt_devices
 from gpuclass.shared.core.model.snapshot import NodeRecord, PodRecord
 from gpuclass.shared.core.status.availability import UsageIndex
 
@@ -47,14 +48,20 @@ class _NodesByResource(Mapping[str, tuple[NodeRecord, ...]]):
 def node_change_resources(old: NodeRecord | None, new: NodeRecord | None) -> set[str]:
     """Resources whose figures a node change can move.
 
-    A change of readiness, cordon or taints moves every resource the node
-    advertises (before or after); otherwise only resources whose allocatable changed.
+    A change of readiness, cordon, taints, virt-handler's label or the KubeVirt devices
+    advertised moves every resource the node advertises (before or after); otherwise only
+    resources whose allocatable changed.
     """
     if old is None:
         return set(new.allocatable) if new else set()
     if new is None:
         return set(old.allocatable)
-    if (old.ready, old.unschedulable, old.taints) != (new.ready, new.unschedulable, new.taints):
+    if (old.ready, old.unschedulable, old.taints, old.handler) != (
+        new.ready,
+        new.unschedulable,
+        new.taints,
+        new.handler,
+    ) or kubevirt_devices(old.allocatable) != kubevirt_devices(new.allocatable):
         return set(old.allocatable) | set(new.allocatable)
     keys = set(old.allocatable) | set(new.allocatable)
     return {k for k in keys if old.allocatable.get(k) != new.allocatable.get(k)}

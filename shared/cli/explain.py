@@ -34,11 +34,26 @@ from gpuclass.shared.core.status.availability import (
     conflict_winners,
     survey,
 )
-from gpuclass.shared.core.status.capacity import NodeFit, Survey, exclusions, judge_node
+from gpuclass.shared.core.status.capacity import (
+    NodeFit,
+    Survey,
+    exclusions,
+    judge_node,
+    node_blocker,
+)
 from gpuclass.shared.core.status.catalog import Catalog, Policy, build_catalog
 
 RowVerdict = Literal[
-    "fits", "tooFewFree", "noFreeUnits", "notReady", "cordoned", "untolerated", "noUnits"
+    "fits",
+    "tooFewFree",
+    "noFreeUnits",
+    "noVirtHandler",
+    "notReady",
+    "cordoned",
+    "virtHandlerNotReady",
+    "noKubeVirtDevices",
+    "untolerated",
+    "noUnits",
 ]
 _RANK = {v: i for i, v in enumerate(get_args(RowVerdict))}
 
@@ -91,8 +106,11 @@ def _row(fit: NodeFit, count: int) -> NodeRow:
         verdict = fit.verdict
         reason = {
             "noFreeUnits": "every unit is in use",
+            "noVirtHandler": "not a KubeVirt node: no virt-handler (no kubevirt.io/schedulable label)",
             "notReady": "node is not Ready",
             "cordoned": "node is cordoned (spec.unschedulable)",
+            "virtHandlerNotReady": "virt-handler not ready: kubevirt.io/schedulable=false",
+            "noKubeVirtDevices": "no " + ", ".join(fit.missing),
             "untolerated": "untolerated taint " + ", ".join(_taint(t) for t in fit.taints),
             "noUnits": "lists the resource at 0 (device plugin down or devices unhealthy?)",
         }[fit.verdict]
@@ -176,7 +194,13 @@ def explain_class(
     resource = record.resource_name
     fits_ = (
         [
-            judge_node(node, resource, record.tolerations, index.used.get(resource, {}))
+            judge_node(
+                node,
+                resource,
+                record.tolerations,
+                index.used.get(resource, {}),
+                snapshot.launcher_devices,
+            )
             for node in index.nodes_by_resource.get(resource, ())
         ]
         if resource
@@ -197,7 +221,8 @@ def explain_class(
             True,
         )
     else:
-        found = survey(record, index, conflict_lost=False)  # a conflict loser was refused above
+        # a conflict loser was refused above
+        found = survey(record, index, conflict_lost=False, needs=snapshot.launcher_devices)
         answer, can_start = _why_not(found, rows, resource or "", count), False
     return Explanation(
         name,
@@ -271,14 +296,16 @@ def _dict(value: object) -> Mapping[str, Any]:
 
 
 def joint_fits(snapshot: Snapshot, index: UsageIndex, wanted: Mapping[str, int]) -> int:
-    """Nodes where every selected class has its count free at once, under all their tolerations."""
+    """Nodes where every selected class has its count free at once, under all their tolerations,
+    that KubeVirt's launcher can land on (:func:`node_blocker`)."""
     records = [snapshot.classes[n] for n in wanted if n in snapshot.classes]
     if len(records) != len(wanted) or any(r.resource_name is None for r in records):
         return 0
     tolerations = tuple(t for r in records for t in r.tolerations)
+    needs = snapshot.launcher_devices
     found = 0
     for node in snapshot.nodes:
-        if not node.ready or node.unschedulable or not tolerates_all(tolerations, node.taints):
+        if node_blocker(node, needs) is not None or not tolerates_all(tolerations, node.taints):
             continue
         if all(
             node.allocatable.get(r.resource_name or "", 0)

@@ -144,7 +144,7 @@ def test_first_sync_writes_each_status_once_then_nothing() -> None:
             for i in range(20):
                 kube.apply(pod(f"web-{i}", "n1", {}))
             labelled = node("n1", {R: 4, LIC: 4})
-            labelled["metadata"]["labels"] = {"zone": "a"}
+            labelled["metadata"]["labels"]["zone"] = "a"  # beside virt-handler's label
             kube.apply(labelled)
             kube.apply(namespace("other"))
             running = pod("p", "n1", {R: 1})

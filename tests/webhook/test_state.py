@@ -97,6 +97,7 @@ async def run_until(state: CatalogCache, condition: Any, timeout: float = 5.0) -
 def make_state(classes: ScriptedSource, restarts: list[tuple[str, str]]) -> CatalogCache:
     kubevirt = {
         "kind": "KubeVirt",
+        "status": {"phase": "Deployed"},
         "metadata": {"name": "kv", "namespace": "cozy-kubevirt"},
         "spec": {
             "configuration": {

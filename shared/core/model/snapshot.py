@@ -17,6 +17,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuclass.shared.core.base.k8s import Taint, quantity_units
+from gpuclass.shared.core.model.kubevirt import (
+    DEFAULT_LAUNCHER_DEVICES,
+    Handler,
+    KubeVirtConfig,
+    handler_state,
+    read_kubevirt,
+)
 from gpuclass.shared.core.model.models import GPUClassSpec, GPUClassStatus
 from gpuclass.shared.core.model.validation import validate_class
 from gpuclass.shared.core.model.vmiuse import VMIUse, compact_vmi_use
@@ -99,14 +106,16 @@ class ClassRecord:
 
 @dataclass(frozen=True, slots=True)
 class NodeRecord:
-    """A node as capacity reads it (contract 6.2): Ready, cordoned, its taints, and its extended
-    resources' allocatable in whole units."""
+    """A node as capacity reads it (contract 6.1): Ready, cordoned, its taints, its extended
+    resources' allocatable in whole units (KubeVirt's devices among them), and virt-handler's
+    state from the `kubevirt.io/schedulable` label (:mod:`shared.core.model.kubevirt`)."""
 
     name: str
     ready: bool
     unschedulable: bool
     taints: tuple[Taint, ...]
     allocatable: Mapping[str, int]
+    handler: Handler = "ready"
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +141,10 @@ class SecretRecord:
 class Snapshot:
     """The cluster as the pure rules see it, one value for the CLI, the webhook and the reconciler.
 
-    `permitted` is the union of the KubeVirt CRs' permittedHostDevices, None when there is no CR
-    (the classes then say NoKubeVirt); `secrets` are keyed by (namespace, name).
+    `permitted` is the deployed KubeVirt CR's permittedHostDevices, None when no CR is deployed
+    (the classes then say NoKubeVirt, with `kubevirt_problem`'s words);
+    `launcher_devices` the KubeVirt devices its launcher Pods request
+    (:func:`shared.core.model.kubevirt.read_kubevirt`); `secrets` are keyed by (namespace, name).
     """
 
     classes: dict[str, ClassRecord] = field(default_factory=dict)
@@ -145,6 +156,16 @@ class Snapshot:
     namespaces: dict[str, Mapping[str, str]] = field(default_factory=dict)
     secrets: dict[tuple[str, str], SecretRecord] = field(default_factory=dict)
     vmis: list[VMIUse] = field(default_factory=list)
+    launcher_devices: tuple[str, ...] = DEFAULT_LAUNCHER_DEVICES
+    kubevirt_problem: str | None = None
+
+    def use_kubevirt(self, config: KubeVirtConfig) -> None:
+        """Take the KubeVirt configuration KubeVirt reads from the CRs of its namespace
+        (:func:`read_kubevirt`): the deployed CR's; none deployed: nothing permitted."""
+        self.permitted = config.permitted if config.deployed is not None else None
+        self.mediated = config.mediated
+        self.launcher_devices = config.launcher_devices
+        self.kubevirt_problem = config.problem()
 
 
 def _dict(value: object) -> dict[str, Any]:
@@ -225,8 +246,8 @@ def compact_class(
 
 
 def compact_node(obj: Mapping[str, Any]) -> NodeRecord | None:
-    """A node's record: Ready condition, unschedulable flag, taints and extended allocatable. None
-    when the object has no name."""
+    """A node's record: Ready condition, unschedulable flag, taints, extended allocatable and
+    virt-handler's label. None when the object has no name."""
     name = _meta(obj).get("name")
     if not isinstance(name, str):
         return None
@@ -247,6 +268,7 @@ def compact_node(obj: Mapping[str, Any]) -> NodeRecord | None:
         unschedulable=bool(spec.get("unschedulable")),  # type: ignore[union-attr]
         taints=taints,
         allocatable=_extended(status.get("allocatable")),  # type: ignore[union-attr]
+        handler=handler_state(_meta(obj).get("labels")),
     )
 
 
@@ -330,29 +352,6 @@ def compact_pod(obj: Mapping[str, Any]) -> PodRecord | None:
     return PodRecord(node, requests) if requests else None
 
 
-def _host_device_names(obj: Mapping[str, Any], *keys: str) -> frozenset[str]:
-    permitted = _dict(
-        _dict(_dict(obj.get("spec")).get("configuration")).get("permittedHostDevices")
-    )
-    found: set[str] = set()
-    for key in keys:
-        for entry in _items(permitted.get(key)):
-            if isinstance(entry, dict) and isinstance(entry.get("resourceName"), str):
-                found.add(entry["resourceName"])
-    return frozenset(found)
-
-
-def permitted_resources(obj: Mapping[str, Any]) -> frozenset[str]:
-    """Every resourceName in the KubeVirt CR's permittedHostDevices, PCI and mediated alike."""
-    return _host_device_names(obj, "pciHostDevices", "mediatedDevices")
-
-
-def mediated_resources(obj: Mapping[str, Any]) -> frozenset[str]:
-    """The resourceNames of the KubeVirt CR's `mediatedDevices`: vGPUs, whether a class names them
-    or not (docs/contract.md 4.5: raw requests are no way around entitlement)."""
-    return _host_device_names(obj, "mediatedDevices")
-
-
 def compact_secret(obj: Mapping[str, Any]) -> SecretRecord | None:
     """A Secret's record, values wrapped in :class:`Redacted`; `stringData` (only hand-written files
     carry it) is folded into `data` as the API server would. None without a name and a namespace."""
@@ -398,20 +397,18 @@ class SnapshotBuilder:
         self._nodes: dict[object, NodeRecord] = {}
         self._pods: dict[object, PodRecord | None] = {}
         self._vmis: dict[object, VMIUse | None] = {}
-        self._kubevirts: dict[object, frozenset[str]] = {}
-        self._mediated: dict[object, frozenset[str]] = {}
+        self._kubevirts: dict[object, Mapping[str, Any]] = {}
         self._anonymous = 0
 
     @property
     def snapshot(self) -> Snapshot:
-        """The snapshot of what was added so far; the lists and the KubeVirt resource sets are
+        """The snapshot of what was added so far; the lists and the KubeVirt configuration are
         rebuilt from the keyed maps on each read, so read it once after the adds."""
         snap = self._snapshot
         snap.nodes = list(self._nodes.values())
         snap.pods = [p for p in self._pods.values() if p is not None]
         snap.vmis = [v for v in self._vmis.values() if v is not None]
-        snap.permitted = frozenset().union(*self._kubevirts.values()) if self._kubevirts else None
-        snap.mediated = frozenset().union(*self._mediated.values())
+        snap.use_kubevirt(read_kubevirt(self._kubevirts.values()))
         return snap
 
     def _key(self, obj: Mapping[str, Any], *, namespaced: bool) -> object:
@@ -438,9 +435,7 @@ class SnapshotBuilder:
             if node:
                 self._nodes[node.name] = node
         elif kind == "KubeVirt":
-            key = self._key(obj, namespaced=True)
-            self._kubevirts[key] = permitted_resources(obj)
-            self._mediated[key] = mediated_resources(obj)
+            self._kubevirts[self._key(obj, namespaced=True)] = obj
         elif kind == "Secret":
             secret = compact_secret(obj)
             if secret:

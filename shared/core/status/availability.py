@@ -18,6 +18,7 @@ from gpuclass.shared.core.base import names
 from gpuclass.shared.core.model.snapshot import ClassRecord, NodeRecord, Snapshot
 from gpuclass.shared.core.status.capacity import (
     Capacity,
+    Needs,
     Survey,
     schedulable,
     survey_nodes,
@@ -43,8 +44,9 @@ class Surveyor(Protocol):
     reconciler's per-class tallies (:mod:`reconciler.state.surveys`) give the same survey kept
     current per event."""
 
-    def survey(self, record: ClassRecord) -> Survey:
-        """The survey of a class that surveys something (:func:`capacity.surveyed` is not None)."""
+    def survey(self, record: ClassRecord, needs: Needs) -> Survey:
+        """The survey of a class that surveys something (:func:`capacity.surveyed` is not None),
+        `needs` the KubeVirt devices its launcher requests."""
         ...
 
 
@@ -69,11 +71,11 @@ class UsageIndex:
                 by_resource[resource].append(node)
         return cls(used, {k: tuple(v) for k, v in by_resource.items()})
 
-    def survey(self, record: ClassRecord) -> Survey:
+    def survey(self, record: ClassRecord, needs: Needs) -> Survey:
         """One pass over the nodes listing the class's resource (:func:`capacity.survey_nodes`)."""
         resource = record.resource_name or ""
         return survey_nodes(
-            record, self.nodes_by_resource.get(resource, ()), self.used.get(resource, {})
+            record, self.nodes_by_resource.get(resource, ()), self.used.get(resource, {}), needs
         )
 
 
@@ -98,15 +100,16 @@ def conflict_winners(classes: Mapping[str, ClassRecord]) -> dict[str, str]:
     return {resource: record.name for resource, record in winners.items()}
 
 
-def survey(record: ClassRecord, index: Surveyor, *, conflict_lost: bool) -> Survey:
-    """The class's survey of the nodes listing its resource (:mod:`shared.core.status.capacity`).
+def survey(record: ClassRecord, index: Surveyor, *, conflict_lost: bool, needs: Needs) -> Survey:
+    """The class's survey of the nodes listing its resource (:mod:`shared.core.status.capacity`),
+    `needs` the KubeVirt devices its launcher requests (`Snapshot.launcher_devices`).
 
     A class that lost a resource-name conflict, or whose stored spec is invalid, offers
     nothing: an empty survey (zero figures, zero counts).
     """
-    if conflict_lost or surveyed(record) is None:
+    if conflict_lost or surveyed(record, needs) is None:
         return Survey()
-    return index.survey(record)
+    return index.survey(record, needs)
 
 
 def figures_of(found: Survey) -> Figures:
@@ -120,12 +123,14 @@ def figures_of(found: Survey) -> Figures:
     )
 
 
-def compute_figures(record: ClassRecord, index: Surveyor, *, conflict_lost: bool) -> Figures:
+def compute_figures(
+    record: ClassRecord, index: Surveyor, *, conflict_lost: bool, needs: Needs
+) -> Figures:
     """free, maxFreePerNode and maxUnitsPerNode of one class; zeros when it lost a conflict.
 
     An invalid stored class (`spec` None) offers nothing: zeros too.
     """
-    return figures_of(survey(record, index, conflict_lost=conflict_lost))
+    return figures_of(survey(record, index, conflict_lost=conflict_lost, needs=needs))
 
 
 def license_problem(record: ClassRecord, snapshot: Snapshot, license_namespace: str) -> str | None:
@@ -176,9 +181,11 @@ def compute_conditions(
     license: str | None,
     previous: Sequence[Mapping[str, Any]],
     now: str,
+    no_kubevirt: str | None = None,
 ) -> list[dict[str, Any]]:
     """The contract's four conditions (6.4), always all present; lastTransitionTime kept unless
-    status flips. :func:`compute_status` appends the fifth, `Schedulable` (6.8)."""
+    status flips. :func:`compute_status` appends the fifth, `Schedulable` (6.8). `no_kubevirt`
+    says why no KubeVirt CR is read when `permitted` is None (`Snapshot.kubevirt_problem`)."""
     before = {c.get("type"): c for c in previous if isinstance(c, dict)}
     resource = record.resource_name or "(invalid spec)"
     gen = record.generation
@@ -186,7 +193,7 @@ def compute_conditions(
         not_permitted, np_reason, np_msg = (
             True,
             "NoKubeVirt",
-            "no KubeVirt CR found: configure KubeVirt first",
+            no_kubevirt or "no KubeVirt CR found: configure KubeVirt first",
         )
     elif resource in permitted:
         not_permitted, np_reason, np_msg = (
@@ -339,7 +346,12 @@ def compute_status(
 ) -> dict[str, Any]:
     """The full status subresource of one class, as the reconciler writes it."""
     state = class_state(record, snapshot, winners, license_namespace)
-    found = survey(record, index, conflict_lost=state.conflict_with is not None)
+    found = survey(
+        record,
+        index,
+        conflict_lost=state.conflict_with is not None,
+        needs=snapshot.launcher_devices,
+    )
     capacity = found.capacity()
     previous = (
         [c.model_dump(by_alias=True) for c in record.status.conditions] if record.status else []
@@ -351,6 +363,7 @@ def compute_status(
         license=state.license_problem,
         previous=previous,
         now=now,
+        no_kubevirt=snapshot.kubevirt_problem,
     )
     before = {c.get("type"): c for c in previous}
     conditions.append(

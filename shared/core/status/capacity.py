@@ -10,17 +10,22 @@ every node; the reconciler keeps a tally per class and runs them on the nodes an
 changed (:mod:`reconciler.state.surveys`), so they can never disagree.
 
 Each advertising node gets exactly one verdict, checked in this order
-(docs/decisions.md, "Capacity explained"):
+(docs/decisions.md, "Capacity explained" and "Free means a VM can start there"):
 
-1. `notReady`: its Ready condition is not True;
-2. `cordoned`: `spec.unschedulable`;
-3. `untolerated`: a NoSchedule/NoExecute taint the class does not tolerate;
-4. `noFreeUnits`: eligible, but every unit is requested;
-5. otherwise it has free units (`withFree`).
+1. `noVirtHandler`: no `kubevirt.io/schedulable` label: not a KubeVirt node;
+2. `notReady`: its Ready condition is not True;
+3. `cordoned`: `spec.unschedulable`;
+4. `virtHandlerNotReady`: `kubevirt.io/schedulable` is not "true" (virt-handler's heartbeat);
+5. `noKubeVirtDevices`: it advertises none of a KubeVirt device the launcher requests
+   (`devices.kubevirt.io/kvm`, `tun`, `vhost-net`, as the KubeVirt CR decides);
+6. `untolerated`: a NoSchedule/NoExecute taint the class does not tolerate;
+7. `noFreeUnits`: eligible, but every unit is requested;
+8. otherwise it has free units (`withFree`).
 
-So `advertising == withFree + notReady + cordoned + untolerated + noFreeUnits`,
-and `eligible == withFree + noFreeUnits`. `hosts` is the contract's figure (taints
-only, ready or not) and is counted on its own.
+So `advertising` is the sum of every verdict's count but `noUnits`, and
+`eligible == withFree + noFreeUnits`. `hosts` is the contract's figure (taints
+only, ready or not) and is counted on its own; maxUnitsPerNode is the largest allocatable
+of a host that is a KubeVirt node (any verdict but `noVirtHandler`).
 
 Pure: records in, values out.
 """
@@ -38,8 +43,22 @@ from gpuclass.shared.core.model.snapshot import ClassRecord, NodeRecord
 MAX_TAINT_KEYS = 5
 """Taint keys listed in `status.capacity.excluded.taints`; the rest are summed up in one count."""
 
-Verdict = Literal["withFree", "noFreeUnits", "notReady", "cordoned", "untolerated", "noUnits"]
+Verdict = Literal[
+    "withFree",
+    "noFreeUnits",
+    "noVirtHandler",
+    "notReady",
+    "cordoned",
+    "virtHandlerNotReady",
+    "noKubeVirtDevices",
+    "untolerated",
+    "noUnits",
+]
 """A node's verdict for a class; `noUnits`: it lists the resource at 0 (does not advertise it)."""
+
+Needs = tuple[str, ...]
+"""The KubeVirt devices a class's launcher Pod requests besides its GPUs
+(:attr:`shared.core.model.snapshot.Snapshot.launcher_devices`)."""
 
 
 def untolerated_taints(
@@ -68,16 +87,46 @@ class NodeFit:
     verdict: Verdict
     taints: tuple[Taint, ...] = ()
     host: bool = False
+    missing: tuple[str, ...] = ()
+    """The KubeVirt devices the launcher requests that the node does not advertise."""
 
 
-def verdict_of(node: NodeRecord, allocatable: int, blocking: bool, free: int) -> Verdict:
-    """The one statement of the verdict order (module docstring); both callers below use it."""
-    if allocatable <= 0:
-        return "noUnits"
+def missing_devices(node: NodeRecord, needs: Needs) -> tuple[str, ...]:
+    """The devices of `needs` the node advertises none of."""
+    allocatable = node.allocatable
+    return tuple(d for d in needs if allocatable.get(d, 0) <= 0)
+
+
+NodeBlocker = Literal[
+    "noVirtHandler", "notReady", "cordoned", "virtHandlerNotReady", "noKubeVirtDevices"
+]
+
+
+def node_blocker(node: NodeRecord, needs: Needs) -> NodeBlocker | None:
+    """What keeps every launcher Pod off the node whatever its class (verdicts 1-5 of the module
+    docstring, in order); None when a launcher can land there but for taints and units."""
+    if node.handler == "absent":
+        return "noVirtHandler"
     if not node.ready:
         return "notReady"
     if node.unschedulable:
         return "cordoned"
+    if node.handler != "ready":
+        return "virtHandlerNotReady"
+    if needs and missing_devices(node, needs):
+        return "noKubeVirtDevices"
+    return None
+
+
+def verdict_of(
+    node: NodeRecord, allocatable: int, blocking: bool, free: int, needs: Needs
+) -> Verdict:
+    """The one statement of the verdict order (module docstring); both callers below use it."""
+    if allocatable <= 0:
+        return "noUnits"
+    blocker = node_blocker(node, needs)
+    if blocker is not None:
+        return blocker
     if blocking:
         return "untolerated"
     return "withFree" if free > 0 else "noFreeUnits"
@@ -88,13 +137,22 @@ def judge_node(
     resource: str,
     tolerations: tuple[Mapping[str, Any], ...],
     used: Mapping[str, int],
+    needs: Needs,
 ) -> NodeFit:
     """The verdict of one node for a class, with what `gpuclass explain` shows of it."""
     allocatable = node.allocatable.get(resource, 0)
     blocking = untolerated_taints(tolerations, node.taints) if node.taints else ()
     free = max(allocatable - used.get(node.name, 0), 0)
-    verdict = verdict_of(node, allocatable, bool(blocking), free)
-    return NodeFit(node.name, allocatable, free, verdict, blocking, not blocking)
+    verdict = verdict_of(node, allocatable, bool(blocking), free, needs)
+    return NodeFit(
+        node.name,
+        allocatable,
+        free,
+        verdict,
+        blocking,
+        not blocking,
+        missing_devices(node, needs) if verdict == "noKubeVirtDevices" else (),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +167,9 @@ class Capacity:
     cordoned: int = 0
     untolerated: int = 0
     no_free_units: int = 0
+    no_virt_handler: int = 0
+    virt_handler_not_ready: int = 0
+    no_kubevirt_devices: int = 0
     taints: tuple[tuple[str, int], ...] = ()
     """(key, nodes) for the nodes counted in `untolerated`, most nodes first, at most MAX_TAINT_KEYS."""
     other_taint_nodes: int = 0
@@ -127,6 +188,9 @@ class Capacity:
                 "cordoned": self.cordoned,
                 "untolerated": self.untolerated,
                 "noFreeUnits": self.no_free_units,
+                "noVirtHandler": self.no_virt_handler,
+                "virtHandlerNotReady": self.virt_handler_not_ready,
+                "noKubeVirtDevices": self.no_kubevirt_devices,
                 "taints": [{"key": k, "nodes": n} for k, n in self.taints],
                 "otherTaintNodes": self.other_taint_nodes,
             },
@@ -168,6 +232,9 @@ class Survey:
             cordoned=c.get("cordoned", 0),
             untolerated=c.get("untolerated", 0),
             no_free_units=c.get("noFreeUnits", 0),
+            no_virt_handler=c.get("noVirtHandler", 0),
+            virt_handler_not_ready=c.get("virtHandlerNotReady", 0),
+            no_kubevirt_devices=c.get("noKubeVirtDevices", 0),
             taints=tuple(listed),
             other_taint_nodes=other,
         )
@@ -182,7 +249,11 @@ _NONE: frozenset[str] = frozenset()
 
 
 def node_share(
-    node: NodeRecord, resource: str, tolerations: tuple[Mapping[str, Any], ...], used: int
+    node: NodeRecord,
+    resource: str,
+    tolerations: tuple[Mapping[str, Any], ...],
+    used: int,
+    needs: Needs,
 ) -> NodeShare:
     """Judge one node for a class (`used`: units bound Pods request there); the verdict is
     :func:`verdict_of`, as in :func:`judge_node`."""
@@ -192,7 +263,7 @@ def node_share(
     if free < 0:
         free = 0
     keys = frozenset(t.key for t in blocking) if blocking else _NONE
-    return verdict_of(node, allocatable, bool(blocking), free), free, allocatable, keys
+    return verdict_of(node, allocatable, bool(blocking), free, needs), free, allocatable, keys
 
 
 def _drop_zeros(counts: dict[Any, int]) -> None:
@@ -218,7 +289,8 @@ class Tally:
     free_sizes: dict[int, int] = field(default_factory=dict)
     """Eligible nodes per free units (only sizes above 0: maxFreePerNode)."""
     host_sizes: dict[int, int] = field(default_factory=dict)
-    """Hosts, ready or not, per allocatable units (only sizes above 0: maxUnitsPerNode, 6.3)."""
+    """Hosts that are KubeVirt nodes, ready or not, per allocatable units (only sizes above 0:
+    maxUnitsPerNode, 6.3)."""
     taint_keys: dict[frozenset[str], int] = field(default_factory=dict)
 
     def add(self, shares: Iterable[NodeShare], sign: int = 1) -> None:
@@ -229,7 +301,7 @@ class Tally:
         free_total = allocatable_total = eligible = hosts = 0
         for verdict, free, allocatable, blocking in shares:
             counts[verdict] = counts.get(verdict, 0) + sign
-            if not blocking and allocatable > 0:
+            if not blocking and allocatable > 0 and verdict != "noVirtHandler":
                 host_sizes[allocatable] = host_sizes.get(allocatable, 0) + sign
             if verdict == "noUnits":
                 continue
@@ -265,29 +337,36 @@ class Tally:
         )
 
 
-def surveyed(record: ClassRecord) -> tuple[str, tuple[Mapping[str, Any], ...]] | None:
-    """What of a class a survey reads: its resource and tolerations; None when it surveys nothing
-    (no resource name, or an invalid spec)."""
+Reads = tuple[str, tuple[Mapping[str, Any], ...], Needs]
+"""What a survey reads of its class and cluster: the resource, the tolerations and the KubeVirt
+devices the launcher requests (a change of any of them surveys the class anew)."""
+
+
+def surveyed(record: ClassRecord, needs: Needs) -> Reads | None:
+    """What of a class a survey reads; None when it surveys nothing (no resource name, or an
+    invalid spec)."""
     resource = record.resource_name
     if resource is None or record.spec is None:
         return None
-    return resource, record.tolerations
+    return resource, record.tolerations, needs
 
 
 def survey_nodes(
-    record: ClassRecord, nodes: Iterable[NodeRecord], used: Mapping[str, int]
+    record: ClassRecord, nodes: Iterable[NodeRecord], used: Mapping[str, int], needs: Needs
 ) -> Survey:
     """Judge every node that lists the class's resource; an invalid class surveys nothing.
 
     Each node's share is :func:`node_share`, summed by :class:`Tally`: the same two steps
     the reconciler's per-class tallies take one node at a time.
     """
-    reads = surveyed(record)
+    reads = surveyed(record, needs)
     if reads is None:
         return Survey()
-    resource, tolerations = reads
+    resource, tolerations, _ = reads
     tally = Tally()
-    tally.add(node_share(node, resource, tolerations, used.get(node.name, 0)) for node in nodes)
+    tally.add(
+        node_share(node, resource, tolerations, used.get(node.name, 0), needs) for node in nodes
+    )
     return tally.survey()
 
 
@@ -328,10 +407,19 @@ def _nodes(n: int) -> str:
 def exclusions(capacity: Capacity) -> str:
     """`1 NotReady, 2 with untolerated taints (key: 2)`: the non-empty excluded counts."""
     parts = []
+    if capacity.no_virt_handler:
+        parts.append(f"{capacity.no_virt_handler} not KubeVirt nodes (no virt-handler)")
     if capacity.not_ready:
         parts.append(f"{capacity.not_ready} NotReady")
     if capacity.cordoned:
         parts.append(f"{capacity.cordoned} cordoned")
+    if capacity.virt_handler_not_ready:
+        parts.append(
+            f"{capacity.virt_handler_not_ready} with virt-handler not ready "
+            "(kubevirt.io/schedulable not true)"
+        )
+    if capacity.no_kubevirt_devices:
+        parts.append(f"{capacity.no_kubevirt_devices} without KubeVirt's devices")
     if capacity.untolerated:
         keys = ", ".join(f"{k}: {n}" for k, n in capacity.taints)
         if capacity.other_taint_nodes:

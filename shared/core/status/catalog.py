@@ -98,7 +98,12 @@ def build_catalog(
         state = class_state(record, snapshot, winners, policy.license_namespace)
         free: int | None
         if index is not None:
-            computed = compute_figures(record, index, conflict_lost=state.conflict_with is not None)
+            computed = compute_figures(
+                record,
+                index,
+                conflict_lost=state.conflict_with is not None,
+                needs=snapshot.launcher_devices,
+            )
             units, free = computed.max_units_per_node, computed.max_free_per_node
         else:
             stored = record.status

@@ -19,6 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 from gpuclass.reconciler.state.usage import UsageCounters
 from gpuclass.shared.core.base.k8s import Taint
+from gpuclass.shared.core.model.kubevirt import DEFAULT_LAUNCHER_DEVICES
 from gpuclass.shared.core.model.snapshot import (
     ClassRecord,
     NodeRecord,
@@ -46,13 +47,20 @@ units = st.integers(0, 4)
 # count free units that Pods then take: a tally that missed a Pod or node change shows there.
 # (Hypothesis favours the first element of `sampled_from` and small integers: the common case
 # goes first.)
+NEEDS = DEFAULT_LAUNCHER_DEVICES
+KV = dict.fromkeys(NEEDS, 1000)  # a healthy KubeVirt node's devices
+devices_st = st.sampled_from([dict.fromkeys(NEEDS, 1000)] * 3 + [{NEEDS[0]: 0}, {}])
 nodes_st = st.builds(
-    NodeRecord,
+    lambda name, ready, cordoned, taints, units, devices, handler: NodeRecord(
+        name, ready, cordoned, taints, {**units, **devices}, handler
+    ),
     st.sampled_from(NODE_NAMES),
     st.sampled_from([True, True, True, False]),
     st.sampled_from([False, False, False, True]),
     st.sampled_from([(), (), (), *TAINTS[1:]]),
     st.dictionaries(st.sampled_from(RESOURCES), st.integers(1, 4), min_size=1, max_size=2),
+    devices_st,
+    st.sampled_from(["ready", "ready", "ready", "notReady", "absent"]),
 )
 
 
@@ -139,10 +147,10 @@ class Surveys(RuleBasedStateMachine):
         )
         for name in sorted(chosen & set(self.classes)):
             record = self.classes[name]
-            found = self.usage.surveys.survey(record)
-            assert found == index.survey(record), name
-            assert found == self.usage.index.survey(record), name
-            assert found.capacity() == index.survey(record).capacity(), name
+            found = self.usage.surveys.survey(record, NEEDS)
+            assert found == index.survey(record, NEEDS), name
+            assert found == self.usage.index.survey(record, NEEDS), name
+            assert found.capacity() == index.survey(record, NEEDS).capacity(), name
 
 
 Surveys.TestCase.settings = settings(
@@ -163,40 +171,40 @@ def _one_class_on(node: NodeRecord) -> tuple[UsageCounters, ClassRecord]:
 
 def test_a_pod_bound_after_a_survey_counts_at_the_next() -> None:
     """Contract 6.2: free units are allocatable minus what bound Pods request on the node."""
-    usage, record = _one_class_on(NodeRecord("n0", True, False, (), {RESOURCES[0]: 4}))
-    assert usage.surveys.survey(record).free == 4
+    usage, record = _one_class_on(NodeRecord("n0", True, False, (), {RESOURCES[0]: 4, **KV}))
+    assert usage.surveys.survey(record, NEEDS).free == 4
     usage.add_pod(PodRecord("n0", {RESOURCES[0]: 3}), 1)
-    assert usage.surveys.survey(record).free == 1
+    assert usage.surveys.survey(record, NEEDS).free == 1
     usage.add_pod(PodRecord("n0", {RESOURCES[0]: 3}), -1)
-    assert usage.surveys.survey(record).free == 4
+    assert usage.surveys.survey(record, NEEDS).free == 4
 
 
 def test_a_node_changed_after_a_survey_counts_at_the_next() -> None:
     """Contract 6.1 and 6.2: a cordoned node is not eligible and offers nothing; more allocatable
     offers more."""
-    node = NodeRecord("n0", True, False, (), {RESOURCES[0]: 4})
+    node = NodeRecord("n0", True, False, (), {RESOURCES[0]: 4, **KV})
     usage, record = _one_class_on(node)
-    assert usage.surveys.survey(record).free == 4
-    cordoned = NodeRecord("n0", True, True, (), {RESOURCES[0]: 4})
+    assert usage.surveys.survey(record, NEEDS).free == 4
+    cordoned = NodeRecord("n0", True, True, (), {RESOURCES[0]: 4, **KV})
     usage.set_node("n0", node, cordoned)
-    assert usage.surveys.survey(record).free == 0
-    bigger = NodeRecord("n0", True, False, (), {RESOURCES[0]: 8})
+    assert usage.surveys.survey(record, NEEDS).free == 0
+    bigger = NodeRecord("n0", True, False, (), {RESOURCES[0]: 8, **KV})
     usage.set_node("n0", cordoned, bigger)
-    assert usage.surveys.survey(record).free == 8
+    assert usage.surveys.survey(record, NEEDS).free == 8
 
 
 def test_pods_on_nodes_that_list_nothing_grow_no_tally() -> None:
     """A class surveyed once and never again (it lost a resource-name conflict) keeps its tally:
     Pods a tenant binds to made-up node names must not pile up in it (50,000 such Pods held
     10 MB of names). A Pod on a listed node, and a node that goes, still count."""
-    usage, record = _one_class_on(NodeRecord("n0", True, False, (), {RESOURCES[0]: 4}))
-    usage.surveys.survey(record)
+    usage, record = _one_class_on(NodeRecord("n0", True, False, (), {RESOURCES[0]: 4, **KV}))
+    usage.surveys.survey(record, NEEDS)
     for i in range(100):
         ghost = PodRecord(f"ghost-{i}", {RESOURCES[0]: 1})
         usage.add_pod(ghost, 1)
         usage.add_pod(ghost, -1)
     assert usage.surveys._tallies["c1"].stale == set()
     usage.add_pod(PodRecord("n0", {RESOURCES[0]: 1}), 1)
-    assert usage.surveys.survey(record).free == 3
-    usage.set_node("n0", NodeRecord("n0", True, False, (), {RESOURCES[0]: 4}), None)
-    assert usage.surveys.survey(record).free == 0
+    assert usage.surveys.survey(record, NEEDS).free == 3
+    usage.set_node("n0", NodeRecord("n0", True, False, (), {RESOURCES[0]: 4, **KV}), None)
+    assert usage.surveys.survey(record, NEEDS).free == 0

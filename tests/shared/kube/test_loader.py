@@ -199,6 +199,7 @@ status: {phase: Running}
 kind: KubeVirt
 metadata: {name: kv, namespace: cozy-kubevirt}
 spec: {configuration: {permittedHostDevices: {pciHostDevices: [{resourceName: example.com/gpu}]}}}
+status: {phase: Deployed}
 ---
 kind: Namespace
 metadata: {name: tenant-a, labels: {gpu.cozystack.io/vgpu: "true"}}

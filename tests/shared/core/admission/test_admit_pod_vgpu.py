@@ -53,6 +53,7 @@ OBJECTS: list[dict[str, Any]] = [
     _class("broken", BROKEN, mode="vgpu"),  # no profile: invalid
     {
         "kind": "KubeVirt",
+        "status": {"phase": "Deployed"},
         "metadata": {"name": "kubevirt", "namespace": "cozy-kubevirt"},
         "spec": {
             "configuration": {

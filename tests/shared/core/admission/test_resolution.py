@@ -28,7 +28,7 @@ from gpuclass.shared.core.admission.resolution import (
 )
 from gpuclass.shared.core.model.snapshot import SnapshotBuilder
 from gpuclass.shared.core.status.catalog import Catalog, Policy, build_catalog
-from tests.builders import admission_request
+from tests.builders import KUBEVIRT_DEVICES, KUBEVIRT_NODE_LABELS, admission_request
 
 ANN_KEY = "gpu.cozystack.io/classes"
 ANN = f"metadata.annotations[{ANN_KEY}]"
@@ -78,9 +78,12 @@ def _node(
 ) -> dict[str, Any]:
     return {
         "kind": "Node",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": dict(KUBEVIRT_NODE_LABELS)},
         "spec": {"taints": taints or []},
-        "status": {"conditions": [{"type": "Ready", "status": ready}], "allocatable": allocatable},
+        "status": {
+            "conditions": [{"type": "Ready", "status": ready}],
+            "allocatable": {**KUBEVIRT_DEVICES, **allocatable},
+        },
     }
 
 
@@ -129,6 +132,7 @@ OBJECTS: list[dict[str, Any]] = [
     },
     {
         "kind": "KubeVirt",
+        "status": {"phase": "Deployed"},
         "metadata": {"name": "kubevirt", "namespace": "cozy-kubevirt"},
         "spec": {
             "configuration": {

@@ -13,6 +13,7 @@ import pytest
 
 from gpuclass.shared.core.model.snapshot import Snapshot, SnapshotBuilder
 from gpuclass.shared.core.status.availability import compute_all
+from tests.builders import KUBEVIRT_DEVICES, KUBEVIRT_NODE_LABELS
 
 R = "example.com/gpu"
 NS = "cozy-system"
@@ -29,8 +30,13 @@ def node(
     ready: str | None = "True",
     unschedulable: bool = False,
     resource: str = R,
+    kubevirt: bool = True,
 ) -> dict[str, Any]:
+    """A node; a healthy KubeVirt node (virt-handler's label and devices) unless `kubevirt`
+    is False."""
     allocatable: dict[str, Any] = {"cpu": "64", "memory": "512Gi"}
+    if kubevirt:
+        allocatable.update(KUBEVIRT_DEVICES)
     if units is not None:
         allocatable[resource] = str(units)
     spec: dict[str, Any] = {"taints": taints or []}
@@ -39,7 +45,7 @@ def node(
     conditions = [{"type": "Ready", "status": ready}] if ready is not None else []
     return {
         "kind": "Node",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": dict(KUBEVIRT_NODE_LABELS) if kubevirt else {}},
         "spec": spec,
         "status": {"conditions": conditions, "allocatable": allocatable},
     }
@@ -134,6 +140,7 @@ def gpuclass(
 def kubevirt(*resources: str) -> dict[str, Any]:
     return {
         "kind": "KubeVirt",
+        "status": {"phase": "Deployed"},
         "metadata": {"name": "kubevirt", "namespace": "cozy-kubevirt"},
         "spec": {
             "configuration": {
@@ -418,6 +425,7 @@ def test_three_classes_one_winner() -> None:
                 CLASS,
                 {
                     "kind": "KubeVirt",
+                    "status": {"phase": "Deployed"},
                     "metadata": {"name": "kv"},
                     "spec": {
                         "configuration": {

@@ -2,8 +2,9 @@
 
 Each row is a small cluster of raw objects and the node counts and condition a person
 gets by hand from the rule: every node listing the resource above 0 advertises it and
-takes the first of NotReady, cordoned, untolerated taint, no free units, else it has
-free units; `hosts` is 6.1's figure. The condition is False with ClassNotReady,
+takes the first of no virt-handler, NotReady, cordoned, virt-handler not ready, a KubeVirt
+device missing, untolerated taint, no free units, else it has free units; `hosts` is 6.1's
+figure. The condition is False with ClassNotReady,
 NoNodeAdvertises, NoEligibleNode or AllUnitsInUse, and True with Fragmented or CanStart.
 """
 
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 
 from gpuclass.reconciler.state.statusdiff import status_patch, transitions
 from gpuclass.shared.core.base.k8s import Taint
+from gpuclass.shared.core.model.kubevirt import DEFAULT_LAUNCHER_DEVICES
 from gpuclass.shared.core.model.snapshot import NodeRecord, SnapshotBuilder, compact_class
 from gpuclass.shared.core.status.availability import compute_all
 from gpuclass.shared.core.status.capacity import (
@@ -65,6 +67,9 @@ def capacity(
     cordoned: int = 0,
     untolerated: int = 0,
     no_free: int = 0,
+    no_handler: int = 0,
+    handler_not_ready: int = 0,
+    no_devices: int = 0,
     taints: list[tuple[str, int]] | None = None,
     other: int = 0,
 ) -> dict[str, Any]:
@@ -78,6 +83,9 @@ def capacity(
             "cordoned": cordoned,
             "untolerated": untolerated,
             "noFreeUnits": no_free,
+            "noVirtHandler": no_handler,
+            "virtHandlerNotReady": handler_not_ready,
+            "noKubeVirtDevices": no_devices,
             "taints": [{"key": k, "nodes": n} for k, n in taints or []],
             "otherTaintNodes": other,
         },
@@ -87,6 +95,18 @@ def capacity(
 def schedulable(s: dict[str, Any]) -> tuple[str, str]:
     (condition,) = [c for c in s["conditions"] if c["type"] == "Schedulable"]
     return condition["status"], condition["reason"]
+
+
+def stale_handler(name: str, units: int) -> dict[str, Any]:
+    """A node whose virt-handler heartbeat went stale: virt-controller set the label to false."""
+    obj = node(name, {R: units})
+    obj["metadata"]["labels"]["kubevirt.io/schedulable"] = "false"
+    return obj
+
+
+def without(name: str, units: int, device: str) -> dict[str, Any]:
+    """A node whose virt-handler advertises none of one KubeVirt device."""
+    return node(name, {R: units, f"devices.kubevirt.io/{device}": 0})
 
 
 ROWS = [
@@ -180,6 +200,49 @@ ROWS = [
         ("False", "AllUnitsInUse"),
         id="overcommitted-node-is-full",
     ),
+    # False: advertised, but KubeVirt's launcher Pod cannot land there.
+    pytest.param(
+        [cls(), node("a", {R: 4}, kubevirt=False)],
+        capacity(1, 1, no_handler=1),
+        ("False", "NoEligibleNode"),
+        id="no-virt-handler",
+    ),
+    pytest.param(
+        [cls(), node("a", {R: 4}, kubevirt=False, ready=False)],
+        capacity(1, 1, no_handler=1),
+        ("False", "NoEligibleNode"),
+        id="no-virt-handler-comes-before-not-ready",
+    ),
+    pytest.param(
+        [cls(), stale_handler("a", 4)],
+        capacity(1, 1, handler_not_ready=1),
+        ("False", "NoEligibleNode"),
+        id="virt-handler-not-ready",
+    ),
+    pytest.param(
+        [cls(), without("a", 4, "kvm")],
+        capacity(1, 1, no_devices=1),
+        ("False", "NoEligibleNode"),
+        id="no-kvm",
+    ),
+    pytest.param(
+        [cls(), without("a", 4, "tun"), without("b", 4, "vhost-net")],
+        capacity(2, 2, no_devices=2),
+        ("False", "NoEligibleNode"),
+        id="no-tun-no-vhost-net",
+    ),
+    pytest.param(
+        [cls(), without("a", 4, "kvm"), node("b", {R: 1})],
+        capacity(2, 2, 1, 1, no_devices=1),
+        ("True", "Fragmented"),
+        id="limit-from-a-kvm-less-host-but-nothing-free-there",
+    ),
+    pytest.param(
+        [cls(), node("a", {R: 8}, kubevirt=False), node("b", {R: 2})],
+        capacity(2, 2, 1, 1, no_handler=1),
+        ("True", "CanStart"),
+        id="a-node-without-virt-handler-sets-no-limit",
+    ),
     # True: a VM can start; Fragmented when the largest allowed VM cannot.
     pytest.param(
         [cls(), node("a", {R: 4})], capacity(1, 1, 1, 1), ("True", "CanStart"), id="free-node"
@@ -256,7 +319,15 @@ def test_every_advertising_node_has_one_verdict(
 ) -> None:
     found = status_of(*objects)["capacity"]
     excluded = found["excluded"]
-    parts = ("notReady", "cordoned", "untolerated", "noFreeUnits")
+    parts = (
+        "noVirtHandler",
+        "notReady",
+        "cordoned",
+        "virtHandlerNotReady",
+        "noKubeVirtDevices",
+        "untolerated",
+        "noFreeUnits",
+    )
     assert found["advertising"] == found["withFree"] + sum(excluded[p] for p in parts)
     assert found["eligible"] == found["withFree"] + excluded["noFreeUnits"]
 
@@ -403,6 +474,8 @@ def test_unchanged_cluster_needs_no_write_and_a_flip_is_an_event() -> None:
 # -- the reconciler's loop and explain's per-node verdicts agree ------------------------------------
 
 KEYS = ("k1", "k2", "gpu.example.com/dedicated")
+NEEDS = DEFAULT_LAUNCHER_DEVICES
+HANDLERS = ("ready", "ready", "ready", "notReady", "absent")
 
 
 @st.composite
@@ -413,13 +486,15 @@ def clusters(draw: st.DrawFn) -> tuple[list[NodeRecord], dict[str, int], list[di
             Taint(k, "x", draw(st.sampled_from(["NoSchedule", "NoExecute", "PreferNoSchedule"])))
             for k in draw(st.lists(st.sampled_from(KEYS), unique=True, max_size=3))
         )
+        devices = {d: draw(st.sampled_from((0, 1000))) for d in NEEDS}
         nodes.append(
             NodeRecord(
                 f"n{i}",
                 draw(st.booleans()),
                 draw(st.booleans()),
                 taints,
-                {R: draw(st.integers(0, 4))},
+                {R: draw(st.integers(0, 4)), **devices},
+                draw(st.sampled_from(HANDLERS)),
             )
         )
     used = {n.name: draw(st.integers(0, 5)) for n in nodes}
@@ -435,8 +510,8 @@ def test_survey_counts_what_judge_node_says(
     nodes, used, tolerations = cluster
     record = compact_class(cls(tolerations=tolerations))
     assert record is not None
-    found = survey_nodes(record, nodes, used)
-    fits = [judge_node(n, R, record.tolerations, used) for n in nodes]
+    found = survey_nodes(record, nodes, used, NEEDS)
+    fits = [judge_node(n, R, record.tolerations, used, NEEDS) for n in nodes]
     counted = Counter(f.verdict for f in fits)
     capacity = found.capacity()
     assert (capacity.with_free, capacity.no_free_units) == (
@@ -448,10 +523,16 @@ def test_survey_counts_what_judge_node_says(
         counted["cordoned"],
         counted["untolerated"],
     )
+    assert (
+        capacity.no_virt_handler,
+        capacity.virt_handler_not_ready,
+        capacity.no_kubevirt_devices,
+    ) == (counted["noVirtHandler"], counted["virtHandlerNotReady"], counted["noKubeVirtDevices"])
     eligible = [f for f in fits if f.verdict in ("withFree", "noFreeUnits")]
     assert found.free == sum(f.free for f in eligible)
     assert found.max_free_per_node == max((f.free for f in eligible), default=0)
-    assert found.max_units_per_node == max((f.allocatable for f in fits if f.host), default=0)
+    kubevirt_hosts = [f for f in fits if f.host and f.verdict != "noVirtHandler"]
+    assert found.max_units_per_node == max((f.allocatable for f in kubevirt_hosts), default=0)
     assert capacity.hosts == sum(1 for f in fits if f.host and f.verdict != "noUnits")
 
 
@@ -467,11 +548,14 @@ def test_shares_taken_out_leave_the_tally_of_the_rest(
     record = compact_class(cls(tolerations=tolerations))
     assert record is not None
     leaving = data.draw(st.sets(st.sampled_from([n.name for n in nodes]))) if nodes else set()
-    shares = {n.name: node_share(n, R, record.tolerations, used.get(n.name, 0)) for n in nodes}
+    shares = {
+        n.name: node_share(n, R, record.tolerations, used.get(n.name, 0), NEEDS) for n in nodes
+    }
     tally = Tally()
     tally.add(shares.values())
     tally.add([shares[name] for name in leaving], -1)
-    assert tally.survey() == survey_nodes(record, [n for n in nodes if n.name not in leaving], used)
+    rest = [n for n in nodes if n.name not in leaving]
+    assert tally.survey() == survey_nodes(record, rest, used, NEEDS)
     if leaving == set(shares):
         assert tally == Tally()
 
@@ -485,6 +569,11 @@ def test_shares_taken_out_leave_the_tally_of_the_rest(
 
 ORACLE_KEYS = tuple(f"k{i}" for i in range(1, 9))  # eight keys: past the five that are listed
 ORACLE_VALUES = ("x", "y")
+ORACLE_DEVICES = (
+    "devices.kubevirt.io/kvm",
+    "devices.kubevirt.io/tun",
+    "devices.kubevirt.io/vhost-net",
+)
 EFFECTS = ("NoSchedule", "NoExecute", "PreferNoSchedule")
 REACHED: Counter[str] = Counter()
 
@@ -517,16 +606,23 @@ def oracle(
             if not any(oracle_tolerates(tol, t.key, t.value, t.effect) for tol in tolerations)
         }
         host = not untolerated
-        if host:
-            max_units = max(max_units, allocatable)  # 6.3: any host, ready or not
+        kubevirt_node = n.handler != "absent"  # virt-handler's label, any value
+        if host and kubevirt_node:
+            max_units = max(max_units, allocatable)  # 6.3: any KubeVirt host, ready or not
         if allocatable <= 0:
             continue  # 6.8: does not advertise
         hosts += host
         free = max(allocatable - used.get(n.name, 0), 0)  # 6.2
-        if not n.ready:
+        if not kubevirt_node:
+            counts["noVirtHandler"] += 1
+        elif not n.ready:
             counts["notReady"] += 1
         elif n.unschedulable:
             counts["cordoned"] += 1
+        elif n.handler != "ready":
+            counts["virtHandlerNotReady"] += 1
+        elif any(n.allocatable.get(d, 0) <= 0 for d in ORACLE_DEVICES):
+            counts["noKubeVirtDevices"] += 1
         elif untolerated:
             counts["untolerated"] += 1
             blocked_keys.append(untolerated)
@@ -548,6 +644,9 @@ def oracle(
             "cordoned": counts["cordoned"],
             "untolerated": counts["untolerated"],
             "noFreeUnits": counts["noFreeUnits"],
+            "noVirtHandler": counts["noVirtHandler"],
+            "virtHandlerNotReady": counts["virtHandlerNotReady"],
+            "noKubeVirtDevices": counts["noKubeVirtDevices"],
             "taints": [{"key": k, "nodes": c} for k, c in listed],
             "otherTaintNodes": sum(1 for keys in blocked_keys if not keys & shown),
         },
@@ -595,21 +694,25 @@ def oracle_clusters(
         )
         ready = draw(st.integers(0, 5)) > 0  # mostly Ready, so taints decide more often
         cordoned = draw(st.integers(0, 5)) == 0
-        nodes.append(NodeRecord(f"n{i}", ready, cordoned, taints, {R: draw(st.integers(0, 4))}))
+        handler = draw(st.sampled_from(("ready",) * 6 + ("notReady", "absent")))
+        devices = {d: 0 if draw(st.integers(0, 9)) == 0 else 1000 for d in ORACLE_DEVICES}
+        units = {R: draw(st.integers(0, 4)), **devices}
+        nodes.append(NodeRecord(f"n{i}", ready, cordoned, taints, units, handler))
     used = {n.name: draw(st.integers(0, 5)) for n in nodes}
     tolerations = draw(st.lists(toleration_st, max_size=3))
     return nodes, used, tolerations
 
 
+ORACLE_UNIT = {R: 1, **dict.fromkeys(ORACLE_DEVICES, 1000)}
 WIDE = (
     # eight untolerated keys on eight Ready nodes, one each, k1 on two more: k1 and four others
     # are listed, three nodes are left to otherTaintNodes
     [
-        NodeRecord(f"w{i}", True, False, (Taint(f"k{i}", "x", "NoSchedule"),), {R: 1})
+        NodeRecord(f"w{i}", True, False, (Taint(f"k{i}", "x", "NoSchedule"),), ORACLE_UNIT)
         for i in range(1, 9)
     ]
     + [
-        NodeRecord(f"v{i}", True, False, (Taint("k1", "x", "NoSchedule"),), {R: 1})
+        NodeRecord(f"v{i}", True, False, (Taint("k1", "x", "NoSchedule"),), ORACLE_UNIT)
         for i in range(2)
     ],
     {},
@@ -627,13 +730,13 @@ def _survey_equals_the_oracle(
     record = compact_class(cls(tolerations=tolerations))
     assert record is not None
     want = oracle(nodes, used, tolerations)
-    found = survey_nodes(record, nodes, used)
+    found = survey_nodes(record, nodes, used, ORACLE_DEVICES)
     got = found.capacity().to_status()
     assert got == {k: v for k, v in want.items() if k not in ("figures", "distinct_keys")}
     assert (found.free, found.max_free_per_node, found.max_units_per_node) == want["figures"]
     target(float(want["distinct_keys"]), label="distinct untolerated keys")
     excluded = want["excluded"]
-    for branch in ("notReady", "cordoned", "untolerated", "noFreeUnits"):
+    for branch in BRANCHES:
         if excluded[branch]:
             REACHED[branch] += 1
     if want["withFree"]:
@@ -648,15 +751,23 @@ def _survey_equals_the_oracle(
         event("otherTaintNodes > 0")
 
 
+BRANCHES = (
+    "noVirtHandler",
+    "notReady",
+    "cordoned",
+    "virtHandlerNotReady",
+    "noKubeVirtDevices",
+    "untolerated",
+    "noFreeUnits",
+)
+
+
 def test_survey_equals_an_oracle_from_the_contract() -> None:
     REACHED.clear()
     _survey_equals_the_oracle()
     # The interesting branches were reached, the more-than-five-keys path among them.
     wanted = {
-        "notReady",
-        "cordoned",
-        "untolerated",
-        "noFreeUnits",
+        *BRANCHES,
         "withFree",
         "noUnits",
         "moreThanFiveKeys",
