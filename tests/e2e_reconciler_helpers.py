@@ -42,8 +42,10 @@ from typing import IO, Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.builders import KUBEVIRT_DEVICES, KUBEVIRT_NODE_LABELS
 from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import User, eventually
+from tests.controlplane.kubevirt_parts import install_kubevirt_cr
 
 ROOT = Path(__file__).resolve().parent.parent
 RECONCILER = Path(sys.executable).with_name("gpuclass-reconciler")
@@ -397,7 +399,8 @@ def pod_path(ns: str, name: str) -> str:
 def set_node_status(
     api: Api, name: str, *, ready: bool = True, allocatable: Mapping[str, int] | None = None
 ) -> RawObject:
-    """The node's Ready condition and (when given) its allocatable, through /status."""
+    """The node's Ready condition and (when given) its allocatable, through /status; the
+    allocatable holds virt-handler's devices unless `allocatable` names them (at 0: missing)."""
     status: RawObject = {
         "conditions": [
             {
@@ -409,7 +412,7 @@ def set_node_status(
         ]
     }
     if allocatable is not None:
-        amounts = {"cpu": "16", "memory": "64Gi", "pods": "110"}
+        amounts = {"cpu": "16", "memory": "64Gi", "pods": "110", **KUBEVIRT_DEVICES}
         amounts.update({k: str(v) for k, v in allocatable.items()})
         status["allocatable"] = amounts
         status["capacity"] = dict(amounts)
@@ -432,12 +435,15 @@ def create_node(
     ready: bool = True,
     taints: Sequence[Mapping[str, str]] | None = (),
     labels: Mapping[str, str] | None = None,
+    kubevirt: bool = True,
 ) -> RawObject:
     """A Node with its status set; `taints` replace the API server's not-ready taint
-    (None keeps it, as on a node whose controller has not cleared it yet)."""
+    (None keeps it, as on a node whose controller has not cleared it yet). A KubeVirt node
+    (virt-handler's label) unless `kubevirt` is False."""
     meta: RawObject = {"name": name}
-    if labels:
-        meta["labels"] = dict(labels)
+    all_labels = {**(KUBEVIRT_NODE_LABELS if kubevirt else {}), **(labels or {})}
+    if all_labels:
+        meta["labels"] = all_labels
     api.create({"apiVersion": "v1", "kind": "Node", "metadata": meta})
     stored = set_node_status(api, name, ready=ready, allocatable=allocatable)
     if taints is not None:
@@ -528,14 +534,7 @@ class PermittedDevices:
         for _ in range(5):
             cr = self._current(api)
             if cr is None:
-                cr = api.create(
-                    {
-                        "apiVersion": "kubevirt.io/v1",
-                        "kind": "KubeVirt",
-                        "metadata": {"name": "kubevirt", "namespace": self.ns},
-                        "spec": {"configuration": {"permittedHostDevices": {}}},
-                    }
-                )
+                cr = install_kubevirt_cr(api, self.ns, "kubevirt", {"permittedHostDevices": {}})
                 self.created = cr["metadata"]["name"]
             permitted = cr.get("spec", {}).get("configuration", {}).get("permittedHostDevices", {})
             lists = {key: list(permitted.get(key) or []) for key in DEVICE_LISTS}

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.builders import KUBEVIRT_DEVICES, KUBEVIRT_NODE_LABELS
 from tests.controlplane.api import Api, RawObject
 from tests.controlplane.cluster import (
     ControlPlane,
@@ -298,10 +299,13 @@ def kwok_node(
     labels: dict[str, str] | None = None,
     taints: Sequence[RawObject] = (),
     unschedulable: bool = False,
+    kubevirt: bool = True,
 ) -> RawObject:
-    """A Node kwok will manage. Its allocatable (beside cpu/memory/pods defaults) is set
+    """A Node kwok will manage, a KubeVirt node (virt-handler's label) unless `kubevirt` is
+    False. Its allocatable (beside cpu/memory/pods and virt-handler's device defaults) is set
     through /status by :func:`set_allocatable` once it exists."""
-    meta: RawObject = {"name": name, "labels": {**(labels or {}), **KWOK_MANAGED}}
+    handler = KUBEVIRT_NODE_LABELS if kubevirt else {}
+    meta: RawObject = {"name": name, "labels": {**handler, **(labels or {}), **KWOK_MANAGED}}
     spec: RawObject = {}
     if taints:
         spec["taints"] = [dict(t) for t in taints]
@@ -312,8 +316,10 @@ def kwok_node(
 
 def set_allocatable(api: Api, name: str, amounts: Mapping[str, int | str | None]) -> RawObject:
     """Capacity and allocatable of a Node, as its kubelet (and device plugins) report them
-    (cpu/memory/pods defaults beside `amounts`; None takes a resource away)."""
+    (cpu/memory/pods and virt-handler's device defaults beside `amounts`; None takes a resource
+    away)."""
     full: dict[str, str | None] = {"cpu": "32", "memory": "256Gi", "pods": "110"}
+    full.update(KUBEVIRT_DEVICES)
     full.update({k: None if v is None else str(v) for k, v in amounts.items()})
     body = {"status": {"capacity": dict(full), "allocatable": dict(full)}}
     return api.call("PATCH", f"/api/v1/nodes/{name}/status", body=body, content_type=MERGE)

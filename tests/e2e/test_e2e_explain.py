@@ -75,6 +75,7 @@ def cluster(control_plane: ControlPlane) -> Iterator[dict[str, Any]]:
                             "permittedHostDevices": {"pciHostDevices": [{"resourceName": res}]}
                         }
                     },
+                    "status": {"phase": "Deployed"},
                 },
             ],
         }

@@ -92,27 +92,25 @@ def _moving_objects(toleration: RawObject) -> list[RawObject]:
                 "tolerations": [toleration],
             },
         },
+        # KubeVirt reads one deployed CR: this one takes the fixture world's place (the same
+        # namespace and name, in a file read after theirs) and permits the moving class too.
         {
             "apiVersion": "kubevirt.io/v1",
             "kind": "KubeVirt",
-            "metadata": {"name": "kubevirt-moving", "namespace": "cozy-kubevirt"},
-            "spec": {
-                "configuration": {
-                    "permittedHostDevices": {
-                        "pciHostDevices": [
-                            {"pciVendorSelector": "10DE:0009", "resourceName": MOVING_RESOURCE}
-                        ]
-                    }
-                }
-            },
+            "metadata": {"name": "kubevirt", "namespace": "cozy-kubevirt"},
+            "spec": {"configuration": _permitted_union(GOLDEN_OBJECTS, MOVING_DEVICE)},
+            "status": {"phase": "Deployed"},
         },
     ]
 
 
-def _permitted_union(objects: list[RawObject]) -> RawObject:
-    """One KubeVirt configuration permitting every device the files' KubeVirt CRs permit:
-    KubeVirt reads one CR per cluster, while the fixture world spreads them over three."""
-    union: dict[str, list[RawObject]] = {"pciHostDevices": [], "mediatedDevices": []}
+MOVING_DEVICE = {"pciVendorSelector": "10DE:0009", "resourceName": MOVING_RESOURCE}
+
+
+def _permitted_union(objects: list[RawObject], *pci: RawObject) -> RawObject:
+    """One KubeVirt configuration permitting every device the files' KubeVirt CRs permit, and
+    the PCI devices `pci`."""
+    union: dict[str, list[RawObject]] = {"pciHostDevices": list(pci), "mediatedDevices": []}
     for obj in objects:
         if obj.get("kind") != "KubeVirt":
             continue

@@ -23,6 +23,7 @@ from tests.builders import selecting_vmi as vmi
 from tests.chart_helpers import render_objects, webhook_for
 from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
+from tests.controlplane.kubevirt_parts import install_kubevirt_cr
 from tests.controlplane.plugin import WebhookRegistry
 from tests.controlplane.webhooks import gpuclass_webhooks
 from tests.e2e_reconciler_helpers import gpuclass
@@ -48,27 +49,21 @@ def world(
         api.apply(
             [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}]
         )
-    api.apply(
-        [
-            {
-                "apiVersion": "kubevirt.io/v1",
-                "kind": "KubeVirt",
-                "metadata": {"name": "kubevirt", "namespace": "cozy-kubevirt"},
-                "spec": {
-                    "configuration": {
-                        "permittedHostDevices": {
-                            "pciHostDevices": [
-                                {"pciVendorSelector": "10DE:0001", "resourceName": w.whole_resource}
-                            ],
-                            "mediatedDevices": [
-                                {"mdevNameSelector": "X", "resourceName": w.licensed_resource},
-                                {"mdevNameSelector": "Y", "resourceName": w.byol_resource},
-                            ],
-                        }
-                    }
-                },
+    install_kubevirt_cr(
+        api,
+        "cozy-kubevirt",
+        "kubevirt",
+        {
+            "permittedHostDevices": {
+                "pciHostDevices": [
+                    {"pciVendorSelector": "10DE:0001", "resourceName": w.whole_resource}
+                ],
+                "mediatedDevices": [
+                    {"mdevNameSelector": "X", "resourceName": w.licensed_resource},
+                    {"mdevNameSelector": "Y", "resourceName": w.byol_resource},
+                ],
             }
-        ]
+        },
     )
     api.create(gpuclass(w.whole, w.whole_resource, tolerations=[w.toleration]))
     api.create(

@@ -127,6 +127,9 @@ class Excluded(_Lenient):
     cordoned: int = 0
     untolerated: int = 0
     no_free_units: int = 0
+    no_virt_handler: int = 0
+    virt_handler_not_ready: int = 0
+    no_kubevirt_devices: int = 0
     taints: list[TaintNodes] = Field(default_factory=list)
     other_taint_nodes: int = 0
 

@@ -359,6 +359,25 @@ def test_observed_generation_and_kept_transition_time() -> None:
 # -- the affected-class index ---------------------------------------------------------------------
 
 
+def relabelled(obj: dict[str, Any], labels: dict[str, str | None]) -> dict[str, Any]:
+    """`obj` with labels added, or removed where the value is None."""
+    current = obj["metadata"].setdefault("labels", {})
+    for key, value in labels.items():
+        if value is None:
+            current.pop(key, None)
+        else:
+            current[key] = value
+    return obj
+
+
+def emulating(*resources: str) -> dict[str, Any]:
+    """A KubeVirt CR permitting `resources` under developerConfiguration.useEmulation: the
+    launcher then requests only tun (shared/core/model/kubevirt.py)."""
+    obj = kubevirt(*resources)
+    obj["spec"]["configuration"]["developerConfiguration"] = {"useEmulation": True}
+    return obj
+
+
 def indexed_state() -> ClusterCache:
     state = state_with(
         ("gpuclasses", gpuclass("c", R)),
@@ -398,6 +417,36 @@ def indexed_state() -> ClusterCache:
         ),
         pytest.param("nodes", node("n1", {R: 5}), {"c"}, id="allocatable-touches-changed-resource"),
         pytest.param(
+            "nodes",
+            relabelled(node("n1", {R: 4}), {"kubevirt.io/schedulable": "false"}),
+            {"c"},
+            id="virt-handler-going-stale-touches-advertised",
+        ),
+        pytest.param(
+            "nodes",
+            relabelled(node("n1", {R: 4}), {"kubevirt.io/schedulable": None}),
+            {"c"},
+            id="virt-handler-gone-touches-advertised",
+        ),
+        pytest.param(
+            "nodes",
+            node("n1", {R: 4, "devices.kubevirt.io/kvm": 0}),
+            {"c"},
+            id="kvm-gone-touches-advertised",
+        ),
+        pytest.param(
+            "nodes",
+            node("n1", {R: 4, "devices.kubevirt.io/kvm": 999}),
+            set(),
+            id="kvm-count-alone-touches-nothing",
+        ),
+        pytest.param(
+            "nodes",
+            relabelled(node("n1", {R: 4}), {"topology.kubernetes.io/zone": "z1"}),
+            set(),
+            id="other-label-touches-nothing",
+        ),
+        pytest.param(
             "nodes", node("n1", {R: 4, OTHER: 1}), {"d"}, id="new-resource-touches-only-it"
         ),
         pytest.param(
@@ -410,6 +459,12 @@ def indexed_state() -> ClusterCache:
             "kubevirts", kubevirt(R), {"c", "d", "lic"}, id="permitted-change-touches-all"
         ),
         pytest.param("kubevirts", kubevirt(R, OTHER), set(), id="same-permitted-touches-nothing"),
+        pytest.param(
+            "kubevirts",
+            emulating(R, OTHER),
+            {"c", "d", "lic"},
+            id="launcher-devices-change-touches-all",
+        ),
         pytest.param(
             "licence-secrets", secret("src"), {"lic"}, id="source-secret-touches-its-class"
         ),

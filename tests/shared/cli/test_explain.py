@@ -25,7 +25,18 @@ ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "explain"
 EXPECTED: dict[str, dict[str, Any]] = yaml.safe_load((FIXTURES / "expected.yaml").read_text())
 OBJECTS = ["--objects", str(ROOT / "examples")]
-VERDICTS = ("fits", "tooFewFree", "noFreeUnits", "notReady", "cordoned", "untolerated", "noUnits")
+VERDICTS = (
+    "fits",
+    "tooFewFree",
+    "noFreeUnits",
+    "noVirtHandler",
+    "notReady",
+    "cordoned",
+    "virtHandlerNotReady",
+    "noKubeVirtDevices",
+    "untolerated",
+    "noUnits",
+)
 
 
 def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -146,6 +157,43 @@ def test_rows_and_answer(
     assert {r.node: r.verdict for r in result.rows} == rows
     assert result.answer == answer
     assert result.can_start is answer.startswith("a VM needing")
+
+
+def stale(obj: dict[str, Any]) -> dict[str, Any]:
+    obj["metadata"]["labels"]["kubevirt.io/schedulable"] = "false"
+    return obj
+
+
+def test_each_node_kubevirt_cannot_use_is_named_with_its_reason() -> None:
+    """The reasons of docs/contract.md 6.1 and 6.8, in the words the tenant doc quotes."""
+    objects = [
+        gpuclass("c", R),
+        node("handler-less", {R: 8}, kubevirt=False),
+        stale(node("stale", {R: 4})),
+        node("kvm-less", {R: 4, "devices.kubevirt.io/kvm": 0}),
+        node("healthy", {R: 1}),
+    ]
+    result = explain_class(snapshot(*objects), "c", count=2)
+    reasons = {r.node: (r.verdict, r.reason) for r in result.rows}
+    assert reasons == {
+        "healthy": ("tooFewFree", "1 free, needs 2"),
+        "handler-less": (
+            "noVirtHandler",
+            "not a KubeVirt node: no virt-handler (no kubevirt.io/schedulable label)",
+        ),
+        "stale": ("virtHandlerNotReady", "virt-handler not ready: kubevirt.io/schedulable=false"),
+        "kvm-less": ("noKubeVirtDevices", "no devices.kubevirt.io/kvm"),
+    }
+    assert not result.can_start
+    assert result.answer == "only 1 unit free (at most 1 on one node): a VM needing 2 units waits"
+
+
+def test_a_manifest_never_fits_on_a_node_kubevirt_cannot_use() -> None:
+    objects = [gpuclass("c", R), gpuclass("d", S), node("a", {R: 1, S: 1}, kubevirt=False)]
+    result = explain_manifest(
+        vmi_manifest('[{"className": "c"}, {"className": "d"}]'), snapshot(*objects)
+    )
+    assert (result.joint_fits, result.can_start) == (0, False)
 
 
 def vmi_manifest(selection: str) -> dict[str, Any]:

@@ -1,0 +1,407 @@
+"""Free means a VM can start there: the status against KubeVirt's own launcher Pods.
+
+The oracle is KubeVirt's code and kube-scheduler, not our reading of them: every probe is a
+VMI whose launcher Pod virt-controller's TemplateService renders (kubevirt-parts, KubeVirt
+v1.8.4), with its `kubevirt.io/schedulable` node selector and its `kvm`, `tun` and `vhost-net`
+requests, and kube-scheduler places it on kwok nodes of every kind docs/contract.md 6.1
+names: healthy KubeVirt nodes, nodes without virt-handler (no `kubevirt.io/schedulable`
+label), nodes whose virt-handler went stale (`kubevirt.io/schedulable=false`), nodes without
+the kvm device, cordoned, tainted and NotReady nodes (25 in all). `gpuclass-reconciler`
+writes the class's status; then, as the contract promises:
+
+- a VMI of `maxFreePerNode` GPUs gets its launcher bound, one of `maxFreePerNode + 1` does not;
+- `free` one-GPU VMIs all get theirs bound, and one more does not.
+
+Then the cluster churns (a handler's label flipped, a kvm device restored, a tun device
+removed, virt-handler arriving on a node) and the probes run again. Every node carries the
+arch and machine-type labels KubeVirt's node labeller writes, so only the kind under test
+differs between them (arch and machine type are per-VM requirements: `explain`'s, not the
+class figures').
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from tests.controlplane.api import Api, RawObject
+from tests.controlplane.cluster import ControlPlane, eventually
+from tests.controlplane.components import (
+    KWOK_LABEL,
+    MERGE,
+    Component,
+    kwok_node,
+    node_ready,
+    set_allocatable,
+)
+from tests.controlplane.kubevirt_parts import remove_labelled
+from tests.e2e_reconciler_helpers import (
+    FAST,
+    GPUCLASSES,
+    LICENSE_NAMESPACE,
+    ReconcilerProcess,
+    figures,
+    force_delete,
+    get_class,
+    gpuclass,
+    namespace,
+    node_path,
+)
+
+pytestmark = pytest.mark.controlplane
+
+SUFFIX = secrets.token_hex(3)
+RESOURCE = f"launcher-{SUFFIX}.example.com/gpu"
+CLASS = f"launcher-truth-{SUFFIX}"
+NS = f"e2e-launcher-{SUFFIX}"
+MINE = ("gpuclass-tests/module", f"launcher-truth-{SUFFIX}")
+CLEANED = ("/apis/kubevirt.io/v1/virtualmachineinstances", "/api/v1/pods")
+CREATED_BY = "kubevirt.io/created-by"
+SCHEDULABLE = "kubevirt.io/schedulable"
+KVM, TUN = "devices.kubevirt.io/kvm", "devices.kubevirt.io/tun"
+# What KubeVirt's node labeller writes beside the schedulable label, on every node here.
+VM_LABELS = {"kubernetes.io/arch": "amd64", "machine-type.node.kubevirt.io/q35": "true"}
+DEDICATED = {"key": "gpu.example.com/dedicated", "value": "yes", "effect": "NoSchedule"}
+SETTLE = 60.0
+QUIET = 1.5
+BIND_WAIT = 20.0
+
+
+@dataclass
+class NodeKind:
+    """One kind of node: its name prefix, the units of each node, and how it differs."""
+
+    name: str
+    units: tuple[int, ...]
+    handler: str | None = "true"  # the kubevirt.io/schedulable label; None: no virt-handler
+    devices: dict[str, Any] = field(default_factory=dict)  # overrides (0: missing)
+    cordoned: bool = False
+    tainted: bool = False
+    ready: bool = True
+
+
+# The issue's 25-node shape: 6 healthy nodes, and 19 a one-unit launcher can never land on.
+KINDS = (
+    NodeKind("healthy", (2, 1, 1, 1, 1, 1)),
+    NodeKind("nohandler", (8, 4, 4, 4, 4), handler=None),
+    NodeKind("stale", (4, 4, 4, 4), handler="false"),
+    NodeKind("nokvm", (4, 4, 4, 4), devices={KVM: 0}),
+    NodeKind("cordoned", (4, 4), cordoned=True),
+    NodeKind("tainted", (4, 4), tainted=True),
+    NodeKind("notready", (4, 4), ready=False),
+)
+
+
+def node_name(kind: str, index: int) -> str:
+    return f"lt-{SUFFIX}-{kind}-{index}"
+
+
+@pytest.fixture(scope="module")
+def kubevirt_configuration() -> dict[str, Any]:
+    """KubeVirt's defaults, permitting the one resource of this module."""
+    device = {"pciVendorSelector": "10DE:00AA", "resourceName": RESOURCE}
+    return {"permittedHostDevices": {"pciHostDevices": [device]}}
+
+
+def _create_nodes(api: Api) -> list[str]:
+    created = []
+    for kind in KINDS:
+        for index, units in enumerate(kind.units):
+            name = node_name(kind.name, index)
+            labels = dict(VM_LABELS)
+            obj = kwok_node(
+                name,
+                {},
+                labels=labels,
+                taints=[DEDICATED] if kind.tainted else (),
+                unschedulable=kind.cordoned,
+                kubevirt=kind.handler is not None,
+            )
+            if kind.handler is not None:
+                obj["metadata"]["labels"][SCHEDULABLE] = kind.handler
+            if not kind.ready:  # no kubelet: it never reports Ready
+                del obj["metadata"]["labels"][KWOK_LABEL]
+            api.create(obj)
+            created.append(name)
+            set_allocatable(
+                api, name, {RESOURCE: units, "ephemeral-storage": "100Gi", **kind.devices}
+            )
+    return created
+
+
+@dataclass
+class World:
+    api: Api
+    reconciler: ReconcilerProcess
+    nodes: list[str]
+    probes: int = 0
+
+
+@pytest.fixture(scope="module")
+def world(
+    control_plane: ControlPlane,
+    kubevirt_parts: Component,
+    kube_scheduler: Component,
+    node_lifecycle_controller: Component,
+    kwok_kubelet: Component,
+) -> Iterator[World]:
+    api = control_plane.admin
+    api.apply([namespace(LICENSE_NAMESPACE), namespace(NS)])
+    api.create(gpuclass(CLASS, RESOURCE))
+    nodes: list[str] = []
+    process = ReconcilerProcess(
+        control_plane.admin_kubeconfig,
+        pod_name=f"launcher-truth-{SUFFIX}",
+        timings=FAST,
+        args=["--no-leader-elect"],
+    )
+    try:
+        nodes = _create_nodes(api)
+        ready = [n for n in nodes if "-notready-" not in n]
+        eventually(
+            lambda: all(_untainted_ready(api, n) for n in ready),
+            timeout=SETTLE,
+            what="kwok to make the managed nodes Ready",
+        )
+        # The node lifecycle controller taints a node that never reported Ready; until then
+        # kube-scheduler may bind to it (the status counts it NotReady from the start).
+        eventually(
+            lambda: all(_lifecycle_tainted(api, n) for n in nodes if n not in ready),
+            timeout=SETTLE,
+            what="the NotReady nodes tainted by the node lifecycle controller",
+        )
+        eventually(process.ready, timeout=60, what="reconciler /readyz")
+        yield World(api, process, nodes)
+    finally:
+        process.stop()
+        remove_labelled(api, MINE, CLEANED)
+        for name in nodes:
+            force_delete(api, node_path(name))
+        force_delete(api, f"{GPUCLASSES}/{CLASS}")
+        api.request("DELETE", f"/api/v1/namespaces/{NS}")
+
+
+def _untainted_ready(api: Api, name: str) -> bool:
+    node = api.get("v1", "Node", name)
+    taints = {t["key"] for t in ((node or {}).get("spec") or {}).get("taints") or []}
+    return node_ready(node) and "node.kubernetes.io/not-ready" not in taints
+
+
+def _lifecycle_tainted(api: Api, name: str) -> bool:
+    node = api.get("v1", "Node", name)
+    taints = ((node or {}).get("spec") or {}).get("taints") or []
+    return any(
+        t["key"] in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+        and t["effect"] == "NoSchedule"
+        for t in taints
+    )
+
+
+def _quiet_figures(api: Api) -> tuple[int, int, int]:
+    """The class's figures once they stopped changing for QUIET seconds."""
+    last: list[Any] = [None]
+    since = [time.monotonic()]
+
+    def quiet() -> tuple[int, int, int] | None:
+        current = figures(get_class(api, CLASS))
+        if current != last[0] or current is None:
+            last[0], since[0] = current, time.monotonic()
+            return None
+        return current if time.monotonic() - since[0] >= QUIET else None
+
+    found: tuple[int, int, int] = eventually(
+        quiet, timeout=SETTLE, what="the class status to settle", every=0.25
+    )
+    return found
+
+
+def _probe(world: World, gpus: int) -> str:
+    world.probes += 1
+    name = f"probe-{world.probes}"
+    vmi: RawObject = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {"name": name, "namespace": NS, "labels": {MINE[0]: MINE[1]}},
+        "spec": {
+            "domain": {
+                "devices": {
+                    "disks": [{"name": "root", "disk": {"bus": "virtio"}}],
+                    "gpus": [{"name": f"gpu{i}", "deviceName": RESOURCE} for i in range(gpus)],
+                },
+                "memory": {"guest": "1Gi"},
+            },
+            "volumes": [{"name": "root", "emptyDisk": {"capacity": "1Gi"}}],
+        },
+    }
+    world.api.create(vmi)
+    return name
+
+
+def _verdicts(world: World) -> dict[str, bool | None]:
+    """Each probe VMI's launcher: True once bound, False once Unschedulable, None before."""
+    listed = world.api.call(
+        "GET", f"/api/v1/namespaces/{NS}/pods", params={"labelSelector": f"{MINE[0]}={MINE[1]}"}
+    )
+    found: dict[str, bool | None] = {}
+    for pod in listed.get("items") or []:
+        vmi = (pod["metadata"].get("annotations") or {}).get("kubevirt.io/domain") or ""
+        if pod["spec"].get("nodeName"):
+            found[vmi] = True
+            continue
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        refused = any(
+            (c.get("type"), c.get("status"), c.get("reason"))
+            == ("PodScheduled", "False", "Unschedulable")
+            for c in conditions
+        )
+        found[vmi] = False if refused else None
+    return found
+
+
+def _bound(world: World, names: Sequence[str]) -> int:
+    """How many of the probes' launchers kube-scheduler binds within BIND_WAIT."""
+    deadline = time.monotonic() + BIND_WAIT
+    while True:
+        verdicts = _verdicts(world)
+        bound = sum(verdicts.get(n) is True for n in names)
+        if bound == len(names) or time.monotonic() > deadline:
+            return bound
+        time.sleep(0.2)
+
+
+def _placed(world: World, name: str) -> str:
+    """Where the probe's launcher was bound (for the failure message)."""
+    listed = world.api.call(
+        "GET", f"/api/v1/namespaces/{NS}/pods", params={"labelSelector": f"{MINE[0]}={MINE[1]}"}
+    )
+    for pod in listed.get("items") or []:
+        if (pod["metadata"].get("annotations") or {}).get("kubevirt.io/domain") == name:
+            return str(pod["spec"].get("nodeName"))
+    return "nowhere"
+
+
+def _refused(world: World, name: str) -> bool:
+    verdict = eventually(
+        lambda: (v,) if (v := _verdicts(world).get(name)) is not None else None,
+        timeout=30,
+        what=f"the scheduler's verdict on {name}'s launcher",
+        every=0.2,
+    )[0]
+    if verdict:
+        return False
+    time.sleep(1.0)
+    return _verdicts(world).get(name) is False
+
+
+def _clear(world: World) -> None:
+    remove_labelled(world.api, MINE, CLEANED)
+    eventually(
+        lambda: (
+            not world.api.call(
+                "GET",
+                f"/api/v1/namespaces/{NS}/pods",
+                params={"labelSelector": f"{MINE[0]}={MINE[1]}"},
+            ).get("items")
+        ),
+        timeout=30,
+        what="the probes gone",
+    )
+
+
+def _check(world: World) -> tuple[list[str], tuple[int, int, int], int]:
+    """What kube-scheduler does with KubeVirt's launchers against the status: (problems,
+    figures, launchers bound)."""
+    free, max_free, units = _quiet_figures(world.api)
+    problems: list[str] = []
+    bound = 0
+    if not _refused(world, name := _probe(world, max_free + 1)):
+        problems.append(
+            f"a launcher of maxFreePerNode+1={max_free + 1} GPUs was bound on "
+            + _placed(world, name)
+        )
+    _clear(world)
+    if max_free:
+        one = _bound(world, [_probe(world, max_free)])
+        bound += one
+        if one != 1:
+            problems.append(f"a launcher of maxFreePerNode={max_free} GPUs was not bound")
+        _clear(world)
+    ones = _bound(world, [_probe(world, 1) for _ in range(free)])
+    bound += ones
+    if ones != free:
+        problems.append(f"only {ones} of free={free} one-GPU launchers were bound")
+    if not _refused(world, name := _probe(world, 1)):
+        problems.append(
+            f"one-GPU launcher number free+1={free + 1} was bound on " + _placed(world, name)
+        )
+    _clear(world)
+    return problems, (free, max_free, units), bound
+
+
+def _relabel(api: Api, name: str, value: str | None) -> None:
+    body = {"metadata": {"labels": {SCHEDULABLE: value}}}
+    api.call("PATCH", node_path(name), body=body, content_type=MERGE)
+
+
+@pytest.mark.timeout(420)
+def test_status_counts_what_kubevirts_launchers_get_from_kube_scheduler(world: World) -> None:
+    api = world.api
+    problems, seen, bound = _check(world)
+    # The healthy nodes only (docs/contract.md 6.1): 2+1+1+1+1+1 free, 2 on one node; the
+    # largest host that is a KubeVirt node: 4 (the 8 has no virt-handler).
+    assert seen == (7, 2, 4), seen
+    assert not problems, f"before churn, status {seen}: " + "; ".join(problems)
+    assert bound == 1 + 7
+
+    # Churn: virt-handler goes stale on one healthy node, a kvm device comes back, a tun
+    # device goes, virt-handler arrives on the 8-unit node.
+    _relabel(api, node_name("healthy", 0), "false")
+    set_allocatable(api, node_name("nokvm", 0), {RESOURCE: 4, "ephemeral-storage": "100Gi"})
+    set_allocatable(
+        api, node_name("healthy", 1), {RESOURCE: 1, "ephemeral-storage": "100Gi", TUN: 0}
+    )
+    _relabel(api, node_name("nohandler", 0), "true")
+    eventually(
+        # healthy-2..5, nokvm-0 and nohandler-0: the 8-unit node is now the largest of all
+        lambda: figures(get_class(api, CLASS)) == (4 + 4 + 8, 8, 8),
+        timeout=SETTLE,
+        what="the status to follow the node changes",
+    )
+    problems, seen, bound = _check(world)
+    assert not problems, f"after churn, status {seen}: " + "; ".join(problems)
+    assert bound == 1 + 16
+
+    # And back: every figure returns.
+    _relabel(api, node_name("healthy", 0), "true")
+    _relabel(api, node_name("nohandler", 0), None)
+    eventually(
+        # healthy-0 again, healthy-2..5 and nokvm-0; healthy-1 still has no tun
+        lambda: figures(get_class(api, CLASS)) == (2 + 4 + 4, 4, 4),
+        timeout=SETTLE,
+        what="the status to follow the labels back",
+    )
+    assert world.reconciler.alive
+
+
+def test_a_node_label_kubevirt_does_not_read_changes_no_status(world: World) -> None:
+    """Only virt-handler's label moves the figures: a zone label written on every node leaves
+    the status (and its resourceVersion) as it was."""
+    api = world.api
+    before = get_class(api, CLASS)
+    assert before is not None and figures(before) is not None
+    for name in world.nodes:
+        api.call(
+            "PATCH",
+            node_path(name),
+            body={"metadata": {"labels": {"topology.kubernetes.io/zone": "z1"}}},
+            content_type=MERGE,
+        )
+    time.sleep(2.0)  # several coalescing windows of the FAST timings
+    after = get_class(api, CLASS)
+    assert after is not None
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
