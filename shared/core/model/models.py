@@ -129,7 +129,7 @@ class Excluded(_Lenient):
     no_free_units: int = 0
     no_virt_handler: int = 0
     virt_handler_not_ready: int = 0
-    no_kubevirt_devices: int = 0
+    no_kubevirt_devices: int = Field(0, alias="noKubeVirtDevices")
     taints: list[TaintNodes] = Field(default_factory=list)
     other_taint_nodes: int = 0
 
