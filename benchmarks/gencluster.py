@@ -11,7 +11,8 @@ random stream), so a benchmark can stream one kind at a time without holding
   8th is a licensed vGPU class, every 5th tolerates the `gpu.example.com/dedicated`
   taint; the KubeVirt CR permits all but the last resource;
 - `nodes` Nodes, node i advertising resource i % classes (8 units), one in ten a
-  second one; about 4% NotReady, 2% cordoned, 20% tainted `dedicated:NoSchedule`;
+  second one, each running virt-handler (its label and devices); about 4% NotReady, 2%
+  cordoned, 20% tainted `dedicated:NoSchedule`, 2% with virt-handler not ready;
 - `pods` Pods across 50 tenant namespaces: about 40% virt-launcher Pods requesting
   1-2 GPU units on their node (plus devices.kubevirt.io/kvm), the rest plain Pods;
   about 5% Succeeded; plus one VMI per 100 pods selecting a class, the tenant
@@ -85,6 +86,7 @@ def _platform(classes: int) -> Iterator[RawObject]:
                 }
             }
         },
+        "status": {"phase": "Deployed"},  # virt-operator's: KubeVirt reads only a deployed CR
     }
     yield {
         "apiVersion": "v1",
@@ -112,6 +114,8 @@ def _node(i: int, classes: int, rng: random.Random) -> RawObject:
         "memory": "1Ti",
         "pods": "250",
         "devices.kubevirt.io/kvm": "1k",
+        "devices.kubevirt.io/tun": "1k",
+        "devices.kubevirt.io/vhost-net": "1k",
         resource(i % classes): "8",
     }
     if i % 10 == 3:
@@ -122,6 +126,8 @@ def _node(i: int, classes: int, rng: random.Random) -> RawObject:
     if rng.random() < 0.2:
         spec["taints"] = [{"key": DEDICATED, "value": "true", "effect": "NoSchedule"}]
     ready = "False" if rng.random() < 0.04 else "True"
+    # 2% whose virt-handler heartbeat went stale (no extra draw: the stream stays as it was)
+    handler = "false" if i % 50 == 7 else "true"
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -132,6 +138,7 @@ def _node(i: int, classes: int, rng: random.Random) -> RawObject:
             "labels": {
                 "kubernetes.io/hostname": f"node-{i:05d}",
                 "topology.kubernetes.io/zone": f"z{i % 3}",
+                "kubevirt.io/schedulable": handler,
             },
         },
         "spec": spec,
