@@ -316,9 +316,8 @@ def full_recomputation(state: ClusterCache) -> Iterator[None]:
     """
 
     def status_context() -> StatusContext:
-        snapshot = Snapshot(
-            classes=state.records, permitted=state.permitted, secrets=state.license_secrets
-        )
+        snapshot = Snapshot(classes=state.records, secrets=state.license_secrets)
+        snapshot.use_kubevirt(state.kubevirt)
         return StatusContext(snapshot, conflict_winners(state.records))
 
     def status(name: str, context: StatusContext, *, now: str) -> dict[str, Any]:
@@ -334,7 +333,12 @@ def full_recomputation(state: ClusterCache) -> Iterator[None]:
     def figures(name: str, context: StatusContext) -> Any:
         record = state.records[name]
         winner = context.winners.get(record.resource_name) if record.resource_name else None
-        return compute_figures(record, state.usage.index, conflict_lost=winner not in (None, name))
+        return compute_figures(
+            record,
+            state.usage.index,
+            conflict_lost=winner not in (None, name),
+            needs=context.snapshot.launcher_devices,
+        )
 
     overrides = {"status_context": status_context, "compute_status": status, "figures": figures}
     vars(state).update(overrides)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Literal, get_args
 
 from gpuclass.shared.core.admission.resolution import class_causes, judge_create, limit_causes
@@ -26,6 +27,8 @@ from gpuclass.shared.core.admission.vmtemplate import template_view, tenant_caus
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.causes import Cause
 from gpuclass.shared.core.base.k8s import Taint, tolerates_all
+from gpuclass.shared.core.model.detail import CPU, EPHEMERAL, MEMORY, headroom
+from gpuclass.shared.core.model.launcher import LauncherAsk, launcher_ask, launcher_misfits
 from gpuclass.shared.core.model.selection import ClassEntry, parse_selection
 from gpuclass.shared.core.model.snapshot import Snapshot
 from gpuclass.shared.core.status.availability import (
@@ -261,6 +264,32 @@ def _why_not(found: Survey, rows: Sequence[NodeRow], resource: str, count: int) 
 
 
 @dataclass(frozen=True, slots=True)
+class VMNodeRow:
+    """A node where every class of the VM has its units free: whether the rest of the launcher
+    Pod (selector, affinity, CPU, memory, ephemeral storage) fits there too, and why not."""
+
+    node: str
+    fits: bool
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaLine:
+    """One ResourceQuota key the launcher Pod's requests count against, and whether it has room."""
+
+    quota: str
+    key: str
+    hard: str
+    used: str
+    wanted: str
+    enough: bool
+
+
+Stop = Literal["admission", "class", "quota", "capacity"]
+"""What stops the VM from starting now (docs/decisions.md, "Can this VM start, in full")."""
+
+
+@dataclass(frozen=True, slots=True)
 class ManifestExplanation:
     """A VM or VMI manifest: each class of its selection explained, and the joint fit."""
 
@@ -277,6 +306,14 @@ class ManifestExplanation:
     """The classes that keep the VM from starting now."""
     notes: tuple[str, ...] = ()
     """What explain does not judge (entitlement, docs/contract.md 4.5)."""
+    stopped_by: Stop | None = None
+    launcher: LauncherAsk | None = None
+    """What the VM's launcher Pod asks of a node, rendered as KubeVirt would (None: the cluster
+    was read without node detail, or admission refuses the VM)."""
+    vm_rows: tuple[VMNodeRow, ...] = ()
+    quota: tuple[QuotaLine, ...] = ()
+    vm_notes: tuple[str, ...] = ()
+    """What the launcher rendering and the quota check leave out."""
 
 
 def selection_of(manifest: Mapping[str, Any]) -> tuple[str, str, str | None]:
@@ -295,15 +332,15 @@ def _dict(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def joint_fits(snapshot: Snapshot, index: UsageIndex, wanted: Mapping[str, int]) -> int:
+def unit_nodes(snapshot: Snapshot, index: UsageIndex, wanted: Mapping[str, int]) -> list[str]:
     """Nodes where every selected class has its count free at once, under all their tolerations,
-    that KubeVirt's launcher can land on (:func:`node_blocker`)."""
+    that KubeVirt's launcher can land on (:func:`node_blocker`), by name."""
     records = [snapshot.classes[n] for n in wanted if n in snapshot.classes]
     if len(records) != len(wanted) or any(r.resource_name is None for r in records):
-        return 0
+        return []
     tolerations = tuple(t for r in records for t in r.tolerations)
     needs = snapshot.launcher_devices
-    found = 0
+    found = []
     for node in snapshot.nodes:
         if node_blocker(node, needs) is not None or not tolerates_all(tolerations, node.taints):
             continue
@@ -313,8 +350,76 @@ def joint_fits(snapshot: Snapshot, index: UsageIndex, wanted: Mapping[str, int])
             >= wanted[r.name]
             for r in records
         ):
-            found += 1
-    return found
+            found.append(node.name)
+    return sorted(found)
+
+
+def resolved_view(
+    manifest: Mapping[str, Any], snapshot: Snapshot, wanted: Mapping[str, int]
+) -> dict[str, Any]:
+    """The VMI the manifest becomes after admission: its GPU entries, one per unit of each class
+    (docs/contract.md 4.6), beside whatever else the tenant wrote."""
+    view = dict(judged_view(manifest))
+    spec = dict(_dict(view.get("spec")))
+    domain = dict(_dict(spec.get("domain")))
+    devices = dict(_dict(domain.get("devices")))
+    gpus: list[dict[str, Any]] = []
+    for name, units in wanted.items():
+        record = snapshot.classes.get(name)
+        resource = record.resource_name if record is not None else None
+        gpus += [{"name": f"gpu{len(gpus) + i + 1}", "deviceName": resource} for i in range(units)]
+    devices["gpus"] = gpus
+    domain["devices"] = devices
+    spec["domain"] = domain
+    view["spec"] = spec
+    return view
+
+
+def quota_lines(snapshot: Snapshot, namespace: str, ask: LauncherAsk) -> tuple[QuotaLine, ...]:
+    """The namespace's ResourceQuota keys the launcher Pod's requests count against (Kubernetes'
+    quota admission refuses the Pod at creation when any has less left than it asks)."""
+    if snapshot.detail is None:
+        return ()
+    wanted: dict[str, Decimal] = {
+        CPU: Decimal(ask.cpu_millis) / 1000,
+        MEMORY: Decimal(ask.memory),
+        EPHEMERAL: Decimal(ask.ephemeral_storage),
+        **{k: Decimal(v) for k, v in ask.devices.items()},
+    }
+    found = headroom(snapshot.detail.quotas.get(namespace, []), wanted)
+    return tuple(
+        QuotaLine(
+            room.quota,
+            room.key,
+            _amount(room.hard),
+            _amount(room.used),
+            _amount(amount),
+            room.left >= amount,
+        )
+        for room, amount in found
+    )
+
+
+def _amount(value: Decimal) -> str:
+    """A quantity as short as it is exact: whole numbers plain, else millis."""
+    if value == value.to_integral_value():
+        return str(int(value))
+    return f"{int((value * 1000).to_integral_value())}m"
+
+
+def vm_rows(
+    snapshot: Snapshot, nodes: Sequence[str], ask: LauncherAsk | None
+) -> tuple[VMNodeRow, ...]:
+    """Each node that holds the VM's GPUs, judged for the rest of the launcher Pod."""
+    detail = snapshot.detail
+    if detail is None or ask is None:
+        return ()
+    rows = []
+    for name in nodes:
+        node = detail.nodes.get(name)
+        reasons = launcher_misfits(ask, node, detail.used.get(name, {})) if node else ()
+        rows.append(VMNodeRow(name, not reasons, reasons))
+    return tuple(rows)
 
 
 def judged_view(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -377,25 +482,84 @@ def explain_manifest(
         )
         for c, n in wanted.items()
     )
-    together = joint_fits(snapshot, index, wanted)
+    holding = unit_nodes(snapshot, index, wanted)
+    namespace = str(_dict(manifest.get("metadata")).get("namespace") or "default")
+    ask = (  # a VM admission refuses never gets a launcher
+        launcher_ask(resolved_view(manifest, snapshot, wanted), snapshot.kubevirt)
+        if snapshot.detail is not None and not problems
+        else None
+    )
+    rows = vm_rows(snapshot, holding, ask)
+    together = sum(1 for r in rows if r.fits) if ask is not None else len(holding)
+    quota = quota_lines(snapshot, namespace, ask) if ask is not None else ()
+    short_quota = [q for q in quota if not q.enough]
     blocked = tuple(e.class_name for e in classes if e.class_blocked)
     short = tuple(e.class_name for e in classes if not e.can_start)
     notes = entitlement_notes(tuple(wanted), catalog)
+    vm_notes = _rendering_notes(manifest, ask)
+    if snapshot.detail is not None and snapshot.detail.quotas_unread:
+        vm_notes += (f"the quota was not checked: you may not list ResourceQuotas in {namespace}",)
+    stop: Stop | None
     if problems:
         # Admission refuses the VM as a whole (one vGPU class, 1024 units, a hand-mounted
         # licence...): said first, whatever the nodes have free (docs/contract.md 7.6).
-        blocking, answer = blocked or tuple(wanted), refused
+        blocking, answer, stop = blocked or tuple(wanted), refused, "admission"
     elif blocked:
-        blocking, answer = blocked, "blocked by " + ", ".join(blocked)
+        blocking, answer, stop = blocked, "blocked by " + ", ".join(blocked), "class"
+    elif short_quota:
+        first = short_quota[0]
+        blocking, stop = tuple(wanted), "quota"
+        answer = (
+            f"the namespace's quota stops it: ResourceQuota {first.quota} has {first.key} "
+            f"{first.used} used of {first.hard}, the launcher Pod asks {first.wanted} more "
+            "(Kubernetes refuses the Pod at creation; the VM never starts)"
+        )
     elif together:
-        # One node has every class's units, under all their tolerations: a class that alone
-        # found no node (its taint tolerated by another class of the VM) does not block.
-        blocking, answer = (), f"the VM can start on {_nodes(together)} now"
+        # One node has every class's units, under all their tolerations, and room for the rest
+        # of the launcher: a class that alone found no node (its taint tolerated by another
+        # class of the VM) does not block.
+        blocking, answer, stop = (), f"the VM can start on {_nodes(together)} now", None
+    elif holding and ask is not None:
+        blocking, stop = tuple(wanted), "capacity"
+        first_row = rows[0]
+        answer = (
+            f"{_nodes(len(holding))} {'has' if len(holding) == 1 else 'have'} the GPUs free, "
+            "but the VM's launcher fits on none: "
+            f"{first_row.node}: {'; '.join(first_row.reasons)}"
+        )
     elif short:
-        blocking, answer = short, "blocked by " + ", ".join(short)
+        blocking, answer, stop = short, "blocked by " + ", ".join(short), "capacity"
     else:
-        blocking = tuple(wanted)
+        blocking, stop = tuple(wanted), "capacity"
         answer = "each class has room, but no node has all of them free at once: the VM waits"
     return ManifestExplanation(
-        kind, name, classes, problems, together, not blocking, answer, blocking, notes
+        kind,
+        name,
+        classes,
+        problems,
+        together,
+        not blocking,
+        answer,
+        blocking,
+        notes,
+        stop,
+        ask,
+        rows,
+        quota,
+        vm_notes,
+    )
+
+
+def _rendering_notes(manifest: Mapping[str, Any], ask: LauncherAsk | None) -> tuple[str, ...]:
+    if ask is None:
+        return ()
+    left_out = list(ask.unrendered)
+    if manifest.get("kind") == "VirtualMachine" and _dict(manifest.get("spec")).get("instancetype"):
+        left_out.append("instance types")
+    if not left_out:
+        return ()
+    return (
+        "the launcher's CPU and memory leave out "
+        + ", ".join(left_out)
+        + ": the VM may need more than shown",
     )

@@ -40,6 +40,7 @@ from gpuclass.shared.core.base.collections import (
     GPUCLASSES,
     KUBEVIRTS,
     NODES,
+    RESOURCEQUOTAS,
     SECRETS,
     VMS,
     Collection,
@@ -117,12 +118,15 @@ def _snapshot(args: argparse.Namespace) -> Snapshot:
     if objects:
         if cluster:
             raise LoadError("give --objects or --kubeconfig/--context, not both")
-        snapshot = load_snapshot(objects, kubevirt_namespace=args.kubevirt_namespace)
+        snapshot = load_snapshot(
+            objects, kubevirt_namespace=args.kubevirt_namespace, detail=bool(args.manifest)
+        )
         # Computed from the objects, never read from them (docs/contract.md 7).
         snapshot.classes = {n: replace(r, status=None) for n, r in snapshot.classes.items()}
         return snapshot
     if not cluster:
         raise LoadError("give --objects PATH (offline) or --kubeconfig/--context (a cluster)")
+    quota_namespace = _manifest_namespace(args.manifest) if args.manifest else None
     return asyncio.run(
         read_cluster(
             args.kubeconfig,
@@ -130,8 +134,15 @@ def _snapshot(args: argparse.Namespace) -> Snapshot:
             license_namespace=args.license_namespace,
             kubevirt_namespace=args.kubevirt_namespace,
             classes=_classes_asked(args),
+            quota_namespace=quota_namespace,
         )
     )
+
+
+def _manifest_namespace(path: str) -> str:
+    meta = _manifest(path).get("metadata")
+    namespace = meta.get("namespace") if isinstance(meta, dict) else None
+    return namespace if isinstance(namespace, str) and namespace else "default"
 
 
 def _classes_asked(args: argparse.Namespace) -> frozenset[str] | None:
@@ -151,8 +162,13 @@ async def read_cluster(
     classes: frozenset[str] | None = None,
     more: Sequence[Collection] = (),
     kept: list[Mapping[str, Any]] | None = None,
+    quota_namespace: str | None = None,
 ) -> Snapshot:
     """One list of each collection the answer needs, folded into a snapshot.
+
+    With `quota_namespace` (a manifest's namespace) the snapshot keeps node detail (labels, CPU,
+    memory) and that namespace's ResourceQuotas; a caller who may not list them gets an answer
+    without the quota check, and a note saying so.
 
     `more` adds collections (`gpuclass plan` reads VMIs, VirtualMachines and Namespaces);
     objects of a kind the snapshot does not hold (VirtualMachines) are appended to `kept`.
@@ -175,13 +191,16 @@ async def read_cluster(
         "KubeVirt": (KUBEVIRTS.at(kubevirt_namespace), KUBEVIRTS.params()),
         **{c.kind: (c.at(), c.params()) for c in more},
     }
+    if quota_namespace is not None:
+        collections["ResourceQuota"] = (RESOURCEQUOTAS.at(quota_namespace), RESOURCEQUOTAS.params())
     try:  # --kubeconfig, else KUBECONFIG, else ~/.kube/config, as kubectl finds them
         api = await api_client(kubeconfig, binary="gpuclass", context=context)
     except ClusterConfigError as exc:
         raise LoadError(str(exc)) from exc
     raw = RawClient(api, collections, field_manager="gpuclass")
-    builder = SnapshotBuilder()
+    builder = SnapshotBuilder(detail=quota_namespace is not None)
     unreadable: set[str] = set()
+    quotas_unread = False
     try:
         for kind in collections:
             try:
@@ -194,6 +213,9 @@ async def read_cluster(
             except ApiError as exc:
                 if kind == "KubeVirt" and exc.not_found:
                     continue  # no KubeVirt CRD: the classes say NoKubeVirt
+                if kind == "ResourceQuota" and (exc.unauthorized or exc.forbidden):
+                    quotas_unread = True  # answered without the quota check, and said so
+                    continue
                 raise LoadError(f"listing {kind}: {exc}") from exc
         for secret_name in licence_secret_names(builder.snapshot, classes):
             path = SECRETS.item(secret_name, license_namespace)
@@ -211,6 +233,8 @@ async def read_cluster(
     snapshot = builder.snapshot
     if unreadable:
         _stored_license_view(snapshot, license_namespace, unreadable)
+    if quotas_unread and snapshot.detail is not None:
+        snapshot.detail.quotas_unread = True
     return snapshot
 
 
@@ -285,9 +309,37 @@ def render_manifest(m: ManifestExplanation) -> str:
     text = "\n".join(lines) + "\n"
     for e in m.classes:
         text += render_class(e, label="  this class")
+    if m.launcher is not None:
+        text += render_launcher(m)
     if m.classes:
         text += f"nodes where every class fits at once: {m.joint_fits}\n"
+    if m.stopped_by is not None:
+        text += f"stopped by: {m.stopped_by}\n"
     return text + f"answer: {m.answer}\n"
+
+
+def render_launcher(m: ManifestExplanation) -> str:
+    """What the VM's launcher Pod asks, each node with the GPUs judged for the rest of it, and the
+    namespace's quota."""
+    ask = m.launcher
+    assert ask is not None
+    selector = ", ".join(f"{k}={v}" for k, v in sorted(ask.node_selector.items()))
+    lines = [
+        f"launcher Pod (as KubeVirt renders it): {ask.cpu_millis}m CPU, "
+        f"{ask.memory / 2**20:.0f}Mi memory, node selector {selector}"
+    ]
+    if ask.forbidden_label:
+        lines.append(f"  and no node label {ask.forbidden_label}")
+    for row in m.vm_rows:
+        verdict = "fits" if row.fits else "; ".join(row.reasons)
+        lines.append(f"  {row.node}: {verdict}")
+    for q in m.quota:
+        state = "room" if q.enough else "NOT ENOUGH"
+        lines.append(
+            f"  quota {q.quota}: {q.key} used {q.used} of {q.hard}, asks {q.wanted}: {state}"
+        )
+    lines += [f"  note: {n}" for n in m.vm_notes]
+    return "\n".join(lines) + "\n"
 
 
 def _class_value(e: Explanation) -> dict[str, Any]:
@@ -318,5 +370,24 @@ def _manifest_value(m: ManifestExplanation) -> dict[str, Any]:
         "notes": list(m.notes),
         "jointFits": m.joint_fits,
         "canStart": m.can_start,
+        "stoppedBy": m.stopped_by,
+        "launcher": _launcher_value(m),
         "answer": m.answer,
+    }
+
+
+def _launcher_value(m: ManifestExplanation) -> dict[str, Any] | None:
+    ask = m.launcher
+    if ask is None:
+        return None
+    return {
+        "nodeSelector": dict(ask.node_selector),
+        "forbiddenLabel": ask.forbidden_label,
+        "cpuMillis": ask.cpu_millis,
+        "memoryBytes": ask.memory,
+        "ephemeralStorageBytes": ask.ephemeral_storage,
+        "devices": dict(ask.devices),
+        "nodes": [{"node": r.node, "fits": r.fits, "reasons": list(r.reasons)} for r in m.vm_rows],
+        "quota": [asdict(q) for q in m.quota],
+        "notes": list(m.vm_notes),
     }

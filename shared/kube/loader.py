@@ -432,12 +432,15 @@ def cyclic_gc_paused() -> Iterator[None]:
 
 
 def load_snapshot(
-    paths: Iterable[str | Path], *, kubevirt_namespace: str = names.DEFAULT_KUBEVIRT_NAMESPACE
+    paths: Iterable[str | Path],
+    *,
+    kubevirt_namespace: str = names.DEFAULT_KUBEVIRT_NAMESPACE,
+    detail: bool = False,
 ) -> Snapshot:
     """The files as one snapshot, read as an API server would store them (:func:`as_stored`);
     KubeVirt CRs outside `kubevirt_namespace` are left out, as the binaries watch only that
-    namespace."""
-    builder = SnapshotBuilder()
+    namespace. `detail` keeps what one VM's start needs (`gpuclass explain --manifest`)."""
+    builder = SnapshotBuilder(detail=detail)
     with cyclic_gc_paused():
         for obj in iter_stored_objects(paths, kubevirt_namespace=kubevirt_namespace):
             if obj.get("kind") == "KubeVirt" and obj["metadata"]["namespace"] != kubevirt_namespace:

@@ -51,6 +51,7 @@ KUBEVIRTS = Collection("KubeVirt", "/apis/kubevirt.io/v1/namespaces/{namespace}/
 VMIS = Collection("VirtualMachineInstance", "/apis/kubevirt.io/v1/virtualmachineinstances")
 VMS = Collection("VirtualMachine", "/apis/kubevirt.io/v1/virtualmachines")
 SECRETS = Collection("Secret", "/api/v1/namespaces/{namespace}/secrets")
+RESOURCEQUOTAS = Collection("ResourceQuota", "/api/v1/namespaces/{namespace}/resourcequotas")
 CONFIGMAPS = Collection("ConfigMap", "/api/v1/namespaces/{namespace}/configmaps")
 EVENTS = Collection("Event", "/api/v1/namespaces/{namespace}/events")
 LEASES = Collection("Lease", "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases")

@@ -25,8 +25,11 @@ Pure: raw objects in, values out.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Literal
+
+from gpuclass.shared.core.base.k8s import parse_quantity
 
 SCHEDULABLE_LABEL = "kubevirt.io/schedulable"
 """virt-handler's label on a node it runs on: "true" while its heartbeat is fresh."""
@@ -117,6 +120,19 @@ class KubeVirtConfig:
     mediated: frozenset[str] = frozenset()
     launcher_devices: tuple[str, ...] = DEFAULT_LAUNCHER_DEVICES
     present: tuple[str, ...] = ()
+    # What one VM's launcher asks besides (shared/core/model/launcher.py), KubeVirt's defaults:
+    default_architecture: str = "amd64"
+    machine_type: str = ""
+    """The deprecated cluster-wide `machineType`; wins over the per-architecture one."""
+    machine_types: Mapping[str, str] = field(default_factory=dict)
+    cpu_model: str = ""
+    cpu_allocation_ratio: int = 10
+    memory_overcommit: int = 100
+    cpu_request: Decimal | None = None
+    """`cpuRequest`, only when it is not KubeVirt's default 100m (the mutator then sets it)."""
+    overhead_ratio: float | None = None
+    node_selectors: Mapping[str, str] = field(default_factory=dict)
+    serial_console_log_disabled: bool = False
 
     def problem(self) -> str | None:
         """Why KubeVirt permits nothing, in the words the classes' condition carries; None when a
@@ -163,9 +179,62 @@ def read_kubevirt(crs: Iterable[Mapping[str, Any]]) -> KubeVirtConfig:
     if not deployed:
         return KubeVirtConfig(present=tuple(sorted(_label(obj) for obj in listed)))
     chosen = deployed[0]
+    config = _dict(_dict(chosen.get("spec")).get("configuration"))
+    developer = _dict(config.get("developerConfiguration"))
+    architectures = _dict(config.get("architectureConfiguration"))
     return KubeVirtConfig(
         deployed=_label(chosen),
         permitted=permitted_resources(chosen),
         mediated=mediated_resources(chosen),
         launcher_devices=launcher_devices(chosen),
+        default_architecture=_text(architectures.get("defaultArchitecture"))
+        or _text(_dict(chosen.get("status")).get("defaultArchitecture"))
+        or "amd64",
+        machine_type=_text(config.get("machineType")),
+        machine_types={
+            arch: machine
+            for arch in ("amd64", "arm64", "s390x")
+            if (machine := _text(_dict(architectures.get(arch)).get("machineType")))
+        },
+        cpu_model=_text(config.get("cpuModel")),
+        cpu_allocation_ratio=_positive(developer.get("cpuAllocationRatio"), 10),
+        memory_overcommit=_positive(developer.get("memoryOvercommit"), 100),
+        cpu_request=_cpu_request(config.get("cpuRequest")),
+        overhead_ratio=_ratio(config.get("additionalGuestMemoryOverheadRatio")),
+        node_selectors={
+            k: v
+            for k, v in _dict(developer.get("nodeSelectors")).items()
+            if isinstance(k, str) and isinstance(v, str)
+        },
+        serial_console_log_disabled=_dict(config.get("virtualMachineOptions")).get(
+            "disableSerialConsoleLog"
+        )
+        is not None,
     )
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _positive(value: object, default: int) -> int:
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 10**6
+    return value if ok else default  # type: ignore[return-value]
+
+
+def _cpu_request(value: object) -> Decimal | None:
+    try:
+        parsed = parse_quantity(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    return None if parsed is None or parsed == Decimal("0.1") else parsed
+
+
+def _ratio(value: object) -> float | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        ratio = float(value)
+    except ValueError:
+        return None
+    return ratio if 1.0 <= ratio <= 100.0 else None

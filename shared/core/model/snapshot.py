@@ -10,13 +10,21 @@ no repr, log line or traceback can print a token.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
 from gpuclass.shared.core.base.k8s import Taint, quantity_units
+from gpuclass.shared.core.model.detail import (
+    MAX_QUOTAS,
+    ClusterDetail,
+    Quota,
+    compact_quota,
+    node_detail,
+    read_compute,
+)
 from gpuclass.shared.core.model.kubevirt import (
     DEFAULT_LAUNCHER_DEVICES,
     Handler,
@@ -158,6 +166,10 @@ class Snapshot:
     vmis: list[VMIUse] = field(default_factory=list)
     launcher_devices: tuple[str, ...] = DEFAULT_LAUNCHER_DEVICES
     kubevirt_problem: str | None = None
+    kubevirt: KubeVirtConfig = field(default_factory=KubeVirtConfig)
+    """The deployed KubeVirt CR's configuration as a whole (what one VM's launcher asks)."""
+    detail: ClusterDetail | None = None
+    """Node labels, CPU and memory, quotas: only when built with `detail=True` (explain)."""
 
     def use_kubevirt(self, config: KubeVirtConfig) -> None:
         """Take the KubeVirt configuration KubeVirt reads from the CRs of its namespace
@@ -166,6 +178,7 @@ class Snapshot:
         self.mediated = config.mediated
         self.launcher_devices = config.launcher_devices
         self.kubevirt_problem = config.problem()
+        self.kubevirt = config
 
 
 def _dict(value: object) -> dict[str, Any]:
@@ -272,7 +285,9 @@ def compact_node(obj: Mapping[str, Any]) -> NodeRecord | None:
     )
 
 
-def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
+def pod_requests(
+    spec: Mapping[str, Any], read: Callable[[object], dict[str, int]] | None = None
+) -> dict[str, int]:
     """Effective Pod request per extended resource, exactly as the kube-scheduler counts it.
 
     The rule of k8s.io/component-helpers `resource.PodRequests` (docs/decisions.md, "Status"):
@@ -281,7 +296,11 @@ def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
     sidecars started before it. The Pod holds the larger of the two, plus `spec.overhead`:
 
         max(sum(containers) + sum(sidecars), max_i(init_i + sum(sidecars before i))) + overhead
+
+    `read` turns a resource list into amounts: extended resources as whole units by default
+    (`gpuclass explain` passes one that reads CPU and memory, :mod:`shared.core.model.detail`).
     """
+    read = read or _extended
     containers = spec.get("containers")
     if (  # most pods: one container, no init containers, no overhead
         "initContainers" not in spec
@@ -290,18 +309,18 @@ def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
         and len(containers) == 1
         and isinstance(containers[0], dict)
     ):
-        only = _container_requests(containers[0])
+        only = _container_requests(containers[0], read)
         return {k: v for k, v in only.items() if v > 0} if only else only
     total: dict[str, int] = {}
     for container in _items(containers):
         if isinstance(container, dict):
-            _add(total, _container_requests(container))
+            _add(total, _container_requests(container, read))
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
     for container in _items(spec.get("initContainers")):
         if not isinstance(container, dict):
             continue
-        own = _container_requests(container)
+        own = _container_requests(container, read)
         if container.get("restartPolicy") == "Always":
             _add(total, own)
             _add(sidecars, own)
@@ -317,7 +336,7 @@ def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
                 init_peak[key] = peak
     for key, units in init_peak.items():
         total[key] = max(total.get(key, 0), units)
-    _add(total, _extended(spec.get("overhead")))
+    _add(total, read(spec.get("overhead")))
     return {k: v for k, v in total.items() if v > 0}
 
 
@@ -326,13 +345,16 @@ def _add(total: dict[str, int], more: Mapping[str, int]) -> None:
         total[key] = total.get(key, 0) + units
 
 
-def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
+def _container_requests(
+    container: Mapping[str, Any], read: Callable[[object], dict[str, int]]
+) -> dict[str, int]:
     resources = container.get("resources")
     if not isinstance(resources, dict):
         return {}
-    # Extended resources cannot be overcommitted: a limit alone implies an equal request.
-    merged = _extended(resources.get("limits"))
-    merged.update(_extended(resources.get("requests")))
+    # A limit alone implies an equal request (extended resources cannot be overcommitted; for
+    # CPU and memory the API server defaults the request to the limit).
+    merged = read(resources.get("limits"))
+    merged.update(read(resources.get("requests")))
     return merged
 
 
@@ -388,11 +410,25 @@ class SnapshotBuilder:
     """
 
     KINDS = frozenset(
-        {"GPUClass", "Node", "Pod", "KubeVirt", "Secret", "Namespace", "VirtualMachineInstance"}
+        {
+            "GPUClass",
+            "Node",
+            "Pod",
+            "KubeVirt",
+            "Secret",
+            "Namespace",
+            "VirtualMachineInstance",
+            "ResourceQuota",
+        }
     )
 
-    def __init__(self) -> None:
+    def __init__(self, *, detail: bool = False) -> None:
+        """`detail`: also keep what one VM's start needs (:mod:`shared.core.model.detail`): node
+        labels, CPU and memory allocatable and requested, ResourceQuotas (`gpuclass explain`)."""
         self._snapshot = Snapshot()
+        self._detail = ClusterDetail() if detail else None
+        self._pod_compute: dict[object, tuple[str, dict[str, int]]] = {}
+        self._quotas: dict[object, tuple[str, Quota]] = {}
         self.skipped: list[str] = []
         self._nodes: dict[object, NodeRecord] = {}
         self._pods: dict[object, PodRecord | None] = {}
@@ -409,6 +445,18 @@ class SnapshotBuilder:
         snap.pods = [p for p in self._pods.values() if p is not None]
         snap.vmis = [v for v in self._vmis.values() if v is not None]
         snap.use_kubevirt(read_kubevirt(self._kubevirts.values()))
+        if self._detail is not None:
+            used: dict[str, dict[str, int]] = {}
+            for node, amounts in self._pod_compute.values():
+                _add(used.setdefault(node, {}), amounts)
+            self._detail.used = used
+            quotas: dict[str, list[Quota]] = {}
+            for namespace, quota in self._quotas.values():
+                held = quotas.setdefault(namespace, [])
+                if len(held) < MAX_QUOTAS:
+                    held.append(quota)
+            self._detail.quotas = quotas
+            snap.detail = self._detail
         return snap
 
     def _key(self, obj: Mapping[str, Any], *, namespaced: bool) -> object:
@@ -423,7 +471,10 @@ class SnapshotBuilder:
         never refused."""
         kind = obj.get("kind")
         if kind == "Pod":  # most objects of a cluster
-            self._pods[self._key(obj, namespaced=True)] = compact_pod(obj)
+            key = self._key(obj, namespaced=True)
+            self._pods[key] = compact_pod(obj)
+            if self._detail is not None:
+                self._add_pod_compute(key, obj)
             return
         snap = self._snapshot
         if kind == "GPUClass":
@@ -434,6 +485,8 @@ class SnapshotBuilder:
             node = compact_node(obj)
             if node:
                 self._nodes[node.name] = node
+                if self._detail is not None:
+                    self._detail.nodes[node.name] = node_detail(obj)
         elif kind == "KubeVirt":
             self._kubevirts[self._key(obj, namespaced=True)] = obj
         elif kind == "Secret":
@@ -446,8 +499,22 @@ class SnapshotBuilder:
                 snap.namespaces[name] = _str_map(_meta(obj).get("labels"))
         elif kind == "VirtualMachineInstance":
             self._vmis[self._key(obj, namespaced=True)] = compact_vmi_use(obj)
+        elif kind == "ResourceQuota":
+            quota = compact_quota(obj)
+            if quota is not None:
+                self._quotas[self._key(obj, namespaced=True)] = quota
         else:
             self.skipped.append(str(kind))
+
+    def _add_pod_compute(self, key: object, obj: Mapping[str, Any]) -> None:
+        """CPU, memory and ephemeral storage a bound Pending or Running Pod holds on its node."""
+        self._pod_compute.pop(key, None)
+        spec, status = obj.get("spec"), obj.get("status")
+        if not isinstance(spec, dict) or not isinstance(status, dict):
+            return
+        node = spec.get("nodeName")
+        if isinstance(node, str) and node and status.get("phase") in ACTIVE_POD_PHASES:
+            self._pod_compute[key] = (node, pod_requests(spec, read_compute))
 
     def add_all(self, objects: Iterable[Mapping[str, Any]]) -> Snapshot:
         """Add every object, then return the snapshot (files and one-shot lists, read whole)."""

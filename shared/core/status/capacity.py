@@ -113,8 +113,10 @@ def node_blocker(node: NodeRecord, needs: Needs) -> NodeBlocker | None:
         return "cordoned"
     if node.handler != "ready":
         return "virtHandlerNotReady"
-    if needs and missing_devices(node, needs):
-        return "noKubeVirtDevices"
+    allocatable = node.allocatable
+    for device in needs:  # missing_devices, without a tuple per node: this runs per node share
+        if allocatable.get(device, 0) <= 0:
+            return "noKubeVirtDevices"
     return None
 
 

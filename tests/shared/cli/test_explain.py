@@ -320,3 +320,108 @@ def test_whatever_review_denies_explain_refuses(
         assert code == 1 and not value["canStart"]
         denied = {c["message"] for c in response["status"]["details"]["causes"]}
         assert denied <= {p.split(": ", 1)[1] for p in value["problems"]}
+
+
+VM_LABELS = {"kubernetes.io/arch": "amd64", "machine-type.node.kubevirt.io/q35": "true"}
+
+
+def vm_node(name: str, units: int, *, memory: str = "64Gi", arch: str = "amd64") -> dict[str, Any]:
+    """A KubeVirt node with the labels virt-handler's node labeller writes, CPU and memory."""
+    obj = node(name, {R: units, "cpu": "16", "memory": memory})
+    obj["metadata"]["labels"].update({**VM_LABELS, "kubernetes.io/arch": arch})
+    return obj
+
+
+def quota(hard: int, used: int) -> dict[str, Any]:
+    amounts = {"hard": {f"requests.{R}": str(hard)}, "used": {f"requests.{R}": str(used)}}
+    return {
+        "kind": "ResourceQuota",
+        "metadata": {"name": "gpus", "namespace": "tenant-a"},
+        "spec": {"hard": amounts["hard"]},
+        "status": amounts,
+    }
+
+
+def tenant_vm(count: int, memory: str = "4Gi") -> dict[str, Any]:
+    return {
+        "kind": "VirtualMachineInstance",
+        "metadata": {
+            "name": "v",
+            "namespace": "tenant-a",
+            "annotations": {
+                "gpu.cozystack.io/classes": f'[{{"className": "c", "count": {count}}}]'
+            },
+        },
+        "spec": {"domain": {"devices": {}, "memory": {"guest": memory}}},
+    }
+
+
+def detailed(*objects: dict[str, Any]) -> Any:
+    return SnapshotBuilder(detail=True).add_all([kubevirt(R), gpuclass("c", R), *objects])
+
+
+@pytest.mark.parametrize(
+    ("objects", "vm", "stop", "answer_has"),
+    [
+        pytest.param(
+            [vm_node("a", 2)], tenant_vm(2), None, "the VM can start on 1 node now", id="fits"
+        ),
+        pytest.param(
+            [vm_node("a", 2, memory="4Gi")],
+            tenant_vm(2),
+            "capacity",
+            "a: needs 5421Mi memory, 4096Mi free",
+            id="memory",
+        ),
+        pytest.param(
+            [vm_node("a", 2, arch="arm64")],
+            tenant_vm(1),
+            "capacity",
+            "node selector kubernetes.io/arch=amd64: the node has kubernetes.io/arch=arm64",
+            id="architecture",
+        ),
+        pytest.param(
+            [vm_node("a", 2), quota(hard=2, used=1)],
+            tenant_vm(2),
+            "quota",
+            "ResourceQuota gpus has requests.example.com/gpu 1 used of 2, the launcher Pod asks 2",
+            id="quota",
+        ),
+        pytest.param(
+            [vm_node("a", 2), quota(hard=2, used=1)],
+            tenant_vm(1),
+            None,
+            "the VM can start on 1 node now",
+            id="quota-with-room",
+        ),
+        pytest.param(
+            [vm_node("a", 2), quota(hard=2, used=1)],
+            {**tenant_vm(2), "metadata": {**tenant_vm(2)["metadata"], "namespace": "tenant-b"}},
+            None,
+            "the VM can start on 1 node now",
+            id="another-namespaces-quota",
+        ),
+        pytest.param(
+            [vm_node("a", 2), pod("p", "a", {R: 1})],
+            tenant_vm(2),
+            "capacity",
+            "blocked by c",
+            id="too-few-units",
+        ),
+    ],
+)
+def test_what_stops_a_vm_is_named(
+    objects: list[dict[str, Any]], vm: dict[str, Any], stop: str | None, answer_has: str
+) -> None:
+    result = explain_manifest(vm, detailed(*objects))
+    assert result.stopped_by == stop
+    assert result.can_start is (stop is None)
+    assert answer_has in result.answer, result.answer
+
+
+def test_the_launcher_is_rendered_with_the_class_gpus() -> None:
+    result = explain_manifest(tenant_vm(2), detailed(vm_node("a", 2)))
+    assert result.launcher is not None
+    assert result.launcher.devices[R] == 2
+    # 4Gi guest + 268Mi overhead + 1Gi for VFIO (the class GPUs) + the console-log sidecar's 35M
+    assert result.launcher.memory == 4096 * 2**20 + 268 * 2**20 + 1024 * 2**20 + 35_000_000
