@@ -1,7 +1,8 @@
 """The webhook's only kubernetes_asyncio adapter: what its catalog cache lists and watches.
 
-The webhook caches GPUClasses, Namespaces (labels only matter) and the KubeVirt
-CR; it never watches Pods and never calls the API server inside a request. The
+The webhook caches GPUClasses, Namespaces (labels only matter), the KubeVirt
+CR and ResourceQuotas (their extended-resource request keys: VM admission's quota
+warning); it never watches Pods and never calls the API server inside a request. The
 HTTP lists and watches are the shared :class:`shared.kube.kubeclient.RawClient`
 — the same code the reconciler runs — so a fix to paging, 410 handling or watch
 reading reaches both binaries.
@@ -13,7 +14,13 @@ from urllib.parse import quote
 
 from kubernetes_asyncio import client
 
-from gpuclass.shared.core.base.collections import GPUCLASSES, KUBEVIRTS, NAMESPACES, SECRETS
+from gpuclass.shared.core.base.collections import (
+    ALL_RESOURCEQUOTAS,
+    GPUCLASSES,
+    KUBEVIRTS,
+    NAMESPACES,
+    SECRETS,
+)
 from gpuclass.shared.kube.kubeclient import RawClient
 from gpuclass.shared.kube.listwatch import RawObject
 
@@ -21,14 +28,16 @@ FIELD_MANAGER = "gpuclass-webhook"
 
 
 def webhook_client(api: client.ApiClient, *, kubevirt_namespace: str) -> RawClient:
-    """The catalog cache's client: the three collections it watches (all GPUClasses and Namespaces,
-    the KubeVirt CRs of `kubevirt_namespace` only), under the webhook's field manager."""
+    """The catalog cache's client: the collections it watches (all GPUClasses, Namespaces and
+    ResourceQuotas, the KubeVirt CRs of `kubevirt_namespace` only), under the webhook's field
+    manager."""
     return RawClient(
         api,
         {
             "gpuclasses": (GPUCLASSES.at(), GPUCLASSES.params()),
             "namespaces": (NAMESPACES.at(), NAMESPACES.params()),
             "kubevirts": (KUBEVIRTS.at(kubevirt_namespace), KUBEVIRTS.params()),
+            "resourcequotas": (ALL_RESOURCEQUOTAS.at(), ALL_RESOURCEQUOTAS.params()),
         },
         field_manager=FIELD_MANAGER,
     )

@@ -105,7 +105,7 @@ class WebhookMetrics:
         self.cert_synced: Gauge | None = None
         self.cert_sync_failures: Counter | None = None
         # Series exist from the start so that rate()/increase() and dashboards show 0, not nothing.
-        for resource in ("gpuclasses", "namespaces", "kubevirts"):
+        for resource in ("gpuclasses", "namespaces", "kubevirts", "resourcequotas"):
             for reason in ("expired", "error"):
                 self.watch_restarts.labels(resource, reason)
 

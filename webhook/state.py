@@ -17,13 +17,16 @@ from typing import Any, Protocol
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.meta import Key, object_key
 from gpuclass.shared.core.base.syncview import SyncView
+from gpuclass.shared.core.model.detail import Quota, extended_quota, group_quotas
 from gpuclass.shared.core.model.kubevirt import read_kubevirt
 from gpuclass.shared.core.model.snapshot import ClassRecord, Snapshot, compact_class
 from gpuclass.shared.core.status.catalog import Catalog, Policy, build_catalog
 from gpuclass.shared.kube.filesource import FileSource
 from gpuclass.shared.kube.listwatch import ListWatchClient, RawObject, Reflector
 
-RESOURCES = ("gpuclasses", "namespaces", "kubevirts")
+RESOURCES = ("gpuclasses", "namespaces", "kubevirts", "resourcequotas")
+Compact = RawObject | ClassRecord | tuple[str, Quota]
+"""What the cache keeps of one object (:meth:`CatalogCache._compact`)."""
 
 log = logging.getLogger(__name__)
 
@@ -117,9 +120,7 @@ class CatalogCache:
     ) -> None:
         self._resources = tuple(resources)
         self._policy = policy
-        self._objects: dict[str, dict[Key, RawObject | ClassRecord]] = {
-            r: {} for r in self._resources
-        }
+        self._objects: dict[str, dict[Key, Compact]] = {r: {} for r in self._resources}
         self._sync: SyncView[str] = SyncView(self._resources, clock=time.monotonic)
         self._reflector: Reflector[str] = Reflector(
             source,
@@ -135,10 +136,14 @@ class CatalogCache:
         self.updated_at = 0.0
 
     @staticmethod
-    def _compact(name: str, obj: Mapping[str, Any]) -> RawObject | ClassRecord | None:
-        """Keep what the catalog needs: class records, namespace labels, KubeVirt CRs as they are."""
+    def _compact(name: str, obj: Mapping[str, Any]) -> Compact | None:
+        """Keep what the catalog needs: class records, namespace labels, KubeVirt CRs as they are,
+        and of a ResourceQuota only its extended-resource request keys (VM admission's quota
+        warning reads nothing else)."""
         if name == "gpuclasses":
             return compact_class(obj)
+        if name == "resourcequotas":
+            return extended_quota(obj)
         if name == "namespaces":
             meta = obj.get("metadata") or {}
             labels = meta.get("labels") or {}
@@ -184,6 +189,8 @@ class CatalogCache:
                 snapshot.namespaces[str(entry["name"])] = entry["labels"]
         kubevirts = self._objects.get("kubevirts", {}).values()
         snapshot.use_kubevirt(read_kubevirt(obj for obj in kubevirts if isinstance(obj, dict)))
+        quotas = self._objects.get("resourcequotas", {}).values()
+        snapshot.quotas = group_quotas(q for q in quotas if isinstance(q, tuple))
         self.catalog = build_catalog(snapshot, self._policy, figures="stored")
         self.updated_at = time.time()
         if not self.synced:

@@ -378,15 +378,13 @@ def resolved_view(
 def quota_lines(snapshot: Snapshot, namespace: str, ask: LauncherAsk) -> tuple[QuotaLine, ...]:
     """The namespace's ResourceQuota keys the launcher Pod's requests count against (Kubernetes'
     quota admission refuses the Pod at creation when any has less left than it asks)."""
-    if snapshot.detail is None:
-        return ()
     wanted: dict[str, Decimal] = {
         CPU: Decimal(ask.cpu_millis) / 1000,
         MEMORY: Decimal(ask.memory),
         EPHEMERAL: Decimal(ask.ephemeral_storage),
         **{k: Decimal(v) for k, v in ask.devices.items()},
     }
-    found = headroom(snapshot.detail.quotas.get(namespace, []), wanted)
+    found = headroom(snapshot.quotas.get(namespace, []), wanted)
     return tuple(
         QuotaLine(
             room.quota,

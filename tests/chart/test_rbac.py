@@ -115,7 +115,8 @@ def test_webhook_only_reads_when_it_keeps_no_certificates() -> None:
     for values in (HELM_TLS, CERT_MANAGER):
         objects = render_objects(values)
         assert _rules(objects, "ClusterRole", "gpuclass-webhook") == (
-            _grants("cozystack.io", ["gpuclasses"], READ) | _grants("", ["namespaces"], READ)
+            _grants("cozystack.io", ["gpuclasses"], READ)
+            | _grants("", ["namespaces", "resourcequotas"], READ)
         )
         assert _rules(objects, "Role", "gpuclass-webhook-kubevirt") == _grants(
             "kubevirt.io", ["kubevirts"], READ

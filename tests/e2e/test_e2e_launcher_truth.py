@@ -405,3 +405,236 @@ def test_a_node_label_kubevirt_does_not_read_changes_no_status(world: World) -> 
     after = get_class(api, CLASS)
     assert after is not None
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+
+
+# -- the rendering and the quota, against KubeVirt's and the API server's own --------------------
+
+RENDERED = {
+    "one-vcpu-guest-memory": {"domain": {"memory": {"guest": "1Gi"}}},
+    "cores-request-and-gpus": {
+        "domain": {
+            "cpu": {"cores": 4},
+            "resources": {"requests": {"memory": "3Gi"}},
+            "devices": {"gpus": [{"name": "g1", "deviceName": RESOURCE}] * 1},
+        }
+    },
+    "sockets-limits-two-gpus": {
+        "domain": {
+            "cpu": {"sockets": 2, "threads": 2},
+            "resources": {"requests": {"cpu": "1500m", "memory": "2Gi"}},
+            "memory": {"guest": "2Gi"},
+            "devices": {
+                "autoattachGraphicsDevice": False,
+                "gpus": [
+                    {"name": "g1", "deviceName": RESOURCE},
+                    {"name": "g2", "deviceName": RESOURCE},
+                ],
+            },
+        }
+    },
+    "no-console-log-no-pod-interface": {
+        "domain": {
+            "memory": {"guest": "512Mi"},
+            "devices": {"logSerialConsole": False, "autoattachPodInterface": False},
+        }
+    },
+}
+
+
+def _pod_requests(pod: RawObject) -> dict[str, int]:
+    """Kubernetes' rule for what a Pod holds, restated for CPU (millicores) and memory (bytes):
+    its containers and sidecars (init containers that restart) together, or its largest plain init
+    container, whichever is more."""
+    from decimal import Decimal
+
+    from gpuclass.shared.core.base.k8s import parse_quantity
+
+    def read(container: RawObject) -> dict[str, Decimal]:
+        requests = (container.get("resources") or {}).get("requests") or {}
+        return {k: parse_quantity(str(v)) for k, v in requests.items() if k in ("cpu", "memory")}
+
+    total: dict[str, Decimal] = {}
+    peak: dict[str, Decimal] = {}
+    for container in pod["spec"]["containers"]:
+        for k, v in read(container).items():
+            total[k] = total.get(k, Decimal(0)) + v
+    for container in pod["spec"].get("initContainers") or []:
+        for k, v in read(container).items():
+            if container.get("restartPolicy") == "Always":
+                total[k] = total.get(k, Decimal(0)) + v
+            else:
+                peak[k] = max(peak.get(k, Decimal(0)), v)
+    merged = {k: max(total.get(k, Decimal(0)), peak.get(k, Decimal(0))) for k in ("cpu", "memory")}
+    return {"cpu": int(merged["cpu"] * 1000), "memory": int(merged["memory"])}
+
+
+def _launcher_of(world: World, name: str) -> RawObject:
+    def found() -> RawObject | None:
+        listed = world.api.call("GET", f"/api/v1/namespaces/{NS}/pods")
+        for pod in listed.get("items") or []:
+            if (pod["metadata"].get("annotations") or {}).get("kubevirt.io/domain") == name:
+                return pod
+        return None
+
+    pod: RawObject = eventually(found, timeout=30, what=f"{name}'s launcher Pod")
+    return pod
+
+
+@pytest.mark.parametrize("case", sorted(RENDERED))
+def test_the_launcher_we_render_is_the_one_kubevirt_renders(world: World, case: str) -> None:
+    from gpuclass.shared.core.model.kubevirt import read_kubevirt
+    from gpuclass.shared.core.model.launcher import launcher_ask
+
+    api = world.api
+    spec: RawObject = {
+        "domain": {"devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]}},
+        "volumes": [{"name": "root", "emptyDisk": {"capacity": "1Gi"}}],
+    }
+    for key, value in RENDERED[case]["domain"].items():
+        spec["domain"][key] = {**spec["domain"][key], **value} if key == "devices" else value
+    world.probes += 1
+    name = f"render-{world.probes}"
+    vmi = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {"name": name, "namespace": NS, "labels": {MINE[0]: MINE[1]}},
+        "spec": spec,
+    }
+    api.create(vmi)  # the tenant's manifest, before KubeVirt's defaults
+    pod = _launcher_of(world, name)
+    crs = api.call("GET", "/apis/kubevirt.io/v1/namespaces/cozy-kubevirt/kubevirts")["items"]
+    ask = launcher_ask(vmi, read_kubevirt(crs))
+    compute = next(c for c in pod["spec"]["containers"] if c["name"] == "compute")
+    devices = {
+        k: int(v)
+        for k, v in compute["resources"]["requests"].items()
+        if k not in ("cpu", "memory", "ephemeral-storage")
+    }
+    assert {"cpu": ask.cpu_millis, "memory": ask.memory} == _pod_requests(pod)
+    assert dict(ask.devices) == devices
+    assert dict(ask.node_selector) == pod["spec"]["nodeSelector"]
+    _clear(world)
+
+
+@pytest.fixture(scope="module")
+def quota_controller(control_plane: ControlPlane) -> Iterator[Component]:
+    """kube-controller-manager running only the resource quota controller (it writes a quota's
+    `status.hard` and `status.used`; until then the API server refuses Pods under the quota)."""
+    from tests.controlplane import components
+
+    with components.controller_manager(
+        control_plane,
+        controllers=("resourcequota-controller",),
+        roles=("system:controller:resourcequota-controller",),
+    ) as process:
+        yield process
+
+
+def test_the_quota_explain_reports_is_the_one_the_api_server_enforces(
+    world: World, control_plane: ControlPlane, quota_controller: Component, tmp_path: Any
+) -> None:
+    """A ResourceQuota of 2 units: a 2-GPU VM's launcher is created and bound; then `gpuclass
+    explain` (live) says quota stops a 1-GPU VM, and the API server refuses that VM's launcher
+    Pod (KubeVirt's rendering, created dry-run) for exceeding the quota."""
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    api = world.api
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "gpus", "namespace": NS},
+        "spec": {"hard": {f"requests.{RESOURCE}": "2"}},
+    }
+    api.create(quota)
+    try:
+        eventually(
+            lambda: (
+                (api.get("v1", "ResourceQuota", "gpus", namespace=NS) or {})
+                .get("status", {})
+                .get("hard")
+            ),
+            timeout=30,
+            what="the quota controller to take the quota up",
+        )
+        first = _probe(world, 2)
+        assert _bound(world, [first]) == 1
+        eventually(
+            lambda: (
+                (api.get("v1", "ResourceQuota", "gpus", namespace=NS) or {})
+                .get("status", {})
+                .get("used", {})
+                .get(f"requests.{RESOURCE}")
+                == "2"
+            ),
+            timeout=30,
+            what="the quota to count the launcher",
+        )
+        manifest = tmp_path / "vm.yaml"
+        manifest.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubevirt.io/v1",
+                    "kind": "VirtualMachineInstance",
+                    "metadata": {
+                        "name": "wants-one",
+                        "namespace": NS,
+                        "annotations": {
+                            "gpu.cozystack.io/classes": json.dumps([{"className": CLASS}])
+                        },
+                    },
+                    "spec": {"domain": {"devices": {}, "memory": {"guest": "1Gi"}}},
+                }
+            )
+        )
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpuclass.shared.cli.main",
+                "explain",
+                "--manifest",
+                str(manifest),
+                "--kubeconfig",
+                str(control_plane.admin_kubeconfig),
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        answer = json.loads(done.stdout)
+        assert done.returncode == 1, done.stderr
+        assert answer["stoppedBy"] == "quota", answer["answer"]
+        (line,) = [q for q in answer["launcher"]["quota"] if q["key"] == f"requests.{RESOURCE}"]
+        assert (line["hard"], line["used"], line["wanted"], line["enough"]) == (
+            "2",
+            "2",
+            "1",
+            False,
+        )
+        # The API server's own verdict on KubeVirt's launcher for one more GPU.
+        template = _launcher_of(world, first)
+        second = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "second-launcher", "namespace": NS},
+            "spec": {k: v for k, v in template["spec"].items() if k not in ("nodeName",)},
+        }
+        for container in second["spec"]["containers"]:
+            for part in ("requests", "limits"):
+                amounts = (container.get("resources") or {}).get(part) or {}
+                if RESOURCE in amounts:
+                    amounts[RESOURCE] = "1"
+        refused = api.request(
+            "POST", f"/api/v1/namespaces/{NS}/pods", body=second, params={"dryRun": "All"}
+        )
+        assert refused.status_code == 403, refused.text
+        assert "exceeded quota: gpus" in refused.text
+    finally:
+        api.request("DELETE", f"/api/v1/namespaces/{NS}/resourcequotas/gpus")
+        _clear(world)

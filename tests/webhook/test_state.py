@@ -94,6 +94,16 @@ async def run_until(state: CatalogCache, condition: Any, timeout: float = 5.0) -
         await asyncio.gather(task, return_exceptions=True)
 
 
+QUOTA = {
+    "kind": "ResourceQuota",
+    "metadata": {"name": "gpus", "namespace": "tenant-a"},
+    "status": {
+        "hard": {"requests.x.com/a": "4", "requests.cpu": "8", "pods": "10"},
+        "used": {"requests.x.com/a": "3"},
+    },
+}
+
+
 def make_state(classes: ScriptedSource, restarts: list[tuple[str, str]]) -> CatalogCache:
     kubevirt = {
         "kind": "KubeVirt",
@@ -113,6 +123,7 @@ def make_state(classes: ScriptedSource, restarts: list[tuple[str, str]]) -> Cata
             classes,
             static("namespaces", [{"metadata": {"name": "tenant-a", "labels": {"l": "v"}}}]),
             static("kubevirts", [kubevirt]),
+            static("resourcequotas", [QUOTA]),
         ]
     )
     return CatalogCache(
@@ -188,3 +199,11 @@ def test_watch_resumes_from_the_last_version_seen() -> None:
     asyncio.run(run_until(state, lambda: "e" in state.catalog.offers))
     assert source.watch_versions[:2] == ["100", "150"]
     assert source.list_calls == 1
+
+
+def test_the_catalog_keeps_what_each_namespace_quota_leaves_of_extended_resources() -> None:
+    """VM admission's quota warning reads `requests.<extended resource>` only; CPU and the Pod
+    count are not kept."""
+    state = make_state(static("gpuclasses", []), [])
+    asyncio.run(run_until(state, lambda: state.synced))
+    assert state.catalog.quota_left == {"tenant-a": {"requests.x.com/a": 1}}

@@ -452,6 +452,26 @@ def capacity_warnings(plan: Plan) -> list[str]:
     return warnings
 
 
+def quota_warnings(plan: Plan, namespace: str, catalog: Catalog) -> list[str]:
+    """Quota is a warning too, never a refusal: Kubernetes refuses the launcher Pod over the
+    namespace's ResourceQuota, and the VM does not start until the quota has room
+    (docs/decisions.md, "Can this VM start, in full")."""
+    left = catalog.quota_left.get(namespace)
+    if not left:
+        return []
+    warnings = []
+    for name, total in plan.totals.items():
+        offer = plan.offers.get(name)
+        resource = offer.record.resource_name if offer is not None else None
+        room = left.get(f"requests.{resource}") if resource else None
+        if room is not None and total > room:
+            warnings.append(
+                f"class {name}: the namespace's quota has {room} units left, the VM needs {total}; "
+                "it will not start until the quota has room"
+            )
+    return warnings
+
+
 class Judgement(NamedTuple):
     """Every rule of section 4 on a CREATE: all causes, what an allowed answer carries, and what
     the selection resolves to (rule 6), which the check after every mutation reads back
@@ -591,7 +611,7 @@ def judge_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> Ju
     return Judgement(
         tuple(causes),
         tuple(operations),
-        resolution.warnings,
+        resolution.warnings + tuple(quota_warnings(resolution.plan, namespace, catalog)),
         gpus=None if wanted is None else tuple(wanted),
         licensed=own_licence,
         gpus_unjudged=wanted is None and bool(_list(obj, *GPUS)),

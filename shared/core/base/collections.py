@@ -52,6 +52,7 @@ VMIS = Collection("VirtualMachineInstance", "/apis/kubevirt.io/v1/virtualmachine
 VMS = Collection("VirtualMachine", "/apis/kubevirt.io/v1/virtualmachines")
 SECRETS = Collection("Secret", "/api/v1/namespaces/{namespace}/secrets")
 RESOURCEQUOTAS = Collection("ResourceQuota", "/api/v1/namespaces/{namespace}/resourcequotas")
+ALL_RESOURCEQUOTAS = Collection("ResourceQuota", "/api/v1/resourcequotas")
 CONFIGMAPS = Collection("ConfigMap", "/api/v1/namespaces/{namespace}/configmaps")
 EVENTS = Collection("Event", "/api/v1/namespaces/{namespace}/events")
 LEASES = Collection("Lease", "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases")

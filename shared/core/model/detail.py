@@ -1,15 +1,15 @@
 """The cluster in the detail one VM's start needs: node labels, CPU, memory and ephemeral storage
 allocatable and requested, and the namespaces' ResourceQuotas.
 
-Only `gpuclass explain` reads this (docs/decisions.md, "Can this VM start, in full"): the class
-figures and the reconciler never do, so the compact snapshot of a 150,000-pod cluster stays
-what it was. :class:`shared.core.model.snapshot.SnapshotBuilder` fills it when asked
-(`detail=True`). Pure.
+Only `gpuclass explain` reads the node detail (docs/decisions.md, "Can this VM start, in full"):
+the class figures and the reconciler never do, so the compact snapshot of a 150,000-pod cluster
+stays what it was; :class:`shared.core.model.snapshot.SnapshotBuilder` fills it when asked
+(`detail=True`). Quotas are small and always kept: VM admission warns from them too. Pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
@@ -68,12 +68,10 @@ class Quota:
 
 @dataclass(slots=True)
 class ClusterDetail:
-    """Per node its detail and what its bound Pending or Running Pods request; per namespace its
-    quotas."""
+    """Per node its detail and what its bound Pending or Running Pods request."""
 
     nodes: dict[str, NodeDetail] = field(default_factory=dict)
     used: dict[str, dict[str, int]] = field(default_factory=dict)
-    quotas: dict[str, list[Quota]] = field(default_factory=dict)
     quotas_unread: bool = False
     """The caller may not list the namespace's ResourceQuotas: the quota was not checked."""
 
@@ -116,6 +114,42 @@ def compact_quota(obj: Mapping[str, Any]) -> tuple[str, Quota] | None:
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
     hard = _decimals(status.get("hard")) or _decimals(spec.get("hard"))  # type: ignore[union-attr]
     return namespace, Quota(name, hard, _decimals(status.get("used")))  # type: ignore[union-attr]
+
+
+def extended_quota(obj: Mapping[str, Any]) -> tuple[str, Quota] | None:
+    """(namespace, quota) of a ResourceQuota cut to its `requests.<extended resource>` keys: what
+    a long-running reader keeps (the webhook), bounded whatever else the quota lists."""
+    found = compact_quota(obj)
+    if found is None:
+        return None
+    namespace, quota = found
+
+    def cut(amounts: Mapping[str, Decimal]) -> dict[str, Decimal]:
+        return {k: v for k, v in amounts.items() if k.startswith("requests.") and "/" in k}
+
+    return namespace, Quota(quota.name, cut(quota.hard), cut(quota.used))
+
+
+def group_quotas(quotas: Iterable[tuple[str, Quota]]) -> dict[str, list[Quota]]:
+    """(namespace, quota) pairs grouped by namespace, sorted by name, at most MAX_QUOTAS each."""
+    grouped: dict[str, list[Quota]] = {}
+    for namespace, quota in sorted(quotas, key=lambda pair: (pair[0], pair[1].name)):
+        held = grouped.setdefault(namespace, [])
+        if len(held) < MAX_QUOTAS:
+            held.append(quota)
+    return grouped
+
+
+def extended_left(quotas: Iterable[Quota]) -> dict[str, Decimal]:
+    """`requests.<extended resource>` -> the least any of the quotas leaves of it: what VM
+    admission's quota warning reads (docs/decisions.md, "Can this VM start, in full")."""
+    left: dict[str, Decimal] = {}
+    for quota in quotas:
+        for key, hard in quota.hard.items():
+            if key.startswith("requests.") and "/" in key:
+                room = max(hard - quota.used.get(key, Decimal(0)), Decimal(0))
+                left[key] = min(room, left.get(key, room))
+    return left
 
 
 def quota_keys(resource: str) -> tuple[str, ...]:

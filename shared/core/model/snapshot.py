@@ -18,10 +18,10 @@ from pydantic import ValidationError
 
 from gpuclass.shared.core.base.k8s import Taint, quantity_units
 from gpuclass.shared.core.model.detail import (
-    MAX_QUOTAS,
     ClusterDetail,
     Quota,
     compact_quota,
+    group_quotas,
     node_detail,
     read_compute,
 )
@@ -169,7 +169,10 @@ class Snapshot:
     kubevirt: KubeVirtConfig = field(default_factory=KubeVirtConfig)
     """The deployed KubeVirt CR's configuration as a whole (what one VM's launcher asks)."""
     detail: ClusterDetail | None = None
-    """Node labels, CPU and memory, quotas: only when built with `detail=True` (explain)."""
+    """Node labels, CPU and memory: only when built with `detail=True` (explain)."""
+    quotas: dict[str, list[Quota]] = field(default_factory=dict)
+    """Each namespace's ResourceQuotas (at most MAX_QUOTAS): explain's headroom, and VM
+    admission's quota warning."""
 
     def use_kubevirt(self, config: KubeVirtConfig) -> None:
         """Take the KubeVirt configuration KubeVirt reads from the CRs of its namespace
@@ -424,7 +427,7 @@ class SnapshotBuilder:
 
     def __init__(self, *, detail: bool = False) -> None:
         """`detail`: also keep what one VM's start needs (:mod:`shared.core.model.detail`): node
-        labels, CPU and memory allocatable and requested, ResourceQuotas (`gpuclass explain`)."""
+        labels, CPU and memory allocatable and requested (`gpuclass explain`)."""
         self._snapshot = Snapshot()
         self._detail = ClusterDetail() if detail else None
         self._pod_compute: dict[object, tuple[str, dict[str, int]]] = {}
@@ -450,13 +453,8 @@ class SnapshotBuilder:
             for node, amounts in self._pod_compute.values():
                 _add(used.setdefault(node, {}), amounts)
             self._detail.used = used
-            quotas: dict[str, list[Quota]] = {}
-            for namespace, quota in self._quotas.values():
-                held = quotas.setdefault(namespace, [])
-                if len(held) < MAX_QUOTAS:
-                    held.append(quota)
-            self._detail.quotas = quotas
             snap.detail = self._detail
+        snap.quotas = group_quotas(self._quotas.values())
         return snap
 
     def _key(self, obj: Mapping[str, Any], *, namespaced: bool) -> object:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Literal
 
 from gpuclass.shared.core.base import names
+from gpuclass.shared.core.model.detail import extended_left
 from gpuclass.shared.core.model.snapshot import ClassRecord, Snapshot
 from gpuclass.shared.core.status.availability import (
     UsageIndex,
@@ -63,6 +65,9 @@ class Catalog:
     policy: Policy = field(default_factory=Policy)
     resources: frozenset[str] = frozenset()
     """The resourceName of every catalog class (rule 4.2: no raw request of one beside classes)."""
+    quota_left: Mapping[str, Mapping[str, Decimal]] = field(default_factory=dict)
+    """Per namespace, `requests.<resource>` -> the least its ResourceQuotas leave
+    (:func:`shared.core.model.detail.extended_left`): VM admission's quota warning."""
     vgpu_resources: frozenset[str] = frozenset()
     """Every resource that is a vGPU (rule 4.5): the resourceName of every `mode: vgpu` class, valid
     or not, and every `mediatedDevices` resourceName of the KubeVirt CR, whether a class names it
@@ -117,4 +122,16 @@ def build_catalog(
         # an invalid vGPU class's units need entitlement too
         if r.mode == "vgpu" and r.resource_name
     }
-    return Catalog(offers, dict(snapshot.namespaces), policy, resources, vgpu)
+    quota_left = {
+        namespace: left
+        for namespace, quotas in snapshot.quotas.items()
+        if (left := extended_left(quotas))
+    }
+    return Catalog(
+        offers,
+        dict(snapshot.namespaces),
+        policy,
+        resources,
+        quota_left=quota_left,
+        vgpu_resources=vgpu,
+    )

@@ -208,3 +208,34 @@ def test_a_class_that_does_not_resolve_yet_without_gpus_is_only_a_warning() -> N
     request = admission_request(VM_KIND, operation="CREATE", namespace="tenant-a", object=vm)
     decision = admit(request, catalog())
     assert isinstance(decision, Allowed) and decision.warnings
+
+
+@pytest.mark.parametrize(
+    ("left", "count", "warned"),
+    [
+        pytest.param(1, 2, True, id="quota-short-warns"),
+        pytest.param(2, 2, False, id="quota-exactly-enough"),
+        pytest.param(None, 2, False, id="no-quota"),
+    ],
+)
+def test_a_quota_that_cannot_hold_the_units_is_a_warning_never_a_refusal(
+    left: int | None, count: int, warned: bool
+) -> None:
+    """docs/decisions.md, "Can this VM start, in full": Kubernetes refuses the launcher Pod over
+    quota; admission only says so. The quota is tenant-a's, on the class's resource."""
+    from dataclasses import replace
+    from decimal import Decimal
+
+    quota = {} if left is None else {"tenant-a": {"requests.example.com/whole-gpu": Decimal(left)}}
+    judged = replace(catalog(), quota_left=quota, remembered={})
+    vm = selection_vm(f'[{{"className": "example-whole-gpu", "count": {count}}}]')
+    request = admission_request(VM_KIND, operation="CREATE", namespace="tenant-a", object=vm)
+    decision = admit(request, judged)
+    assert isinstance(decision, Allowed)
+    quota_words = [w for w in decision.warnings if "quota" in w]
+    assert bool(quota_words) is warned
+    if warned:
+        assert quota_words == [
+            f"class example-whole-gpu: the namespace's quota has {left} units left, the VM needs "
+            f"{count}; it will not start until the quota has room"
+        ]
