@@ -80,12 +80,12 @@ def node_detail(obj: Mapping[str, Any]) -> NodeDetail:
     """A node's labels (string values only) and its CPU, memory and ephemeral allocatable."""
     meta = obj.get("metadata")
     labels = meta.get("labels") if isinstance(meta, dict) else None
-    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    status = obj.get("status")
     return NodeDetail(
         {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
         if isinstance(labels, dict)
         else {},
-        read_compute(status.get("allocatable")),  # type: ignore[union-attr]
+        read_compute(status.get("allocatable") if isinstance(status, dict) else None),
     )
 
 
@@ -110,10 +110,11 @@ def compact_quota(obj: Mapping[str, Any]) -> tuple[str, Quota] | None:
     name, namespace = meta.get("name"), meta.get("namespace")
     if not isinstance(name, str) or not isinstance(namespace, str):
         return None
-    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    hard = _decimals(status.get("hard")) or _decimals(spec.get("hard"))  # type: ignore[union-attr]
-    return namespace, Quota(name, hard, _decimals(status.get("used")))  # type: ignore[union-attr]
+    status, spec = obj.get("status"), obj.get("spec")
+    status = status if isinstance(status, dict) else {}
+    spec = spec if isinstance(spec, dict) else {}
+    hard = _decimals(status.get("hard")) or _decimals(spec.get("hard"))
+    return namespace, Quota(name, hard, _decimals(status.get("used")))
 
 
 def extended_quota(obj: Mapping[str, Any]) -> tuple[str, Quota] | None:

@@ -218,8 +218,9 @@ def _text(value: object) -> str:
 
 
 def _positive(value: object, default: int) -> int:
-    ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 10**6
-    return value if ok else default  # type: ignore[return-value]
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 10**6:
+        return value
+    return default
 
 
 def _cpu_request(value: object) -> Decimal | None:
