@@ -452,6 +452,46 @@ def test_resource_name_not_permitted(
     assert (condition["status"], condition["reason"]) == (status_, reason)
 
 
+def undeployed(*resources: str, **metadata: Any) -> dict[str, Any]:
+    obj = kubevirt(*resources)
+    del obj["status"]
+    obj["metadata"].update(metadata)
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("objects", "status_", "message"),
+    [
+        pytest.param(
+            [CLASS, undeployed(R)],
+            "True",
+            "KubeVirt CR cozy-kubevirt/kubevirt is not deployed (no status.phase, or being "
+            "deleted): KubeVirt reads its configuration only from the CR virt-operator deployed",
+            id="cr-without-a-phase-permits-nothing",
+        ),
+        pytest.param(
+            [CLASS, undeployed(R, name="second"), kubevirt("example.com/other")],
+            "True",
+            "example.com/gpu is missing from KubeVirt's permittedHostDevices",
+            id="only-the-deployed-cr-counts",
+        ),
+        pytest.param(
+            [CLASS, undeployed("example.com/other", name="second"), kubevirt(R)],
+            "False",
+            "example.com/gpu is in KubeVirt's permittedHostDevices",
+            id="a-second-cr-adds-nothing",
+        ),
+    ],
+)
+def test_the_cr_kubevirt_reads_is_the_deployed_one(
+    objects: list[dict[str, Any]], status_: str, message: str
+) -> None:
+    """KubeVirt v1.8.4 reads one CR: not being deleted, with status.phase (docs/decisions.md,
+    "Free means a VM can start there"); the class's condition follows that CR alone."""
+    condition = conditions(*objects)["ResourceNameNotPermitted"]
+    assert (condition["status"], condition["message"]) == (status_, message)
+
+
 TOKEN = "client_configuration_token.tok"
 LICENSED = gpuclass(license="lic")
 
