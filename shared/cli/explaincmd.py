@@ -25,8 +25,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-import orjson
-
+from gpuclass.shared.cli.escape import guard_lines, json_text, text
 from gpuclass.shared.cli.explain import (
     Explanation,
     ManifestExplanation,
@@ -89,17 +88,17 @@ def run_explain(args: argparse.Namespace) -> int:
         return 2
     if manifest is not None:
         result = explain_manifest(manifest, snapshot, license_namespace=args.license_namespace)
-        text = render_manifest(result)
+        shown = render_manifest(result)
         can_start, value = result.can_start, _manifest_value(result)
     else:
         one = explain_class(
             snapshot, args.class_name, count=args.count, license_namespace=args.license_namespace
         )
-        text, can_start, value = render_class(one), one.can_start, _class_value(one)
+        shown, can_start, value = render_class(one), one.can_start, _class_value(one)
     if args.output == "json":
-        sys.stdout.buffer.write(orjson.dumps(value, option=orjson.OPT_INDENT_2) + b"\n")
+        sys.stdout.write(json_text(value) + "\n")
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(shown)
     return 0 if can_start else 1
 
 
@@ -298,24 +297,23 @@ def render_class(e: Explanation, *, label: str = "answer") -> str:
         lines.append(f"  Schedulable={c['status']} ({c['reason']}): {c['message']}")
     lines += [f"  note: {n}" for n in e.notes]
     lines.append(f"{label}: {e.answer}")
-    return "\n".join(lines) + "\n"
+    return guard_lines("".join(text(line) + "\n" for line in lines))
 
 
 def render_manifest(m: ManifestExplanation) -> str:
     """A manifest's answer as text: admission's problems, each class's table, the count of nodes
     that fit all classes at once, then the answer."""
-    lines = [f"{m.kind} {m.name}"]
-    lines += [f"  {p}" for p in m.problems]
-    text = "\n".join(lines) + "\n"
+    lines = [f"{m.kind} {m.name}", *(f"  {p}" for p in m.problems)]
+    out = "".join(text(line) + "\n" for line in lines)
     for e in m.classes:
-        text += render_class(e, label="  this class")
+        out += render_class(e, label="  this class")
     if m.launcher is not None:
-        text += render_launcher(m)
-    if m.classes:
-        text += f"nodes where every class fits at once: {m.joint_fits}\n"
+        out += render_launcher(m)
+    tail = [f"nodes where every class fits at once: {m.joint_fits}"] if m.classes else []
     if m.stopped_by is not None:
-        text += f"stopped by: {m.stopped_by}\n"
-    return text + f"answer: {m.answer}\n"
+        tail.append(f"stopped by: {m.stopped_by}")
+    tail.append(f"answer: {m.answer}")
+    return guard_lines(out + "".join(text(line) + "\n" for line in tail))
 
 
 def render_launcher(m: ManifestExplanation) -> str:
@@ -339,7 +337,7 @@ def render_launcher(m: ManifestExplanation) -> str:
             f"  quota {q.quota}: {q.key} used {q.used} of {q.hard}, asks {q.wanted}: {state}"
         )
     lines += [f"  note: {n}" for n in m.vm_notes]
-    return "\n".join(lines) + "\n"
+    return guard_lines("".join(text(line) + "\n" for line in lines))
 
 
 def _class_value(e: Explanation) -> dict[str, Any]:

@@ -19,8 +19,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import orjson
-
+from gpuclass.shared.cli.escape import guard_lines, json_text, text, xml_text
 from gpuclass.shared.cli.lint import FileReport, LintReport, ObjectReport
 
 Format = Literal["text", "json", "junit", "github"]
@@ -53,16 +52,19 @@ def render_text(report: LintReport) -> Rendered:
     """`FILE: NAME: FIELD: message`, one line per cause on stdout (contract 7.1); unreadable files
     and warnings on stderr."""
     out = [
-        f"{line.path}: {line.name}: {line.finding.field}: {line.finding.message}\n"
+        f"{text(line.path)}: {text(line.name)}: {text(line.finding.field)}: "
+        f"{text(line.finding.message)}\n"
         for line in report.lines
     ]
     err = []
     for file in report.files:
         if file.error:
-            err.append(f"{PROG}: {file.path}: {file.error.message}\n")
+            err.append(f"{PROG}: {text(file.path)}: {text(file.error.message)}\n")
         for obj in file.objects:
-            err += [f"{file.path}: {obj.name}: warning: {w}\n" for w in obj.warnings]
-    return Rendered("".join(out), "".join(err))
+            err += [
+                f"{text(file.path)}: {text(obj.name)}: warning: {text(w)}\n" for w in obj.warnings
+            ]
+    return Rendered(guard_lines("".join(out)), guard_lines("".join(err)))
 
 
 def _object_json(obj: ObjectReport) -> dict[str, Any]:
@@ -100,28 +102,29 @@ def render_json(report: LintReport) -> str:
         },
         "files": [_file_json(f) for f in report.files],
     }
-    return orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n"
+    return json_text(document) + "\n"
 
 
 def _suite(file: FileReport) -> ET.Element:
-    suite = ET.Element("testsuite", name=file.path)
+    path = xml_text(file.path)
+    suite = ET.Element("testsuite", name=path)
     failures = errors = 0
     if file.error:
         errors += 1
-        case = ET.SubElement(suite, "testcase", classname=file.path, name="(file)", file=file.path)
-        error = ET.SubElement(case, "error", type=file.error.code, message=file.error.message)
-        error.text = file.error.message
+        case = ET.SubElement(suite, "testcase", classname=path, name="(file)", file=path)
+        message = xml_text(file.error.message)
+        error = ET.SubElement(case, "error", type=xml_text(file.error.code), message=message)
+        error.text = message
     for obj in file.objects:
-        case = ET.SubElement(
-            suite, "testcase", classname=file.path, name=f"{obj.kind}/{obj.name}", file=file.path
-        )
+        name = xml_text(f"{obj.kind}/{obj.name}")
+        case = ET.SubElement(suite, "testcase", classname=path, name=name, file=path)
         for cause in obj.causes:
-            text = f"{cause.field}: {cause.message}" if cause.field else cause.message
-            failure = ET.SubElement(case, "failure", type=cause.code, message=text)
-            failure.text = text
+            said = xml_text(f"{cause.field}: {cause.message}" if cause.field else cause.message)
+            failure = ET.SubElement(case, "failure", type=xml_text(cause.code), message=said)
+            failure.text = said
         if obj.warnings:
             ET.SubElement(case, "system-out").text = "".join(
-                f"warning: {w}\n" for w in obj.warnings
+                f"warning: {xml_text(w)}\n" for w in obj.warnings
             )
         failures += 1 if obj.causes else 0
     tests = len(file.objects) + (1 if file.error else 0)
@@ -158,13 +161,15 @@ def workflow_command(
     command: Literal["error", "warning", "notice"], message: str, **properties: str | int | None
 ) -> str:
     """One GitHub Actions workflow command (`::error file=...,line=...::message`), message and
-    properties escaped as the Actions toolkit does, properties that are None left out."""
+    properties escaped as the Actions toolkit does, properties that are None left out; control
+    characters are shown escaped first (:func:`shared.cli.escape.text`), so no ANSI sequence
+    or other control reaches the log."""
     props = ",".join(
-        f"{key}={escape_property(str(value))}"
+        f"{key}={escape_property(text(value))}"
         for key, value in properties.items()
         if value is not None
     )
-    return f"::{command} {props}::{escape_data(message)}\n"
+    return f"::{command} {props}::{escape_data(text(message, keep_newlines=True))}\n"
 
 
 def render_github(report: LintReport) -> str:

@@ -1,7 +1,10 @@
 """`gpuclass plan` output: text (the default), json (docs/contract.md section 7), markdown (a
 pull-request comment) and github (workflow annotations on the manifest lines).
 
-Every format renders the same :class:`Plan` value; none computes anything.
+Every format renders the same :class:`Plan` value; none computes anything. Every string in a
+plan that our code did not write (class names, spec keys and file names from the pull request,
+VM names and device names from tenants, messages quoting them) goes through the escaping
+function of its format (:mod:`shared.cli.escape`).
 """
 
 from __future__ import annotations
@@ -9,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-import orjson
-
+from gpuclass.shared.cli.escape import guard_lines, json_text, md_code, md_fence, md_text, text
 from gpuclass.shared.cli.lintformat import workflow_command
 from gpuclass.shared.cli.plan import ClassPlan, InventoryEntry, Plan, VMPlan
 
@@ -23,7 +25,7 @@ SIGN = {"added": "+", "changed": "~", "removed": "-", "unchanged": "="}
 def render_plan(plan: Plan, fmt: PlanFormat) -> str:
     """The plan in one of :data:`PLAN_FORMATS`."""
     if fmt == "json":
-        return orjson.dumps(plan_value(plan), option=orjson.OPT_INDENT_2).decode() + "\n"
+        return json_text(plan_value(plan)) + "\n"
     if fmt == "markdown":
         return _markdown(plan)
     if fmt == "github":
@@ -94,7 +96,7 @@ def summary_line(plan: Plan) -> str:
 
 def _conditions(status: Mapping[str, Any] | None) -> dict[str, str]:
     return {
-        str(c.get("type")): str(c.get("reason") or c.get("status"))
+        text(c.get("type")): text(c.get("reason") or c.get("status"))
         for c in (status or {}).get("conditions") or []
     }
 
@@ -102,7 +104,7 @@ def _conditions(status: Mapping[str, Any] | None) -> dict[str, str]:
 def _status_lines(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> list[str]:
     """Figures as `name before -> after`, then each condition whose reason differs."""
     figures = [
-        f"{k} {(before or {}).get(k, '-')} -> {(after or {}).get(k, '-')}"
+        f"{k} {text((before or {}).get(k, '-'))} -> {text((after or {}).get(k, '-'))}"
         for k in ("free", "maxFreePerNode", "maxUnitsPerNode")
         if k in (before or {}) or k in (after or {})
     ]
@@ -117,33 +119,34 @@ def _status_lines(before: Mapping[str, Any] | None, after: Mapping[str, Any] | N
 
 
 def _class_lines(c: ClassPlan) -> list[str]:
-    head = f"{SIGN[c.change]} {c.name}: {c.change}"
+    head = f"{SIGN[c.change]} {text(c.name)}: {c.change}"
     if c.fields:
-        head += f" ({', '.join('spec.' + f for f in c.fields)})"
+        head += f" ({', '.join('spec.' + text(f) for f in c.fields)})"
     lines = [head]
     for reason in c.refused:
-        lines.append(f"    REFUSED {reason}")
+        lines.append(f"    REFUSED {text(reason)}")
     if c.advice:
-        lines.append(f"    advice: {c.advice}")
+        lines.append(f"    advice: {text(c.advice)}")
     for warning in c.warnings:
-        lines.append(f"    warning: {warning}")
+        lines.append(f"    warning: {text(warning)}")
     lines += [f"    {line}" for line in _status_lines(c.before, c.after)]
     if c.running:
-        shown = ", ".join(c.running[:10]) + (
+        shown = ", ".join(text(r) for r in c.running[:10]) + (
             f" and {len(c.running) - 10} more" if len(c.running) > 10 else ""
         )
         lines.append(f"    VMIs holding it: {shown}")
         if c.running_effect:
-            lines.append(f"    they {c.running_effect}")
+            lines.append(f"    they {text(c.running_effect)}")
     return lines
 
 
 def _vm_line(v: VMPlan) -> list[str]:
     what = "next start REFUSED" if v.impact == "start-refused" else "next start changes"
-    lines = [f"  {v.namespace}/{v.name} ({', '.join(v.classes)}): {what}"]
-    lines += [f"    {cause}" for cause in v.causes]
+    classes = ", ".join(text(c) for c in v.classes)
+    lines = [f"  {text(v.namespace)}/{text(v.name)} ({classes}): {what}"]
+    lines += [f"    {text(cause)}" for cause in v.causes]
     if v.detail:
-        lines.append(f"    {v.detail}")
+        lines.append(f"    {text(v.detail)}")
     return lines
 
 
@@ -160,14 +163,12 @@ def _text(plan: Plan) -> str:
     if plan.inventory:
         lines.append("Raw device requests (move these tenants to a class):")
         for e in plan.inventory:
-            offered = ", ".join(e.classes) or "no class offers it"
-            lines.append(f"  {e.kind} {e.namespace}/{e.name}: {e.device} -> {offered}")
+            offered = ", ".join(text(c) for c in e.classes) or "no class offers it"
+            lines.append(
+                f"  {text(e.kind)} {text(e.namespace)}/{text(e.name)}: {text(e.device)} -> {offered}"
+            )
     lines.append(summary_line(plan))
-    return "\n".join(lines) + "\n"
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return guard_lines("\n".join(lines) + "\n")
 
 
 def _markdown(plan: Plan) -> str:
@@ -177,24 +178,30 @@ def _markdown(plan: Plan) -> str:
         out += ["| class | change | refused | free before → after | running VMIs |",
                 "|---|---|---|---|---|"]  # fmt: skip
         for c in changed:
-            refused = "<br>".join(_cell(r) for r in c.refused) or "no"
-            free = f"{(c.before or {}).get('free', '-')} → {(c.after or {}).get('free', '-')}"
-            out.append(f"| `{c.name}` | {c.change} | {refused} | {free} | {len(c.running)} |")
+            refused = "<br>".join(md_text(r) for r in c.refused) or "no"
+            was, will = (c.before or {}).get("free", "-"), (c.after or {}).get("free", "-")
+            free = f"{md_text(was)} → {md_text(will)}"
+            out.append(
+                f"| {md_code(c.name)} | {c.change} | {refused} | {free} | {len(c.running)} |"
+            )
         out.append("")
     if plan.vms:
         out += ["### VirtualMachines", ""]
         for v in plan.vms:
             what = "next start **refused**" if v.impact == "start-refused" else "next start changes"
             reasons = "; ".join(v.causes) or v.detail
-            out.append(f"- `{v.namespace}/{v.name}`: {what}: {_cell(reasons)}")
+            out.append(f"- {md_code(f'{v.namespace}/{v.name}')}: {what}: {md_text(reasons)}")
         out.append("")
     if plan.inventory:
         out += ["### Raw device requests", ""]
         for e in plan.inventory:
-            out.append(f"- {e.kind} `{e.namespace}/{e.name}`: `{e.device}` → "
-                       f"{', '.join(f'`{n}`' for n in e.classes) or 'no class offers it'}")  # fmt: skip
+            out.append(f"- {md_text(e.kind)} {md_code(f'{e.namespace}/{e.name}')}: "
+                       f"{md_code(e.device)} → "
+                       f"{', '.join(md_code(n) for n in e.classes) or 'no class offers it'}")  # fmt: skip
         out.append("")
-    out += ["<details><summary>Full plan</summary>", "", "```", _text(plan).rstrip(), "```",
+    full = _text(plan).rstrip()
+    fence = md_fence(full)
+    out += ["<details><summary>Full plan</summary>", "", fence, full, fence,
             "", "</details>", ""]  # fmt: skip
     return "\n".join(out)
 

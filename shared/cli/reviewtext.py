@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from gpuclass.shared.cli.escape import guard_lines, json_text, text
+
 _MORE = re.compile(r"; and (\d+) more$")
 
 
@@ -32,12 +34,12 @@ def _operations(response: Mapping[str, Any]) -> list[Any]:
 
 def _operation_line(op: object) -> str:
     if not isinstance(op, dict):
-        return f"  {orjson.dumps(op).decode()}"
+        return f"  {json_text(op, indent=False)}"
     words = [str(op.get("op", "?")), str(op.get("path", ""))]
     if "from" in op:
         words.append(f"from {op['from']}")
     if "value" in op:
-        words.append(orjson.dumps(op["value"]).decode())
+        words.append(json_text(op["value"], indent=False))
     return "  " + " ".join(words)
 
 
@@ -81,5 +83,6 @@ def review_lines(review: Mapping[str, Any]) -> list[str]:
 def render_review_text(review: Mapping[str, Any]) -> str:
     """`gpuclass review -o text`: the response as lines a person reads (decision, causes, warnings,
     each patch operation), one per line; built from the rendered JSON, so it shows exactly what
-    the webhook would send."""
-    return "".join(line + "\n" for line in review_lines(review))
+    the webhook would send. Each line is escaped for plain text (:mod:`shared.cli.escape`): the
+    messages quote what the tenant wrote."""
+    return guard_lines("".join(text(line) + "\n" for line in review_lines(review)))
