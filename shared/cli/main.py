@@ -121,9 +121,9 @@ EPILOG = (
 
 
 TOP_EPILOG = (
-    "review and status read the variables the servers read for the same options: "
+    "review, status, explain and plan read the variables the servers read for the same options: "
     f"{ENV_PREFIX}OBJECTS (comma-separated), {ENV_PREFIX}LICENSE_NAMESPACE, "
-    f"{ENV_PREFIX}KUBEVIRT_NAMESPACE, and for review {ENV_PREFIX}VGPU_ENTITLED and "
+    f"{ENV_PREFIX}KUBEVIRT_NAMESPACE, for review and plan {ENV_PREFIX}VGPU_ENTITLED, and for review "
     f"{ENV_PREFIX}KUBEVIRT_CONTROLLER_USER; a flag wins over its variable. "
     + EPILOG.split(". ", 1)[1]
 )
@@ -415,6 +415,12 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if args.command == "explain":
         return run_explain(args)
     if args.command == "plan":
+        if args.vgpu_entitled is None:  # the same variable as review and the servers read
+            try:
+                args.vgpu_entitled = _env_bool(env, "VGPU_ENTITLED")
+            except MalformedReview as exc:
+                print(f"gpuclass plan: {exc}", file=sys.stderr)
+                return 2
         return run_plan(args, _objects(args))
     return run_status(args)
 

@@ -194,14 +194,41 @@ def _same_spec(record: ClassRecord, obj: Mapping[str, Any]) -> bool:
     return isinstance(spec, Mapping) and dict(record.raw_spec) == dict(spec)
 
 
-def _changed_fields(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, ...]:
-    keys = sorted(set(old) | set(new))
-    return tuple(k for k in keys if old.get(k) != new.get(k))
+def _changed_fields(old: Mapping[Any, Any], new: Mapping[Any, Any]) -> tuple[str, ...]:
+    """The spec keys whose values differ, as text; a YAML file can write keys that are not
+    strings (`1:`, `null:`), which sort by their type's name and text, never by comparison."""
+    keys = sorted(set(old) | set(new), key=lambda k: (type(k).__name__, str(k)))
+    return tuple(str(k) for k in keys if old.get(k) != new.get(k))
 
 
-def proposed_snapshot(current: Snapshot, accepted: Mapping[str, Mapping[str, Any]]) -> Snapshot:
+SERVER_OWNED = frozenset(
+    {
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "finalizers",
+        "resourceVersion",
+        "uid",
+        "generation",
+        "managedFields",
+        "selfLink",
+    }
+)
+"""Metadata the API server keeps whatever a manifest says (or a controller writes: the in-use
+finalizer): a plan takes it from the cluster, never from the pull request."""
+
+
+def proposed_snapshot(
+    current: Snapshot, accepted: Mapping[str, Mapping[str, Any]], *, now: str
+) -> Snapshot:
     """The cluster with the proposed catalog: accepted classes replace or join the stored ones;
-    a class left out is deleted, which its in-use finalizer holds while VMIs use it."""
+    a class left out is deleted, which its in-use finalizer holds while VMIs use it.
+
+    What the merge applies is the spec (and the labels and annotations); the server-owned
+    metadata (:data:`SERVER_OWNED`) and `status` stay the stored class's, and a new class gets
+    what the API server gives it: created `now` (the newest class, so it loses a resource-name
+    conflict to every stored one), no finalizer, not being deleted.
+    """
     classes: dict[str, ClassRecord] = {}
     for name, record in current.classes.items():
         if name in accepted:
@@ -210,16 +237,29 @@ def proposed_snapshot(current: Snapshot, accepted: Mapping[str, Mapping[str, Any
             classes[name] = replace(record, deleting=True)
     for name, obj in accepted.items():
         old = current.classes.get(name)
-        merged = dict(obj)
-        meta = dict(merged.get("metadata") or {})
-        if old is not None:  # the stored metadata the rules read: age (conflicts), finalizers
-            meta.setdefault("creationTimestamp", old.created)
-            if old.finalizers:
-                meta.setdefault("finalizers", list(old.finalizers))
-        merged["metadata"] = meta
+        meta = obj.get("metadata")
+        kept = {
+            k: v
+            for k, v in (meta.items() if isinstance(meta, Mapping) else ())
+            if k not in SERVER_OWNED
+        }
+        merged = {k: v for k, v in obj.items() if k != "status"}
+        merged["metadata"] = kept
         compact = compact_class(merged)
-        if compact is not None:
-            classes[name] = replace(compact, status=None)
+        if compact is None:
+            continue
+        if old is not None:
+            compact = replace(
+                compact,
+                created=old.created,
+                deleting=old.deleting,
+                finalizers=old.finalizers,
+                uid=old.uid,
+                generation=old.generation,
+            )
+        else:
+            compact = replace(compact, created=now, deleting=False, finalizers=(), uid="")
+        classes[name] = replace(compact, status=None)
     return replace(current, classes=classes)
 
 
@@ -260,7 +300,7 @@ def plan(
                 accepted[name] = old  # refused: the stored class stays as it is
         else:
             accepted[name] = item.obj
-    after_snapshot = proposed_snapshot(current, accepted)
+    after_snapshot = proposed_snapshot(current, accepted, now=now)
     after = compute_all(after_snapshot, license_namespace=policy.license_namespace, now=now)
     running = _running(current)
     result = Plan()

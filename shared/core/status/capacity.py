@@ -385,7 +385,13 @@ def effective_max_count(record: ClassRecord, max_units_per_node: int) -> int | N
 
 
 SchedulableReason = Literal[
-    "CanStart", "Fragmented", "ClassNotReady", "NoNodeAdvertises", "NoEligibleNode", "AllUnitsInUse"
+    "CanStart",
+    "Fragmented",
+    "ClassDeleting",
+    "ClassNotReady",
+    "NoNodeAdvertises",
+    "NoEligibleNode",
+    "AllUnitsInUse",
 ]
 
 
@@ -450,9 +456,16 @@ def schedulable(
     """Whether a VM of one unit can start now; True/Fragmented when the largest allowed VM cannot.
 
     `not_ready` is the Ready condition's message when the class is not ready (None when
-    it is): then nothing about nodes matters, admission refuses or the licence is missing.
+    it is): then nothing about nodes matters, admission refuses or the licence is missing. A
+    class being deleted cannot start a VM either (ClassDeleting), whatever its nodes.
     """
     resource = record.resource_name or "(invalid spec)"
+    if record.deleting:  # rule 4.3: admission refuses a VM of a class being deleted
+        return Schedulable(
+            False,
+            "ClassDeleting",
+            "the class is being deleted: admission refuses new VMs of it",
+        )
     if not_ready is not None:
         return Schedulable(False, "ClassNotReady", f"the class is not ready: {not_ready}")
     if capacity.advertising == 0:

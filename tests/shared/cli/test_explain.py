@@ -425,3 +425,14 @@ def test_the_launcher_is_rendered_with_the_class_gpus() -> None:
     assert result.launcher.devices[R] == 2
     # 4Gi guest + 268Mi overhead + 1Gi for VFIO (the class GPUs) + the console-log sidecar's 35M
     assert result.launcher.memory == 4096 * 2**20 + 268 * 2**20 + 1024 * 2**20 + 35_000_000
+
+
+@pytest.mark.parametrize("count", [2**63, 2**64, 10**30])
+def test_a_count_past_int64_is_an_answer_in_json_not_a_traceback(
+    count: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """orjson refuses integers past 64 bits; the answer (admission refuses the count) is still
+    written as JSON, its count as the number it is."""
+    code, out, _ = run(["example-whole-gpu", "--count", str(count), "-o", "json", *OBJECTS], capsys)
+    answer = json.loads(out)
+    assert code == 1 and answer["count"] == count and not answer["canStart"]

@@ -260,3 +260,159 @@ def test_the_schema_refuses_what_it_should() -> None:
     schema = json.loads(SCHEMA.read_text())
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"schemaVersion": 1, "summary": {}}, schema)
+
+
+# -- a plan is what the merge will do (issue: hostile pull requests) --------------------------------
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        pytest.param({}, id="no-timestamp"),
+        pytest.param(
+            {"creationTimestamp": "2000-01-01T00:00:00Z"}, id="an-older-timestamp-in-the-pr"
+        ),
+    ],
+)
+def test_a_new_class_is_the_newest_whatever_the_pr_says(metadata: dict[str, Any]) -> None:
+    """The API server gives a new class its creationTimestamp: it is the newest, so on a
+    resource a stored class uses it loses the conflict (docs/contract.md 6.4)."""
+    newcomer = gpuclass("aaa-newcomer", A)
+    newcomer["metadata"].update(metadata)
+    p = run(*CLASSES, newcomer)
+    added = by_name(p)["aaa-newcomer"]
+    conditions = {c["type"]: c["status"] for c in added.after["conditions"]}
+    assert conditions["ResourceNameConflict"] == "True"
+    assert by_name(p)["whole"].before == by_name(p)["whole"].after, "the stored class keeps it"
+    assert p.vms == [], "no running tenant's next start changes"
+
+
+def test_the_pr_cannot_delete_or_hold_a_class_through_metadata() -> None:
+    """deletionTimestamp, finalizers and the rest of the server's metadata come from the
+    cluster: a manifest carrying them changes nothing."""
+    hostile = edited("whole", maxCount=4)  # a real change: the proposal is applied
+    hostile["metadata"].update(
+        {
+            "deletionTimestamp": "2026-06-01T00:00:00Z",
+            "finalizers": ["example.com/hold"],
+            "uid": "forged",
+            "generation": 99,
+        }
+    )
+    hostile["status"] = {"free": 1000}
+    p = run(hostile, CLASSES[1])
+    whole = by_name(p)["whole"]
+    assert whole.change == "changed" and not whole.refused
+    after = {c["type"]: c["reason"] for c in whole.after["conditions"]}
+    assert after["Schedulable"] != "ClassDeleting" and whole.after["free"] == 4
+    assert p.vms == [], "no VM's next start is refused by a deletion the PR cannot make"
+
+
+def test_plan_reads_the_vgpu_entitlement_variable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """GPUCLASS_VGPU_ENTITLED, as review and the webhook read it: with it on, a vGPU VM that
+    starts today and is refused after the change is listed."""
+    vgpu = gpuclass("vg", C, created="2026-01-03T00:00:00Z")
+    vgpu["spec"].update({"mode": "vgpu", "profile": "p"})
+    cluster = tmp_path / "cluster"
+    cluster.mkdir()
+    tenant = vm("desk", "tenant-a", [{"className": "vg"}])
+    ns = namespace("tenant-a")
+    ns["metadata"]["labels"] = {names.VGPU_ENTITLEMENT_LABEL: "true"}
+    (cluster / "all.yaml").write_text(
+        yaml.safe_dump_all(
+            [*CLASSES, vgpu, node("n1", {A: 4, C: 2}), kubevirt(A, B, C), ns, tenant]
+        )
+    )
+    catalog = tmp_path / "catalog"
+    catalog.mkdir()
+    for obj in CLASSES:  # the change removes the vGPU class
+        write(catalog, obj)
+    args = ["plan", "--objects", str(cluster), "-o", "json", str(catalog)]
+    off = main(args, environ={})
+    vms_off = json.loads(capsys.readouterr().out)["vms"]
+    on = main(args, environ={"GPUCLASS_VGPU_ENTITLED": "true"})
+    vms_on = json.loads(capsys.readouterr().out)["vms"]
+    assert (off, vms_off) == (0, []), "not entitled: refused before and after, no change"
+    assert on == 1 and [(v["name"], v["impact"]) for v in vms_on] == [("desk", "start-refused")]
+    assert main([*args[:1], "--vgpu-entitled", *args[1:]], environ={}) == 1
+    capsys.readouterr()
+    assert main(args, environ={"GPUCLASS_VGPU_ENTITLED": "maybe"}) == 2
+    assert "GPUCLASS_VGPU_ENTITLED" in capsys.readouterr().err
+
+
+def test_an_object_under_two_paths_counts_once_with_a_warning(
+    world: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster, catalog = world
+    again = tmp_path / "again.yaml"
+    again.write_text(yaml.safe_dump(VMS[0]))
+    write(catalog, edited("whole", maxCount=1))
+    args = ["plan", "--objects", str(cluster), "--objects", str(again), "-o", "json"]
+    main([*args, str(catalog)], environ={})
+    captured = capsys.readouterr()
+    names_listed = [v["name"] for v in json.loads(captured.out)["vms"]]
+    assert names_listed == ["train"]
+    assert "VirtualMachine tenant-a/train is given 2 times" in captured.err
+    assert str(again) in captured.err
+
+
+@pytest.mark.parametrize(
+    "spec_text",
+    [
+        pytest.param("1: x", id="integer-key"),
+        pytest.param("null: x", id="null-key"),
+        pytest.param("2.5: y", id="float-key"),
+    ],
+)
+def test_keys_that_are_not_strings_are_a_refusal_not_a_traceback(
+    world: tuple[Path, Path], capsys: pytest.CaptureFixture[str], spec_text: str
+) -> None:
+    cluster, catalog = world
+    text_ = yaml.safe_dump(edited("whole")).replace("spec:\n", f"spec:\n  {spec_text}\n", 1)
+    (catalog / "whole.yaml").write_text(text_)
+    code = main(["plan", "--objects", str(cluster), str(catalog)], environ={})
+    out = capsys.readouterr().out
+    assert code == 1 and "REFUSED" in out, out
+
+
+def test_a_deleting_class_cannot_start_in_status_explain_and_admission_alike() -> None:
+    """The differential check of one class state by the three readers (the property test
+    covers every state): status's Schedulable, explain's answer, the webhook's decision."""
+    from gpuclass.shared.cli.explain import explain_class
+    from gpuclass.shared.core.admission.decisions import Denied
+    from gpuclass.shared.core.admission.review import decide
+    from gpuclass.shared.core.status.availability import compute_all
+    from gpuclass.shared.core.status.catalog import build_catalog
+    from tests.builders import selecting_vmi
+
+    deleting = gpuclass("whole", A, created="2026-01-01T00:00:00Z")
+    deleting["metadata"]["deletionTimestamp"] = "2026-06-01T00:00:00Z"
+    world = SnapshotBuilder().add_all(
+        [deleting, node("n1", {A: 4}), kubevirt(A), namespace("tenant-a")]
+    )
+    status = compute_all(world, license_namespace="cozy-system", now="2026-12-01T00:00:00Z")[
+        "whole"
+    ]
+    schedulable = next(c for c in status["conditions"] if c["type"] == "Schedulable")
+    assert (schedulable["status"], schedulable["reason"]) == ("False", "ClassDeleting")
+    assert not explain_class(world, "whole").can_start
+    catalog = build_catalog(world, Policy(), figures="computed")
+    body = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u",
+            "kind": {"group": "kubevirt.io", "version": "v1", "kind": "VirtualMachineInstance"},
+            "resource": {
+                "group": "kubevirt.io",
+                "version": "v1",
+                "resource": "virtualmachineinstances",
+            },
+            "operation": "CREATE",
+            "namespace": "tenant-a",
+            "object": selecting_vmi("tenant-a", [{"className": "whole"}]),
+        },
+    }
+    assert isinstance(decide(body, catalog).decision, Denied)
