@@ -90,6 +90,7 @@ controlplane: ## build (or reuse) kube-apiserver, kube-scheduler, kube-controlle
 bench: $(STAMP) ## print the benchmark figures (needs wrk for the webhook one; the scale run ~15 min)
 	$(BIN)/python benchmarks/bench_decision.py
 	$(BIN)/python benchmarks/bench_status.py
+	$(BIN)/python benchmarks/bench_plan.py
 	$(BIN)/python benchmarks/bench_reconciler.py
 	$(BIN)/python benchmarks/bench_webhook.py
 	$(BIN)/python benchmarks/bench_attack.py

@@ -177,7 +177,7 @@ def documents_from_bytes(data: bytes, source: str) -> list[object]:
     except orjson.JSONDecodeError:
         documents = list(_yaml_documents(path, data))
         for document in documents:
-            _check_depth(path, document)
+            _check_depth(path, document, len(data))
         return documents
     if json_too_deep(data):
         raise _too_deep(path)
@@ -247,22 +247,27 @@ def _too_deep(path: Path) -> LoadError:
 
 MAX_ALIASED_VALUES = 1 << 20
 """Values a YAML document may reach through aliases beyond what it writes (and twice that)."""
+MAX_ALIASED_CHARS = 16 << 20
+"""Characters of strings a YAML document may reach through aliases beyond its file's bytes (and
+twice that): a long string named by many aliases is copied as many times by whatever reads it."""
 
 
 class AliasLoop(ValueError):
     """A YAML alias inside the node it names: the document holds itself."""
 
 
-def yaml_shape(document: object) -> tuple[int, int, int]:
-    """(depth, values, written) of a parsed YAML document, without expanding its aliases.
+def yaml_shape(document: object) -> tuple[int, int, int, int]:
+    """(depth, values, written, chars) of a parsed YAML document, without expanding its aliases.
 
     An alias makes one Python object appear in several places, so a walk of every path costs
     what the aliases expand to: 500 bytes of nested aliases (`a1: [*a0, *a0, ...]`) reach
     10^8 values. Each list and mapping is looked at once here: its depth below and the values
     under it are the same wherever it appears. `values` counts every place (what a reader
-    walking the document would visit), `written` each list or mapping once. Raises AliasLoop
-    for a document that holds itself (`&a [*a]`)."""
-    known: dict[int, tuple[int, int]] = {}  # id -> (depth, values), for each container done
+    walking the document would visit), `written` each list or mapping once, `chars` the
+    characters of every string and key in every place (what a reader copying it would hold:
+    one aliased 1 MB string named 300 times is 300 MB). Raises AliasLoop for a document that
+    holds itself (`&a [*a]`)."""
+    known: dict[int, tuple[int, int, int]] = {}  # id -> (depth, values, chars), each container
     open_: set[int] = set()  # containers whose children are being looked at
     written = 0
     # (node, None): look at its children; (node, children): they are done, fold them
@@ -286,26 +291,32 @@ def yaml_shape(document: object) -> tuple[int, int, int]:
             continue
         open_.discard(key)
         depth, values = 1, 1
+        chars = sum(len(k) for k in node if isinstance(k, str)) if isinstance(node, dict) else 0
         for child in children:
             if isinstance(child, dict | list):
-                below, under = known[id(child)]
-                depth, values = max(depth, below + 1), values + under
+                below, under, held = known[id(child)]
+                depth, values, chars = max(depth, below + 1), values + under, chars + held
             else:
                 values += 1
-        known[key] = (depth, values)
+                if isinstance(child, str | bytes):
+                    chars += len(child)
+        known[key] = (depth, values, chars)
         written += 1 + len(children)
     if not isinstance(document, dict | list):
-        return 0, 1, 1
-    depth, values = known[id(document)]
-    return depth, values, written
+        return 0, 1, 1, len(document) if isinstance(document, str | bytes) else 0
+    depth, values, chars = known[id(document)]
+    return depth, values, written, chars
 
 
-def _check_depth(path: Path, document: object) -> None:
+def _check_depth(path: Path, document: object, size: int) -> None:
     """The depth of a parsed YAML document (JSON is checked on its bytes, :func:`json_too_deep`),
-    and what its aliases expand to: at most MAX_ALIASED_VALUES more values than it writes, and
-    at most twice as many. Go's YAML decoder behind kubectl refuses excessive aliasing too."""
+    and what its aliases expand to: at most MAX_ALIASED_VALUES more values than it writes and
+    at most twice as many, and at most MAX_ALIASED_CHARS more characters of strings than the
+    `size` bytes of the file and at most twice as many. Go's YAML decoder behind kubectl refuses
+    excessive aliasing too. The document is parsed already, in memory of the file's size (an
+    alias shares its node); the refusal comes before anything copies it."""
     try:
-        depth, values, written = yaml_shape(document)
+        depth, values, written, chars = yaml_shape(document)
     except AliasLoop:
         raise _error(
             path, "a YAML alias names a node it is inside: it never ends", "TooDeep"
@@ -319,6 +330,13 @@ def _check_depth(path: Path, document: object) -> None:
             "more than Kubernetes objects need",
             "TooDeep",
         )
+    if chars > size + MAX_ALIASED_CHARS and chars > 2 * size:
+        raise _error(
+            path,
+            f"YAML aliases expand a file of {size} bytes to {chars} characters of text: "
+            "more than Kubernetes objects need",
+            "TooDeep",
+        )
 
 
 def iter_objects(path: Path, *, strict_keys: bool = False) -> Iterator[Mapping[str, Any]]:
@@ -327,9 +345,11 @@ def iter_objects(path: Path, *, strict_keys: bool = False) -> Iterator[Mapping[s
     A YAML mapping with a duplicate key is always an error; `strict_keys` checks JSON
     objects too (slower: `--objects` snapshots can be 50 MB, catalog manifests are small).
     """
+    size = 0
     for document in _documents(path, strict_keys=strict_keys):
         if path.suffix != ".json":  # JSON was checked on its bytes
-            _check_depth(path, document)
+            size = size or path.stat().st_size
+            _check_depth(path, document, size)
         if document is None:
             continue
         if not isinstance(document, dict):

@@ -301,7 +301,39 @@ def test_aliases_that_repeat_a_little_still_load(tmp_path: Path) -> None:
 def test_yaml_shape_counts_without_expanding() -> None:
     leaf = ["x"] * 10
     level = [leaf] * 10
-    assert yaml_shape({"a": [level] * 10}) == (4, 1 + 1 + 10 * (1 + 10 * 11), 1 + 1 + 11 + 11 + 11)
+    assert yaml_shape({"a": [level] * 10}) == (
+        4,
+        1 + 1 + 10 * (1 + 10 * 11),
+        1 + 1 + 11 + 11 + 11,
+        1 + 10 * 10 * 10,  # the key "a", and each "x" in every place
+    )
+
+
+def test_aliased_long_strings_are_refused_in_bounded_memory(tmp_path: Path) -> None:
+    """One 1 MB string named by 300 aliases is 300 MB to whoever copies the document (explain
+    --manifest reached 2.1 GB); the file is refused after parsing, which shares the string."""
+    import tracemalloc
+
+    big = "x" * (1 << 20)
+    aliases = ", ".join(["*s"] * 300)
+    text = f"kind: VirtualMachine\nmetadata: {{name: a}}\nspec: {{a: &s {big}, b: [{aliases}]}}\n"
+    path = write(tmp_path / "bomb.yaml", text)
+    tracemalloc.start()
+    try:
+        with pytest.raises(LoadError) as info:
+            list(iter_objects(path))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert info.value.code == "TooDeep" and "characters of text" in str(info.value)
+    assert peak < 100 << 20, f"peak {peak >> 20} MiB"
+
+
+def test_a_long_string_named_a_few_times_still_loads(tmp_path: Path) -> None:
+    big = "x" * (1 << 20)
+    text = f"kind: Node\nmetadata: {{name: a}}\nspec: {{a: &s {big}, b: *s}}\n"
+    [obj] = iter_objects(write(tmp_path / "twice.yaml", text))
+    assert obj["spec"]["b"] == big
 
 
 def test_merge_keys_may_be_overridden(tmp_path: Path) -> None:
