@@ -84,7 +84,7 @@ def run_explain(args: argparse.Namespace) -> int:
             raise LoadError("--count must be at least 1")
         snapshot = _snapshot(args)
     except (LoadError, OSError) as exc:
-        print(f"gpuclass explain: {exc}", file=sys.stderr)
+        print(f"gpuclass explain: {text(exc)}", file=sys.stderr)
         return 2
     if manifest is not None:
         result = explain_manifest(manifest, snapshot, license_namespace=args.license_namespace)

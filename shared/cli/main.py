@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
+from gpuclass.shared.cli.escape import text
 from gpuclass.shared.cli.explaincmd import add_parser as add_explain_parser
 from gpuclass.shared.cli.explaincmd import run_explain
 from gpuclass.shared.cli.lint import FileError, FileInput, lint
@@ -373,7 +374,7 @@ def run_review(args: argparse.Namespace) -> int:
             hint = "" if args.manifest else _manifest_hint(body)
             raise MalformedReview(str(exc) + hint) from None
     except (MalformedReview, LoadError, OSError) as exc:
-        print(f"gpuclass review: {exc}", file=sys.stderr)
+        print(f"gpuclass review: {text(exc)}", file=sys.stderr)
         return 2
     if args.output == "text":
         sys.stdout.write(render_review_text(response))
@@ -389,7 +390,7 @@ def run_status(args: argparse.Namespace) -> int:
     try:
         snapshot = load_snapshot(_objects(args), kubevirt_namespace=args.kubevirt_namespace)
     except LoadError as exc:
-        print(f"gpuclass status: {exc}", file=sys.stderr)
+        print(f"gpuclass status: {text(exc)}", file=sys.stderr)
         return 2
     # Computed from the objects, never read from them (docs/contract.md 7): drop any stored status,
     # whose conditions would otherwise lend their lastTransitionTime to the output.
@@ -419,7 +420,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             try:
                 args.vgpu_entitled = _env_bool(env, "VGPU_ENTITLED")
             except MalformedReview as exc:
-                print(f"gpuclass plan: {exc}", file=sys.stderr)
+                print(f"gpuclass plan: {text(exc)}", file=sys.stderr)
                 return 2
         return run_plan(args, _objects(args))
     return run_status(args)

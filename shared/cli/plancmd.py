@@ -198,7 +198,7 @@ def run_plan(args: argparse.Namespace, objects: Sequence[str]) -> int:
         proposed, lines = read_proposed(args.manifests)
         snapshot, vms = read_world(args, objects)
     except (LoadError, OSError) as exc:
-        print(f"gpuclass plan: {exc}", file=sys.stderr)
+        print(f"gpuclass plan: {text(exc)}", file=sys.stderr)
         return 2
     policy = Policy(args.vgpu_entitled, args.license_namespace)
     result = plan(snapshot, proposed, vms, policy=policy, now=now_rfc3339())

@@ -224,3 +224,28 @@ def test_the_licence_token_never_reaches_a_plan(
     main(["plan", "--objects", str(root / "examples"), "-o", fmt, str(proposed)])
     out, err = capsys.readouterr()
     assert TOKEN not in out + err and DECODED not in out + err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status", "--objects", "examples"],
+        ["explain", "example-licensed-vgpu", "--objects", "examples"],
+        ["explain", "example-licensed-vgpu", "--objects", "examples", "-o", "json"],
+        ["review", "-o", "text", "--objects", "examples", "examples/reviews/vmi-whole-gpu.json"],
+        ["review", "--objects", "examples", "examples/reviews/vmi-whole-gpu.json"],
+        ["validate", "-o", "github", "examples/catalog"],
+    ],
+    ids=lambda argv: "-".join(a for a in argv[:4] if not a.startswith("examples")),
+)
+def test_the_licence_token_never_reaches_any_other_output(
+    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pathlib import Path
+
+    from gpuclass.shared.cli.main import main
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[3])
+    main(argv, environ={})
+    out, err = capsys.readouterr()
+    assert TOKEN not in out + err and DECODED not in out + err
