@@ -24,12 +24,20 @@ from hypothesis import strategies as st
 
 from gpuclass.shared.cli.explain import explain_class
 from gpuclass.shared.cli.plan import Proposed, plan
+from gpuclass.shared.core.admission import admit_vmi
 from gpuclass.shared.core.admission.decisions import Allowed
-from gpuclass.shared.core.admission.review import decide
 from gpuclass.shared.core.model.snapshot import SnapshotBuilder
 from gpuclass.shared.core.status.availability import compute_all
-from gpuclass.shared.core.status.catalog import Policy, build_catalog
-from tests.builders import gpuclass, kubevirt, namespace, node, secret, selecting_vmi
+from gpuclass.shared.core.status.catalog import Catalog, Policy, build_catalog
+from tests.builders import (
+    admission_request,
+    gpuclass,
+    kubevirt,
+    namespace,
+    node,
+    secret,
+    selecting_vmi,
+)
 
 NOW = "2026-12-01T00:00:00Z"
 NS = "tenant-a"
@@ -72,23 +80,12 @@ def worlds(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-def review(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "u",
-            "kind": {"group": "kubevirt.io", "version": "v1", "kind": "VirtualMachineInstance"},
-            "resource": {
-                "group": "kubevirt.io",
-                "version": "v1",
-                "resource": "virtualmachineinstances",
-            },
-            "operation": "CREATE",
-            "namespace": NS,
-            "object": selecting_vmi(NS, [{"className": name}]),
-        },
-    }
+def webhook_allows(name: str, catalog: Catalog) -> bool:
+    """The webhook's VMI admitter on a VMI of one unit of `name` in the tenant's namespace."""
+    request = admission_request(
+        operation="CREATE", namespace=NS, object=selecting_vmi(NS, [{"className": name}])
+    )
+    return isinstance(admit_vmi.admit(request, catalog), Allowed)
 
 
 def schedulable(status: dict[str, Any]) -> tuple[str, str]:
@@ -110,7 +107,7 @@ def test_status_explain_plan_and_the_webhook_agree(world: dict[str, Any]) -> Non
     for obj in classes:
         name = obj["metadata"]["name"]
         status = statuses[name]
-        allowed = isinstance(decide(review(name), catalog).decision, Allowed)
+        allowed = webhook_allows(name, catalog)
         record = snapshot.classes[name]
         offer = catalog.offers[name]
         vgpu = record.mode == "vgpu"

@@ -381,11 +381,11 @@ def test_a_deleting_class_cannot_start_in_status_explain_and_admission_alike() -
     """The differential check of one class state by the three readers (the property test
     covers every state): status's Schedulable, explain's answer, the webhook's decision."""
     from gpuclass.shared.cli.explain import explain_class
+    from gpuclass.shared.core.admission import admit_vmi
     from gpuclass.shared.core.admission.decisions import Denied
-    from gpuclass.shared.core.admission.review import decide
     from gpuclass.shared.core.status.availability import compute_all
     from gpuclass.shared.core.status.catalog import build_catalog
-    from tests.builders import selecting_vmi
+    from tests.builders import admission_request, selecting_vmi
 
     deleting = gpuclass("whole", A, created="2026-01-01T00:00:00Z")
     deleting["metadata"]["deletionTimestamp"] = "2026-06-01T00:00:00Z"
@@ -399,20 +399,9 @@ def test_a_deleting_class_cannot_start_in_status_explain_and_admission_alike() -
     assert (schedulable["status"], schedulable["reason"]) == ("False", "ClassDeleting")
     assert not explain_class(world, "whole").can_start
     catalog = build_catalog(world, Policy(), figures="computed")
-    body = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "u",
-            "kind": {"group": "kubevirt.io", "version": "v1", "kind": "VirtualMachineInstance"},
-            "resource": {
-                "group": "kubevirt.io",
-                "version": "v1",
-                "resource": "virtualmachineinstances",
-            },
-            "operation": "CREATE",
-            "namespace": "tenant-a",
-            "object": selecting_vmi("tenant-a", [{"className": "whole"}]),
-        },
-    }
-    assert isinstance(decide(body, catalog).decision, Denied)
+    request = admission_request(
+        operation="CREATE",
+        namespace="tenant-a",
+        object=selecting_vmi("tenant-a", [{"className": "whole"}]),
+    )
+    assert isinstance(admit_vmi.admit(request, catalog), Denied)
