@@ -10,7 +10,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
 
 from gpuclass.shared.kube.settings import CommonSettings
-from gpuclass.webhook.certs.rotation import Policy as CertPolicy
+from gpuclass.webhook.certs.rotation import CertPolicy
 
 DAY = 86400  # seconds; whole numbers, so that --help prints them as such
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")

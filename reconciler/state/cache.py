@@ -73,7 +73,7 @@ from gpuclass.shared.core.status.availability import (
 
 
 @dataclass(frozen=True, slots=True)
-class ClassEntry:
+class StoredClass:
     """A class as stored: its record, its raw status (compared whole) and its resourceVersion.
 
     `hold_version` is the resourceVersion at which its finalizers or deletion mark
@@ -168,7 +168,7 @@ class ClusterCache:
 
     def __init__(self, *, license_namespace: str = names.DEFAULT_LICENSE_NAMESPACE) -> None:
         self.license_namespace = license_namespace
-        self.classes: dict[str, ClassEntry] = {}
+        self.classes: dict[str, StoredClass] = {}
         self.records: dict[str, ClassRecord] = {}
         self.nodes: dict[str, NodeRecord] = {}
         self.pods: dict[Key, PodRecord] = {}
@@ -310,7 +310,7 @@ class ClusterCache:
                 record.finalizers,
                 record.deleting,
             )
-            self.classes[name] = ClassEntry(
+            self.classes[name] = StoredClass(
                 record,
                 status if isinstance(status, dict) else None,
                 version,

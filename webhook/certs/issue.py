@@ -38,8 +38,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from gpuclass.webhook.certs.rotation import (
     BundleEntry,
     CAFacts,
+    CertPolicy,
     CertRef,
-    Policy,
     RotateRequest,
     SecretState,
     ServingFacts,
@@ -283,7 +283,7 @@ def apply_update(
     step: UpdateSecret,
     *,
     now: dt.datetime,
-    policy: Policy,
+    policy: CertPolicy,
 ) -> tuple[dict[str, bytes], dict[str, str]]:
     """The Secret's new data and annotations after `step` (keys made here where asked)."""
     out = dict(data)

@@ -109,7 +109,7 @@ POLL_FACTOR = 3
 
 
 @dataclass(frozen=True, slots=True)
-class Policy:
+class CertPolicy:
     """Lifetimes and margins (defaults and their reasons: docs/decisions.md, Certificates)."""
 
     ca_validity: timedelta
@@ -197,7 +197,7 @@ def trusted_set(state: SecretState, now: datetime) -> tuple[CertRef, ...]:
     return _unique(certs)
 
 
-def plan(state: SecretState, bundles: Bundles, *, now: datetime, policy: Policy) -> Step:
+def plan(state: SecretState, bundles: Bundles, *, now: datetime, policy: CertPolicy) -> Step:
     """The next step toward a Secret and bundles that need nothing before the next deadline."""
     if state.current is not None and state.current.cert.not_after <= now:
         state = replace(state, current=None, current_cert=None)  # an ended CA signs nothing
@@ -249,7 +249,7 @@ def plan(state: SecretState, bundles: Bundles, *, now: datetime, policy: Policy)
     return _secret_step(state, now=now, policy=policy)
 
 
-def _secret_step(state: SecretState, *, now: datetime, policy: Policy) -> Step:
+def _secret_step(state: SecretState, *, now: datetime, policy: CertPolicy) -> Step:
     if state.current is not None and _certificate_due(state, state.current, now, policy):
         if _must_propagate(state):
             # A fresh CA while another's certificate may still be served (the move from another
@@ -309,7 +309,7 @@ def _secret_step(state: SecretState, *, now: datetime, policy: Policy) -> Step:
     return Wait(_next_deadline(state, policy))
 
 
-def _propagation(policy: Policy) -> timedelta:
+def _propagation(policy: CertPolicy) -> timedelta:
     return min(policy.overlap, PROPAGATION)
 
 
@@ -322,7 +322,7 @@ def _must_propagate(state: SecretState) -> bool:
     return state.serving is None or state.serving.issuer != current.cert.fingerprint
 
 
-def _certificate_due(state: SecretState, ca: CAFacts, now: datetime, policy: Policy) -> bool:
+def _certificate_due(state: SecretState, ca: CAFacts, now: datetime, policy: CertPolicy) -> bool:
     serving = state.serving
     if serving is None or state.rotate == "certificate":
         return True
@@ -336,7 +336,7 @@ def _certificate_due(state: SecretState, ca: CAFacts, now: datetime, policy: Pol
     return serving.not_after < ca.cert.not_after
 
 
-def _certificate_reason(state: SecretState, ca: CAFacts, policy: Policy) -> str:
+def _certificate_reason(state: SecretState, ca: CAFacts, policy: CertPolicy) -> str:
     serving = state.serving
     if serving is None:
         return "no usable serving certificate"
@@ -349,7 +349,7 @@ def _certificate_reason(state: SecretState, ca: CAFacts, policy: Policy) -> str:
     return "the serving certificate is within its renewal window"
 
 
-def _ca_due(state: SecretState, now: datetime, policy: Policy) -> bool:
+def _ca_due(state: SecretState, now: datetime, policy: CertPolicy) -> bool:
     if state.current is None or state.rotate == "ca":
         return True  # the key is lost but a certificate is still served: replace with overlap
     return state.current.cert.not_after - now <= policy.ca_renew_before
@@ -365,7 +365,7 @@ def _keeps_retired(state: SecretState, now: datetime) -> bool:
     )
 
 
-def _next_deadline(state: SecretState, policy: Policy) -> datetime | None:
+def _next_deadline(state: SecretState, policy: CertPolicy) -> datetime | None:
     """When a step will be due: the deadlines of steps that are not waiting on something else."""
     times: list[datetime] = []
     current, serving = state.current, state.serving

@@ -30,7 +30,7 @@ from gpuclass.shared.kube.listwatch import RawObject
 from gpuclass.webhook.certs import issue as certissue
 from gpuclass.webhook.certs.rotation import (
     BundleEntry,
-    Policy,
+    CertPolicy,
     UpdateSecret,
     Wait,
     WriteBundles,
@@ -98,7 +98,7 @@ class SelfManagedCertificates:
         self,
         api: CertAPI,
         target: CertTarget,
-        policy: Policy,
+        policy: CertPolicy,
         *,
         tls: ReloadingContext,
         poll_seconds: float,

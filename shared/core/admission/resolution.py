@@ -76,7 +76,7 @@ def license_disk() -> dict[str, Any]:
     return {"name": names.LICENSE_VOLUME, "serial": names.LICENSE_SERIAL, "disk": {"bus": "virtio"}}
 
 
-class Plan(NamedTuple):
+class UnitPlan(NamedTuple):
     """What the selection resolves to: per class in first-appearance order, its total units."""
 
     totals: dict[str, int]
@@ -450,7 +450,7 @@ def _append_named(
     return []
 
 
-def capacity_warnings(plan: Plan) -> list[str]:
+def capacity_warnings(plan: UnitPlan) -> list[str]:
     """Rule 7: a shortage is a warning, not a refusal; the VM waits for scheduling."""
     warnings = []
     for name, total in plan.totals.items():
@@ -462,7 +462,7 @@ def capacity_warnings(plan: Plan) -> list[str]:
     return warnings
 
 
-def quota_warnings(plan: Plan, namespace: str, catalog: Catalog) -> list[str]:
+def quota_warnings(plan: UnitPlan, namespace: str, catalog: Catalog) -> list[str]:
     """Quota is a warning too, never a refusal: Kubernetes refuses the launcher Pod over the
     namespace's ResourceQuota, and the VM does not start until the quota has room
     (docs/decisions.md, "Can this VM start, in full")."""
@@ -501,7 +501,9 @@ class Judgement(NamedTuple):
     class; a VM, where that class is only a warning, refuses them itself."""
 
 
-def wanted_gpus(selection: Selection, plan: Plan, *, resolved: bool) -> list[dict[str, Any]] | None:
+def wanted_gpus(
+    selection: Selection, plan: UnitPlan, *, resolved: bool
+) -> list[dict[str, Any]] | None:
     """What `spec.domain.devices.gpus` must hold beside this selection (rule 2).
 
     An invalid selection, or one past the 1024-unit bound, is never resolved, so any
@@ -521,7 +523,7 @@ class Resolution(NamedTuple):
     """Classes whose licence volume the object may carry (rule 8)."""
     causes: list[Cause]
     """Rule 3's causes, then rule 4's."""
-    plan: Plan
+    plan: UnitPlan
     """Units per class, and the classes that resolved (rule 3)."""
     wanted: list[dict[str, Any]] | None
     """What `spec.domain.devices.gpus` must hold (:func:`wanted_gpus`)."""
@@ -566,10 +568,10 @@ def _resolve(selection: Selection, catalog: Catalog) -> Resolution:
         else catalog_licensed_classes(catalog)
     )
     if not selection.has_classes:
-        return Resolution(licensed, [], Plan({}, {}), None, [], (), False)
+        return Resolution(licensed, [], UnitPlan({}, {}), None, [], (), False)
     offers, unresolved = class_causes(selection.named, catalog)
     totals, over_limit = limit_causes(selection.named, offers)
-    plan = Plan(totals, offers)
+    plan = UnitPlan(totals, offers)
     tolerations: list[Mapping[str, Any]] = []
     for offer in offers.values():
         tolerations += [t for t in offer.record.tolerations if t not in tolerations]

@@ -134,7 +134,7 @@ class Excluded(_Lenient):
     other_taint_nodes: int = 0
 
 
-class Capacity(_Lenient):
+class CapacityStatus(_Lenient):
     """Node counts that explain the figures (docs/contract.md 6.8)."""
 
     advertising: int = 0
@@ -150,7 +150,7 @@ class GPUClassStatus(_Lenient):
     free: int = 0
     max_free_per_node: int = 0
     max_units_per_node: int = 0
-    capacity: Capacity | None = None
+    capacity: CapacityStatus | None = None
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
 

@@ -17,12 +17,12 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
 from gpuclass.webhook.certs import issue as ci
-from gpuclass.webhook.certs.rotation import Policy, UpdateSecret, Wait, WriteBundles, plan
+from gpuclass.webhook.certs.rotation import CertPolicy, UpdateSecret, Wait, WriteBundles, plan
 
 HOUR = dt.timedelta(hours=1)
 START = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 HOSTS = frozenset({"gpuclass-webhook.cozy-system.svc", "127.0.0.1"})
-POLICY = Policy(
+POLICY = CertPolicy(
     ca_validity=100 * HOUR,
     ca_renew_before=30 * HOUR,
     cert_validity=20 * HOUR,

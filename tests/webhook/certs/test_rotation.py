@@ -18,8 +18,8 @@ from gpuclass.webhook.certs.rotation import (
     BundleEntry,
     Bundles,
     CAFacts,
+    CertPolicy,
     CertRef,
-    Policy,
     SecretState,
     ServingFacts,
     Step,
@@ -32,7 +32,7 @@ from gpuclass.webhook.certs.rotation import (
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 DAY, HOUR = timedelta(days=1), timedelta(hours=1)
 HOSTS = frozenset({"gpuclass-webhook.cozy-system.svc"})
-POLICY = Policy(
+POLICY = CertPolicy(
     ca_validity=1825 * DAY,
     ca_renew_before=365 * DAY,
     cert_validity=90 * DAY,

@@ -22,13 +22,13 @@ from cryptography import x509
 from gpuclass.shared.kube.errors import ApiError
 from gpuclass.shared.kube.listwatch import RawObject
 from gpuclass.webhook.certs import issue as certissue
-from gpuclass.webhook.certs.rotation import Policy
+from gpuclass.webhook.certs.rotation import CertPolicy
 from gpuclass.webhook.certs.rotator import CertTarget, SelfManagedCertificates
 from gpuclass.webhook.certs.tls import ReloadingContext, self_signed
 from gpuclass.webhook.metrics import WebhookMetrics
 
 HOUR = dt.timedelta(hours=1)
-POLICY = Policy(
+POLICY = CertPolicy(
     ca_validity=100 * HOUR,
     ca_renew_before=30 * HOUR,
     cert_validity=20 * HOUR,
