@@ -225,23 +225,24 @@ class CopyWriter:
                 await self.api.create_secret(action.namespace, secret_body(action.copy))
                 return
             except ApiError as exists:
-                if exists.status != 409 or exists.reason != "AlreadyExists":
+                if not exists.already_exists:
                     raise
             await self._patch(action.copy)  # ours from before the record, or foreign
             return
         try:
             await self._patch(action.copy)
         except ApiError as gone:
-            if gone.status != 404:
+            if not gone.not_found:
                 raise
             await self.api.create_secret(action.namespace, secret_body(action.copy))
 
     async def _patch(self, copy: DesiredCopy) -> None:
-        """The label-tested patch; a Secret it refuses (422) is reported as not ours (409)."""
+        """The label-tested patch; a Secret whose label test fails (invalid, 422) is reported as
+        one that already exists and is not ours (AlreadyExists), as a create of its name is."""
         try:
             await self.api.patch_secret(copy.namespace, copy.name, copy_patch(copy))
         except ApiError as refused:
-            if refused.status != 422:
+            if not refused.invalid:
                 raise
             raise ApiError(
                 409, "AlreadyExists", f"not written by gpuclass: {refused.message}"

@@ -163,7 +163,9 @@ class StatusContext:
 class ClusterCache:
     """The reconciler's cache: compact records per source, usage counters and the dirty marks.
 
-    Written only by the reflector (`upsert`, `delete`, `sweep`); the worker reads it.
+    Its records are written only by the reflector (`upsert`, `delete`, `sweep`). The worker
+    reads them and takes the dirty marks (`take_dirty`); the worker and the manager may mark
+    everything dirty (`mark_all`); neither writes a record.
     """
 
     def __init__(self, *, license_namespace: str = names.DEFAULT_LICENSE_NAMESPACE) -> None:

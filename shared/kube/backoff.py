@@ -1,8 +1,11 @@
 """The one backoff formula: exponential from `base`, capped, with optional jitter.
 
-Every retry in the project waits `exponential(attempt)`: the reflector's re-lists (with
+Every retry after a failure waits `exponential(attempt)`: the reflector's re-lists (with
 jitter, so replicas do not retry in step), the reconciler's per-object backoff after a
-refused write, its worker after a failed pass and its offline twin's file polling.
+refused write, its worker after a failed pass and its offline twin's file polling. Two loops
+run on fixed periods instead, by design: leader election renews and retries every
+`retry_period` (client-go's rule, reconciler/leader.py), and the certificate rotator waits
+until the next step its plan names (webhook/certs/rotator.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The one error an API call raises, with one property per status the callers act on.
 
 Callers ask `exc.not_found`, `exc.conflict`, `exc.already_exists`, `exc.forbidden`,
-`exc.gone`, never a raw status number, so what a status means is written once, here.
+`exc.invalid`, `exc.gone`, never a raw status number, so what a status means is written once,
+here.
 Every adapter (the HTTP client, the reconciler's fake) raises it; the reflector
 re-lists on :attr:`ApiError.gone`.
 """
@@ -51,6 +52,11 @@ class ApiError(Exception):
     def already_exists(self) -> bool:
         """409 AlreadyExists: a create found the name taken (not a stale write)."""
         return self.status == 409 and self.reason == "AlreadyExists"
+
+    @property
+    def invalid(self) -> bool:
+        """422: the request is invalid (a JSON patch whose `test` operation failed, among others)."""
+        return self.status == 422
 
     @property
     def gone(self) -> bool:

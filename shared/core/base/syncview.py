@@ -119,7 +119,7 @@ class SyncView(Generic[R]):
         )
 
     def stale(self) -> tuple[R, ...]:
-        """Rs that have been without a complete list for longer than `stale_after`."""
+        """Sources that have been without a complete list for longer than `stale_after`."""
         now = self.clock()
         return tuple(
             s
