@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from gpuclass.shared.cli.explain import explain_class
 from gpuclass.shared.cli.plan import Proposed, plan
-from gpuclass.shared.core.admission import admit_vmi
+from gpuclass.shared.core.admission import mutate_vmi
 from gpuclass.shared.core.admission.decisions import Allowed
 from gpuclass.shared.core.model.snapshot import SnapshotBuilder
 from gpuclass.shared.core.status.availability import compute_all
@@ -85,7 +85,7 @@ def webhook_allows(name: str, catalog: Catalog) -> bool:
     request = admission_request(
         operation="CREATE", namespace=NS, object=selecting_vmi(NS, [{"className": name}])
     )
-    return isinstance(admit_vmi.admit(request, catalog), Allowed)
+    return isinstance(mutate_vmi.admit(request, catalog), Allowed)
 
 
 def schedulable(status: dict[str, Any]) -> tuple[str, str]:

@@ -421,7 +421,7 @@ def vm_rows(
 
 
 def judged_view(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
-    """What admission judges: a VM's template as the VMI it becomes (as shared/core/admission/admit_vm.py), or the VMI."""
+    """What admission judges: a VM's template as the VMI it becomes (as shared/core/admission/validate_vm.py), or the VMI."""
     if manifest.get("kind") != "VirtualMachine":
         return manifest
     return template_view(manifest) or {"metadata": {}, "spec": {}}
@@ -429,7 +429,7 @@ def judged_view(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def manifest_refusals(manifest: Mapping[str, Any], catalog: Catalog) -> tuple[Cause, ...]:
     """Every cause admission gives the VMI of `manifest` (docs/contract.md 4.1-4.8) but
-    entitlement, each field as the tenant wrote it (a VM's as shared/core/admission/admit_vm.py names them)."""
+    entitlement, each field as the tenant wrote it (a VM's as shared/core/admission/validate_vm.py names them)."""
     namespace = str(_dict(manifest.get("metadata")).get("namespace") or "default")
     judged = judge_create(judged_view(manifest), namespace, catalog)
     vm = manifest.get("kind") == "VirtualMachine"

@@ -1,6 +1,6 @@
 """One name per concept: no class name is defined twice in the package.
 
-A reader who meets `Plan` or `Policy` should not have to ask which one (STYLE rule 27): the
+A reader who meets `Plan` or `Policy` should not have to ask which one (docs/conventions.md rule 27): the
 resolution's units per class and the CLI's catalog-change preview were both `Plan`, the
 platform settings and the certificate lifetimes both `Policy`, the annotation entry and the
 reconciler's stored class both `ClassEntry`, the status read model and the status dataclass

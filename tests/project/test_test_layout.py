@@ -91,12 +91,12 @@ def test_modules_without_a_test_of_their_name_are_the_ones_listed() -> None:
     [
         pytest.param("test_cache", "cache", id="exact"),
         pytest.param("test_cache_property", "cache", id="aspect"),
-        pytest.param("test_admit_pod_vgpu", "admit_pod_vgpu", id="longest-module-wins"),
-        pytest.param("test_admit_pod_extra", "admit_pod", id="aspect-of-a-shorter-module"),
+        pytest.param("test_pod_vgpu", "pod_vgpu", id="longest-module-wins"),
+        pytest.param("test_pod_extra", "pod", id="aspect-of-a-shorter-module"),
         pytest.param("test_cachex", None, id="no-prefix-match-without-underscore"),
         pytest.param("test_unknown", None, id="no-module"),
     ],
 )
 def test_the_module_a_test_names(stem: str, expected: str | None) -> None:
-    modules = {"cache", "admit_pod", "admit_pod_vgpu"}
+    modules = {"cache", "pod", "pod_vgpu"}
     assert module_named_by(stem, modules) == expected

@@ -2,8 +2,8 @@
 
 Each function judges one rule on an object that carries a selection and returns its
 causes (or, for rule 6, the patch operations); :func:`judge_create` runs them all, for
-the VMI admitter (:mod:`shared.core.admission.admit_vmi`) and for a VirtualMachine's template
-(:mod:`shared.core.admission.admit_vm`) alike. Rule 6 emits narrow patches: the GPU entries, the class
+the VMI admitter (:mod:`shared.core.admission.mutate_vmi`) and for a VirtualMachine's template
+(:mod:`shared.core.admission.validate_vm`) alike. Rule 6 emits narrow patches: the GPU entries, the class
 tolerations and the licence volume and disk; applying its result again yields
 nothing (webhooks are reinvoked).
 """
@@ -485,7 +485,7 @@ def quota_warnings(plan: UnitPlan, namespace: str, catalog: Catalog) -> list[str
 class Judgement(NamedTuple):
     """Every rule of section 4 on a CREATE: all causes, what an allowed answer carries, and what
     the selection resolves to (rule 6), which the check after every mutation reads back
-    (:mod:`shared.core.admission.admit_vmi_final`)."""
+    (:mod:`shared.core.admission.validate_vmi`)."""
 
     causes: tuple[Cause, ...]
     operations: tuple[dict[str, Any], ...] = ()

@@ -4,9 +4,9 @@
 AdmissionReview with :class:`MalformedReview`, which the shells map to HTTP 400 or
 exit code 2), picks one admitter and returns the request with its decision;
 :func:`review` also renders it. The admitters sit side by side, one module each:
-:mod:`shared.core.admission.admit_gpuclass`, :mod:`shared.core.admission.admit_vmi`,
-:mod:`shared.core.admission.admit_vmi_final`, :mod:`shared.core.admission.admit_vm`,
-:mod:`shared.core.admission.admit_pod`, :mod:`shared.core.admission.admit_pod_vgpu`.
+:mod:`shared.core.admission.validate_gpuclass`, :mod:`shared.core.admission.mutate_vmi`,
+:mod:`shared.core.admission.validate_vmi`, :mod:`shared.core.admission.validate_vm`,
+:mod:`shared.core.admission.mutate_pod`, :mod:`shared.core.admission.validate_pod`.
 
 Which admitter answers is the endpoint's business (docs/contract.md section 3): a Pod
 posted to `/mutate/pods` gets the launcher tolerations, the same Pod posted to
@@ -23,12 +23,12 @@ from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
 from gpuclass.shared.core.admission import (
-    admit_gpuclass,
-    admit_pod,
-    admit_pod_vgpu,
-    admit_vm,
-    admit_vmi,
-    admit_vmi_final,
+    mutate_pod,
+    mutate_vmi,
+    validate_gpuclass,
+    validate_pod,
+    validate_vm,
+    validate_vmi,
 )
 from gpuclass.shared.core.admission.decisions import Decision, render_response
 from gpuclass.shared.core.admission.envelope import (
@@ -59,12 +59,12 @@ __all__ = [
 Admitter = Callable[[AdmissionRequest, Catalog], Decision]
 
 ENDPOINTS: Final[dict[str, tuple[GroupKind, Admitter]]] = {
-    "/validate/gpuclasses": (GPUCLASS, admit_gpuclass.admit),
-    "/mutate/virtualmachineinstances": (VMI, admit_vmi.admit),
-    "/mutate/pods": (POD, admit_pod.admit),
-    "/validate/virtualmachines": (VM, admit_vm.admit),
-    "/validate/pods": (POD, admit_pod_vgpu.admit),
-    "/validate/virtualmachineinstances": (VMI, admit_vmi_final.admit),
+    "/validate/gpuclasses": (GPUCLASS, validate_gpuclass.admit),
+    "/mutate/virtualmachineinstances": (VMI, mutate_vmi.admit),
+    "/mutate/pods": (POD, mutate_pod.admit),
+    "/validate/virtualmachines": (VM, validate_vm.admit),
+    "/validate/pods": (POD, validate_pod.admit),
+    "/validate/virtualmachineinstances": (VMI, validate_vmi.admit),
 }
 """The webhook's admission paths (docs/contract.md section 3): the kind each admits, and who answers."""
 

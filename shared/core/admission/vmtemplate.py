@@ -1,6 +1,6 @@
 """A VirtualMachine's template as the VMI it becomes, and causes named as the tenant wrote them.
 
-Shared by the VirtualMachine admitter (`admit_vm`) and `gpuclass explain`, which judge a
+Shared by the VirtualMachine admitter (`validate_vm`) and `gpuclass explain`, which judge a
 template with the VMI rules: :func:`template_view` is the VMI a start would create (with
 the worker-pool labels of the VirtualMachine itself, so a worker is known whichever of them
 its template lacks), and

@@ -381,7 +381,7 @@ def test_a_deleting_class_cannot_start_in_status_explain_and_admission_alike() -
     """The differential check of one class state by the three readers (the property test
     covers every state): status's Schedulable, explain's answer, the webhook's decision."""
     from gpuclass.shared.cli.explain import explain_class
-    from gpuclass.shared.core.admission import admit_vmi
+    from gpuclass.shared.core.admission import mutate_vmi
     from gpuclass.shared.core.admission.decisions import Denied
     from gpuclass.shared.core.status.availability import compute_all
     from gpuclass.shared.core.status.catalog import build_catalog
@@ -404,4 +404,4 @@ def test_a_deleting_class_cannot_start_in_status_explain_and_admission_alike() -
         namespace="tenant-a",
         object=selecting_vmi("tenant-a", [{"className": "whole"}]),
     )
-    assert isinstance(admit_vmi.admit(request, catalog), Denied)
+    assert isinstance(mutate_vmi.admit(request, catalog), Denied)

@@ -19,8 +19,8 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from gpuclass.shared.core.admission.admit_vmi import admit
 from gpuclass.shared.core.admission.decisions import Allowed, Decision, Denied
+from gpuclass.shared.core.admission.mutate_vmi import admit
 from gpuclass.shared.core.admission.resolution import (
     REMEMBERED_UNITS,
     RESOLUTIONS_REMEMBERED,

@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from gpuclass.shared.core.admission.admit_vmi import admit_create
 from gpuclass.shared.core.admission.decisions import Denied, render_response
+from gpuclass.shared.core.admission.mutate_vmi import admit_create
 from gpuclass.shared.core.model.selection import (
     MAX_SELECTION_BYTES,
     MAX_SELECTION_ENTRIES,

@@ -10,7 +10,7 @@ a limit, is refused in a namespace that is not entitled.
 KubeVirt's controller (setting `kubevirt_controller_user`) is the one exception: its
 launcher Pods carry the vGPUs of a VMI the VMI webhook already judged, by the same rule.
 
-This is the validating twin of :mod:`shared.core.admission.admit_pod` (the mutating launcher-Pod hook,
+This is the validating twin of :mod:`shared.core.admission.mutate_pod` (the mutating launcher-Pod hook,
 which never refuses); each answers one concern and the two never share a decision.
 """
 

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from gpuclass.shared.cli.main import offline_catalog
-from gpuclass.shared.core.admission.admit_vm import admit
 from gpuclass.shared.core.admission.decisions import Allowed, Denied
 from gpuclass.shared.core.admission.review import review
+from gpuclass.shared.core.admission.validate_vm import admit
 from gpuclass.shared.core.status.catalog import Catalog, Policy
 from tests.builders import admission_request
 from tests.conftest import OBJECTS, golden_cases

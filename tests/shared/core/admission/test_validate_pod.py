@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from gpuclass.shared.core.admission.admit_pod_vgpu import admit
 from gpuclass.shared.core.admission.decisions import Allowed, Decision, Denied
 from gpuclass.shared.core.admission.envelope import VMI, MalformedReview
 from gpuclass.shared.core.admission.review import ENDPOINTS, review
+from gpuclass.shared.core.admission.validate_pod import admit
 from gpuclass.shared.core.model.snapshot import SnapshotBuilder
 from gpuclass.shared.core.status.catalog import Catalog, Policy, build_catalog
 from tests.builders import admission_request
