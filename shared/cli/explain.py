@@ -490,46 +490,19 @@ def explain_manifest(
     rows = vm_rows(snapshot, holding, ask)
     together = sum(1 for r in rows if r.fits) if ask is not None else len(holding)
     quota = quota_lines(snapshot, namespace, ask) if ask is not None else ()
-    short_quota = [q for q in quota if not q.enough]
-    blocked = tuple(e.class_name for e in classes if e.class_blocked)
-    short = tuple(e.class_name for e in classes if not e.can_start)
     notes = entitlement_notes(tuple(wanted), catalog)
     vm_notes = _rendering_notes(manifest, ask)
     if snapshot.detail is not None and snapshot.detail.quotas_unread:
         vm_notes += (f"the quota was not checked: you may not list ResourceQuotas in {namespace}",)
-    stop: Stop | None
-    if problems:
-        # Admission refuses the VM as a whole (one vGPU class, 1024 units, a hand-mounted
-        # licence...): said first, whatever the nodes have free (docs/contract.md 7.6).
-        blocking, answer, stop = blocked or tuple(wanted), refused, "admission"
-    elif blocked:
-        blocking, answer, stop = blocked, "blocked by " + ", ".join(blocked), "class"
-    elif short_quota:
-        first = short_quota[0]
-        blocking, stop = tuple(wanted), "quota"
-        answer = (
-            f"the namespace's quota stops it: ResourceQuota {first.quota} has {first.key} "
-            f"{first.used} used of {first.hard}, the launcher Pod asks {first.wanted} more "
-            "(Kubernetes refuses the Pod at creation; the VM never starts)"
-        )
-    elif together:
-        # One node has every class's units, under all their tolerations, and room for the rest
-        # of the launcher: a class that alone found no node (its taint tolerated by another
-        # class of the VM) does not block.
-        blocking, answer, stop = (), f"the VM can start on {_nodes(together)} now", None
-    elif holding and ask is not None:
-        blocking, stop = tuple(wanted), "capacity"
-        first_row = rows[0]
-        answer = (
-            f"{_nodes(len(holding))} {'has' if len(holding) == 1 else 'have'} the GPUs free, "
-            "but the VM's launcher fits on none: "
-            f"{first_row.node}: {'; '.join(first_row.reasons)}"
-        )
-    elif short:
-        blocking, answer, stop = short, "blocked by " + ", ".join(short), "capacity"
-    else:
-        blocking, stop = tuple(wanted), "capacity"
-        answer = "each class has room, but no node has all of them free at once: the VM waits"
+    blocking, answer, stop = _verdict(
+        wanted,
+        classes,
+        refused=refused if problems else None,
+        short_quota=[q for q in quota if not q.enough],
+        together=together,
+        holding=holding,
+        rows=rows if ask is not None else None,
+    )
     return ManifestExplanation(
         kind,
         name,
@@ -545,6 +518,59 @@ def explain_manifest(
         rows,
         quota,
         vm_notes,
+    )
+
+
+def _verdict(
+    wanted: Mapping[str, int],
+    classes: Sequence[Explanation],
+    *,
+    refused: str | None,
+    short_quota: Sequence[QuotaLine],
+    together: int,
+    holding: Sequence[str],
+    rows: Sequence[VMNodeRow] | None,
+) -> tuple[tuple[str, ...], str, Stop | None]:
+    """(the classes that block, the answer, what stops the VM), checked in the order of
+    docs/decisions.md, "Can this VM start, in full": admission, class, quota, capacity.
+    `rows` is None when the launcher was not rendered (no node detail)."""
+    everything = tuple(wanted)
+    blocked = tuple(e.class_name for e in classes if e.class_blocked)
+    if refused is not None:
+        # Admission refuses the VM as a whole (one vGPU class, 1024 units, a hand-mounted
+        # licence...): said first, whatever the nodes have free (docs/contract.md 7.6).
+        return blocked or everything, refused, "admission"
+    if blocked:
+        return blocked, "blocked by " + ", ".join(blocked), "class"
+    if short_quota:
+        first = short_quota[0]
+        return (
+            everything,
+            f"the namespace's quota stops it: ResourceQuota {first.quota} has {first.key} "
+            f"{first.used} used of {first.hard}, the launcher Pod asks {first.wanted} more "
+            "(Kubernetes refuses the Pod at creation; the VM never starts)",
+            "quota",
+        )
+    if together:
+        # One node has every class's units, under all their tolerations, and room for the rest
+        # of the launcher: a class that alone found no node (its taint tolerated by another
+        # class of the VM) does not block.
+        return (), f"the VM can start on {_nodes(together)} now", None
+    if holding and rows:
+        first_row = rows[0]
+        return (
+            everything,
+            f"{_nodes(len(holding))} {'has' if len(holding) == 1 else 'have'} the GPUs free, "
+            f"but the VM's launcher fits on none: {first_row.node}: {'; '.join(first_row.reasons)}",
+            "capacity",
+        )
+    short = tuple(e.class_name for e in classes if not e.can_start)
+    if short:
+        return short, "blocked by " + ", ".join(short), "capacity"
+    return (
+        everything,
+        "each class has room, but no node has all of them free at once: the VM waits",
+        "capacity",
     )
 
 

@@ -173,6 +173,51 @@ def _condition(
     }
 
 
+def conflict_condition(resource: str, conflict_with: str | None, **at: Any) -> dict[str, Any]:
+    """`ResourceNameConflict` (6.4): True when an older class uses the same resourceName."""
+    return _condition(
+        "ResourceNameConflict",
+        conflict_with is not None,
+        "ResourceNameInUse" if conflict_with else "ResourceNameUnique",
+        f"class {conflict_with} already uses {resource}; this offer is not available"
+        if conflict_with
+        else f"no older class uses {resource}",
+        **at,
+    )
+
+
+def permission_condition(
+    resource: str, permitted: frozenset[str] | None, no_kubevirt: str | None, **at: Any
+) -> dict[str, Any]:
+    """`ResourceNameNotPermitted` (6.4): the deployed KubeVirt CR's permittedHostDevices, or why
+    no CR is read (`no_kubevirt`)."""
+    if permitted is None:
+        return _condition(
+            "ResourceNameNotPermitted",
+            True,
+            "NoKubeVirt",
+            no_kubevirt or "no KubeVirt CR found: configure KubeVirt first",
+            **at,
+        )
+    if resource in permitted:
+        message = f"{resource} is in KubeVirt's permittedHostDevices"
+        return _condition("ResourceNameNotPermitted", False, "Permitted", message, **at)
+    message = f"{resource} is missing from KubeVirt's permittedHostDevices"
+    return _condition("ResourceNameNotPermitted", True, "NotPermitted", message, **at)
+
+
+def license_condition(record: ClassRecord, problem: str | None, **at: Any) -> dict[str, Any]:
+    """`LicenseSecretMissing` (6.4): a licensed class's source Secret, or that none is needed."""
+    licensed = record.spec is not None and record.spec.license is not None
+    if problem is not None:
+        return _condition("LicenseSecretMissing", True, "SecretUnusable", problem, **at)
+    if licensed:
+        message = "the licence source Secret is usable"
+        return _condition("LicenseSecretMissing", False, "SecretFound", message, **at)
+    message = "this class delivers no platform licence"
+    return _condition("LicenseSecretMissing", False, "NotLicensed", message, **at)
+
+
 def compute_conditions(
     record: ClassRecord,
     *,
@@ -188,64 +233,14 @@ def compute_conditions(
     says why no KubeVirt CR is read when `permitted` is None (`Snapshot.kubevirt_problem`)."""
     before = {c.get("type"): c for c in previous if isinstance(c, dict)}
     resource = record.resource_name or "(invalid spec)"
-    gen = record.generation
-    if permitted is None:
-        not_permitted, np_reason, np_msg = (
-            True,
-            "NoKubeVirt",
-            no_kubevirt or "no KubeVirt CR found: configure KubeVirt first",
-        )
-    elif resource in permitted:
-        not_permitted, np_reason, np_msg = (
-            False,
-            "Permitted",
-            f"{resource} is in KubeVirt's permittedHostDevices",
-        )
-    else:
-        not_permitted, np_reason, np_msg = (
-            True,
-            "NotPermitted",
-            f"{resource} is missing from KubeVirt's permittedHostDevices",
-        )
+
+    def at(kind: str) -> dict[str, Any]:
+        return {"previous": before.get(kind), "now": now, "generation": record.generation}
+
     conditions = [
-        _condition(
-            "ResourceNameConflict",
-            conflict_with is not None,
-            "ResourceNameInUse" if conflict_with else "ResourceNameUnique",
-            f"class {conflict_with} already uses {resource}; this offer is not available"
-            if conflict_with
-            else f"no older class uses {resource}",
-            previous=before.get("ResourceNameConflict"),
-            now=now,
-            generation=gen,
-        ),
-        _condition(
-            "ResourceNameNotPermitted",
-            not_permitted,
-            np_reason,
-            np_msg,
-            previous=before.get("ResourceNameNotPermitted"),
-            now=now,
-            generation=gen,
-        ),
-        _condition(
-            "LicenseSecretMissing",
-            license is not None,
-            "SecretUnusable"
-            if license
-            else "SecretFound"
-            if record.spec and record.spec.license
-            else "NotLicensed",
-            license
-            or (
-                "the licence source Secret is usable"
-                if record.spec and record.spec.license
-                else "this class delivers no platform licence"
-            ),
-            previous=before.get("LicenseSecretMissing"),
-            now=now,
-            generation=gen,
-        ),
+        conflict_condition(resource, conflict_with, **at("ResourceNameConflict")),
+        permission_condition(resource, permitted, no_kubevirt, **at("ResourceNameNotPermitted")),
+        license_condition(record, license, **at("LicenseSecretMissing")),
     ]
     failing = [c["type"] for c in conditions if c["status"] == "True"]
     conditions.append(
@@ -254,9 +249,7 @@ def compute_conditions(
             not failing and not record.problems,
             _ready_reason(record, failing),
             _ready_message(record, failing),
-            previous=before.get("Ready"),
-            now=now,
-            generation=gen,
+            **at("Ready"),
         )
     )
     return conditions
