@@ -21,8 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
+from gpuclass.shared.cli.cluster import read_cluster
 from gpuclass.shared.cli.escape import text
-from gpuclass.shared.cli.explaincmd import read_cluster
 from gpuclass.shared.cli.plan import (
     DEFAULT_FAIL_ON,
     IMPACTS,
