@@ -36,11 +36,12 @@ from gpuclass.shared.cli.explaincmd import add_parser as add_explain_parser
 from gpuclass.shared.cli.explaincmd import run_explain
 from gpuclass.shared.cli.lint import FileError, FileInput, lint
 from gpuclass.shared.cli.lintformat import FORMATS, Format, render
+from gpuclass.shared.cli.manifest import wrap_manifest
 from gpuclass.shared.cli.plancmd import add_parser as add_plan_parser
 from gpuclass.shared.cli.plancmd import run_plan
 from gpuclass.shared.cli.reviewtext import render_review_text
 from gpuclass.shared.core.admission.decisions import encode_response
-from gpuclass.shared.core.admission.envelope import too_many_values, wrap_manifest
+from gpuclass.shared.core.admission.envelope import too_many_values
 from gpuclass.shared.core.admission.review import ENDPOINTS, MalformedReview, review
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.status.availability import compute_all
