@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal, get_args
 
-from gpuclass.shared.core.admission.resolution import class_causes, judge_create, limit_causes
+from gpuclass.shared.core.admission.resolution import judge_create
+from gpuclass.shared.core.admission.rules import class_causes, limit_causes
 from gpuclass.shared.core.admission.vmtemplate import template_view, tenant_cause
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.causes import Cause
@@ -144,8 +145,8 @@ def admission_catalog(snapshot: Snapshot, license_namespace: str) -> Catalog:
 def refusals(name: str, count: int, catalog: Catalog) -> tuple[str, ...]:
     """Why admission would refuse a VM selecting `count` units of one class (4.3, 4.4).
 
-    The rules themselves (:func:`shared.core.admission.resolution.class_causes` and
-    :func:`shared.core.admission.resolution.limit_causes`), run on a one-entry selection, so explain and
+    The rules themselves (:func:`shared.core.admission.rules.class_causes` and
+    :func:`shared.core.admission.rules.limit_causes`), run on a one-entry selection, so explain and
     admission never disagree about a refusal.
     """
     entries = (ClassEntry(name, count, 0),)

@@ -21,7 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from gpuclass.shared.core.admission.resolution import annotation, judge_create
+from gpuclass.shared.core.admission.resolution import judge_create
+from gpuclass.shared.core.admission.rules import annotation
 from gpuclass.shared.core.admission.vmtemplate import template_view, tenant_cause
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.model.selection import parse_selection

@@ -14,7 +14,7 @@ from typing import Any
 from gpuclass.shared.core.admission.decisions import Allowed, Decision
 from gpuclass.shared.core.admission.envelope import AdmissionRequest
 from gpuclass.shared.core.admission.patches import PatchBuilder
-from gpuclass.shared.core.admission.resolution import TOLERATIONS, annotation
+from gpuclass.shared.core.admission.rules import TOLERATIONS, annotation
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.model.selection import parse_selection
 from gpuclass.shared.core.status.catalog import Catalog

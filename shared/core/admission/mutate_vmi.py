@@ -13,10 +13,10 @@ from typing import Any
 
 from gpuclass.shared.core.admission.decisions import Allowed, Decision, Denied
 from gpuclass.shared.core.admission.envelope import AdmissionRequest
-from gpuclass.shared.core.admission.resolution import (
+from gpuclass.shared.core.admission.resolution import judge_create
+from gpuclass.shared.core.admission.rules import (
     LICENCE_REFERENCE_CAUSES,
     annotation,
-    judge_create,
     license_reference_causes,
     own_license_volume_refs,
     selected_licensed_classes,

@@ -25,7 +25,8 @@ from typing import Any
 
 from gpuclass.shared.core.admission.decisions import Allowed, Decision, Denied
 from gpuclass.shared.core.admission.envelope import AdmissionRequest
-from gpuclass.shared.core.admission.resolution import judge_create, raw_gpus_beside_classes
+from gpuclass.shared.core.admission.resolution import judge_create
+from gpuclass.shared.core.admission.rules import raw_gpus_beside_classes
 from gpuclass.shared.core.admission.vmtemplate import (
     template_of,
     template_view,
