@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import before  # noqa: E402
-from gpuclass.shared.cli.main import offline_catalog  # noqa: E402
+from gpuclass.shared.cli.reviewcmd import offline_catalog  # noqa: E402
 from gpuclass.shared.core.admission.decisions import encode_response  # noqa: E402
 from gpuclass.shared.core.admission.review import review  # noqa: E402
 from gpuclass.shared.core.status.catalog import Policy  # noqa: E402

@@ -58,7 +58,7 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gpuclass.shared.cli.main import offline_catalog  # noqa: E402
+from gpuclass.shared.cli.reviewcmd import offline_catalog  # noqa: E402
 from gpuclass.shared.core.admission.decisions import encode_response  # noqa: E402
 from gpuclass.shared.core.admission.review import review  # noqa: E402
 from gpuclass.shared.core.model.selection import (  # noqa: E402

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from gpuclass.shared.cli.main import main as cli_main
-from gpuclass.shared.cli.main import offline_catalog
+from gpuclass.shared.cli.reviewcmd import offline_catalog
 from gpuclass.shared.core.admission.review import review
 from gpuclass.shared.core.status.catalog import Catalog, Policy
 from tests.builders import changed_fields

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from gpuclass.shared.cli.main import main as cli_main
-from gpuclass.shared.cli.main import offline_catalog
+from gpuclass.shared.cli.reviewcmd import offline_catalog
 from gpuclass.shared.core.admission.review import review
 from gpuclass.shared.core.base import k8s
 from gpuclass.shared.core.model.validation import validate_class

@@ -21,8 +21,8 @@ import helm_python as helm
 import pytest
 import yaml
 
-from gpuclass.shared.cli.main import offline_catalog
 from gpuclass.shared.cli.manifest import wrap_manifest
+from gpuclass.shared.cli.reviewcmd import offline_catalog
 from gpuclass.shared.core.admission.review import review
 from gpuclass.shared.core.status.catalog import Catalog, Policy
 from tests.chart_helpers import render

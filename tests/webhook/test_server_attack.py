@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpuclass.shared.cli.main import offline_catalog
+from gpuclass.shared.cli.reviewcmd import offline_catalog
 from gpuclass.shared.core.admission.decisions import encode_response
 from gpuclass.shared.core.admission.review import review
 from gpuclass.shared.core.status.catalog import Policy

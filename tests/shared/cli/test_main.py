@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuclass.shared.cli.main import main, offline_catalog
+from gpuclass.shared.cli.main import main
+from gpuclass.shared.cli.reviewcmd import offline_catalog
 from gpuclass.shared.core.admission.review import review
 from gpuclass.shared.core.status.catalog import Policy
 

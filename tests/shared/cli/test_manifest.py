@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from gpuclass.shared.cli.main import offline_catalog
 from gpuclass.shared.cli.manifest import wrap_manifest
+from gpuclass.shared.cli.reviewcmd import offline_catalog
 from gpuclass.shared.core.admission.envelope import MalformedReview
 from gpuclass.shared.core.admission.review import review
 from gpuclass.shared.core.status.catalog import Catalog, Policy

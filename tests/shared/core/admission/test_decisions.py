@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gpuclass.shared.cli.main import offline_catalog
+from gpuclass.shared.cli.reviewcmd import offline_catalog
 from gpuclass.shared.core.admission.decisions import (
     Allowed,
     Denied,

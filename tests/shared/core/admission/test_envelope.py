@@ -17,7 +17,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from gpuclass.shared.cli.main import offline_catalog
+from gpuclass.shared.cli.reviewcmd import offline_catalog
 from gpuclass.shared.core.admission.envelope import MAX_REVIEW_VALUES, too_many_values
 from gpuclass.shared.core.admission.review import MalformedReview, review
 from gpuclass.shared.core.status.catalog import Policy

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from gpuclass.shared.cli.main import offline_catalog
+from gpuclass.shared.cli.reviewcmd import offline_catalog
 from gpuclass.shared.core.admission.decisions import encode_response
 from gpuclass.shared.core.admission.review import ENDPOINTS, MalformedReview, review
 from gpuclass.shared.core.status.catalog import Policy

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gpuclass.shared.cli.main import offline_catalog
+from gpuclass.shared.cli.reviewcmd import offline_catalog
 from gpuclass.shared.core.admission.decisions import Allowed, Denied
 from gpuclass.shared.core.admission.review import review
 from gpuclass.shared.core.admission.validate_vm import admit

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuclass.shared.cli.main import offline_catalog
+from gpuclass.shared.cli.reviewcmd import offline_catalog
 from gpuclass.shared.core.admission.review import ENDPOINTS, VMI, review
 from gpuclass.shared.core.status.catalog import Catalog, Policy
 from gpuclass.webhook import paths
