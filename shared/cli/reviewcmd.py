@@ -26,9 +26,8 @@ from gpuclass.shared.kube.loader import LoadError, documents_from_bytes, load_sn
 MAX_REVIEW_BYTES = 7 * 1024 * 1024
 
 
-def add_parser(sub: Any, environ: Mapping[str, str]) -> None:
-    """Register `review` on the `gpuclass` sub-parsers (`environ` supplies the variables)."""
-    env = environ
+def add_parser(sub: Any, env: Mapping[str, str]) -> None:
+    """Register `review` on the `gpuclass` sub-parsers (`env` supplies the variables)."""
     r = sub.add_parser(
         "review",
         help="print the AdmissionReview response the webhook would send",
