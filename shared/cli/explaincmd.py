@@ -27,13 +27,8 @@ from typing import Any
 
 from gpuclass.shared.cli.cluster import read_cluster
 from gpuclass.shared.cli.escape import guard_lines, json_text, text
-from gpuclass.shared.cli.explain import (
-    Explanation,
-    ManifestExplanation,
-    explain_class,
-    explain_manifest,
-    selection_of,
-)
+from gpuclass.shared.cli.explain import Explanation, explain_class
+from gpuclass.shared.cli.explainmanifest import ManifestExplanation, explain_manifest, selection_of
 from gpuclass.shared.core.model.selection import parse_selection
 from gpuclass.shared.core.model.snapshot import Snapshot
 from gpuclass.shared.kube.loader import LoadError, iter_objects, load_snapshot

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuclass.shared.cli.explain import explain_class, explain_manifest
+from gpuclass.shared.cli.explain import explain_class
+from gpuclass.shared.cli.explainmanifest import explain_manifest
 from gpuclass.shared.cli.main import main
 from gpuclass.shared.core.model.snapshot import SnapshotBuilder
 from tests.builders import gpuclass, kubevirt, node, pod
