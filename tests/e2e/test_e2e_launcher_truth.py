@@ -193,12 +193,16 @@ def _untainted_ready(api: Api, name: str) -> bool:
 
 
 def _lifecycle_tainted(api: Api, name: str) -> bool:
+    """The node lifecycle controller has marked the node: Ready=Unknown and the `unreachable`
+    NoSchedule taint. (The `not-ready` taint the API server puts on a new Node is not enough:
+    the controller takes it off again while the node has no Ready condition at all, and
+    kube-scheduler may bind to it until the grace period ends.)"""
     node = api.get("v1", "Node", name)
     taints = ((node or {}).get("spec") or {}).get("taints") or []
-    return any(
-        t["key"] in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
-        and t["effect"] == "NoSchedule"
-        for t in taints
+    conditions = ((node or {}).get("status") or {}).get("conditions") or []
+    unknown = any(c.get("type") == "Ready" and c.get("status") == "Unknown" for c in conditions)
+    return unknown and any(
+        t["key"] == "node.kubernetes.io/unreachable" and t["effect"] == "NoSchedule" for t in taints
     )
 
 
