@@ -39,7 +39,7 @@ class ReconcilerMetrics:
         register_standard_metrics(r)
         self.free = Gauge(
             "gpuclass_free_units",
-            "Free units of the class across eligible nodes",
+            "Free units of the class across eligible nodes (KubeVirt can start a VM there)",
             ["class"],
             registry=r,
         )
@@ -51,13 +51,13 @@ class ReconcilerMetrics:
         )
         self.max_units = Gauge(
             "gpuclass_max_units_per_node_units",
-            "Largest allocatable of the class on any host, ready or not",
+            "Largest allocatable of the class on any host that runs virt-handler, ready or not",
             ["class"],
             registry=r,
         )
         self.eligible = Gauge(
             "gpuclass_eligible_nodes",
-            "Ready, schedulable nodes whose taints the class tolerates",
+            "Ready, schedulable KubeVirt nodes (virt-handler ready, its devices advertised) whose taints the class tolerates",
             ["class"],
             registry=r,
         )
