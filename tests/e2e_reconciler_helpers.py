@@ -487,6 +487,43 @@ def figures(obj: RawObject | None) -> tuple[int, int, int] | None:
     return (status["free"], status["maxFreePerNode"], status["maxUnitsPerNode"])
 
 
+def settled_figures(
+    api: Api, classes: Sequence[str], *, quiet: float = 1.5, timeout: float = 60.0
+) -> list[tuple[int, int, int]]:
+    """Each class's figures once none of them has changed for `quiet` seconds (and every class
+    has a status): the reconciler has caught up with the last change."""
+    last: list[Any] = [None]
+    since = [time.monotonic()]
+
+    def settled() -> list[Any] | None:
+        current = [figures(get_class(api, name)) for name in classes]
+        if current != last[0] or None in current:
+            last[0], since[0] = current, time.monotonic()
+            return None
+        return current if time.monotonic() - since[0] >= quiet else None
+
+    found: list[tuple[int, int, int]] = eventually(
+        settled, timeout=timeout, what="class statuses to stop changing", every=0.25
+    )
+    return found
+
+
+def pod_scheduled(pod: RawObject | None) -> bool | None:
+    """True once bound, False once the scheduler said Unschedulable, None before either."""
+    if pod is None:
+        return None
+    if (pod.get("spec") or {}).get("nodeName"):
+        return True
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if (condition.get("type"), condition.get("status"), condition.get("reason")) == (
+            "PodScheduled",
+            "False",
+            "Unschedulable",
+        ):
+            return False
+    return None
+
+
 def conditions(obj: RawObject | None) -> dict[str, str]:
     """Condition type -> status of a class."""
     found = ((obj or {}).get("status") or {}).get("conditions") or []

@@ -51,6 +51,8 @@ from tests.e2e_reconciler_helpers import (
     gpuclass,
     namespace,
     node_path,
+    pod_scheduled,
+    settled_figures,
 )
 
 pytestmark = pytest.mark.controlplane
@@ -206,24 +208,6 @@ def _lifecycle_tainted(api: Api, name: str) -> bool:
     )
 
 
-def _quiet_figures(api: Api) -> tuple[int, int, int]:
-    """The class's figures once they stopped changing for QUIET seconds."""
-    last: list[Any] = [None]
-    since = [time.monotonic()]
-
-    def quiet() -> tuple[int, int, int] | None:
-        current = figures(get_class(api, CLASS))
-        if current != last[0] or current is None:
-            last[0], since[0] = current, time.monotonic()
-            return None
-        return current if time.monotonic() - since[0] >= QUIET else None
-
-    found: tuple[int, int, int] = eventually(
-        quiet, timeout=SETTLE, what="the class status to settle", every=0.25
-    )
-    return found
-
-
 def _probe(world: World, gpus: int) -> str:
     world.probes += 1
     name = f"probe-{world.probes}"
@@ -254,16 +238,7 @@ def _verdicts(world: World) -> dict[str, bool | None]:
     found: dict[str, bool | None] = {}
     for pod in listed.get("items") or []:
         vmi = (pod["metadata"].get("annotations") or {}).get("kubevirt.io/domain") or ""
-        if pod["spec"].get("nodeName"):
-            found[vmi] = True
-            continue
-        conditions = (pod.get("status") or {}).get("conditions") or []
-        refused = any(
-            (c.get("type"), c.get("status"), c.get("reason"))
-            == ("PodScheduled", "False", "Unschedulable")
-            for c in conditions
-        )
-        found[vmi] = False if refused else None
+        found[vmi] = pod_scheduled(pod)
     return found
 
 
@@ -280,13 +255,7 @@ def _bound(world: World, names: Sequence[str]) -> int:
 
 def _placed(world: World, name: str) -> str:
     """Where the probe's launcher was bound (for the failure message)."""
-    listed = world.api.call(
-        "GET", f"/api/v1/namespaces/{NS}/pods", params={"labelSelector": f"{MINE[0]}={MINE[1]}"}
-    )
-    for pod in listed.get("items") or []:
-        if (pod["metadata"].get("annotations") or {}).get("kubevirt.io/domain") == name:
-            return str(pod["spec"].get("nodeName"))
-    return "nowhere"
+    return str(_launcher_of(world, name)["spec"].get("nodeName"))
 
 
 def _refused(world: World, name: str) -> bool:
@@ -320,7 +289,7 @@ def _clear(world: World) -> None:
 def _check(world: World) -> tuple[list[str], tuple[int, int, int], int]:
     """What kube-scheduler does with KubeVirt's launchers against the status: (problems,
     figures, launchers bound)."""
-    free, max_free, units = _quiet_figures(world.api)
+    [(free, max_free, units)] = settled_figures(world.api, [CLASS], quiet=QUIET, timeout=SETTLE)
     problems: list[str] = []
     bound = 0
     if not _refused(world, name := _probe(world, max_free + 1)):

@@ -58,7 +58,9 @@ from tests.e2e_reconciler_helpers import (
     namespace,
     node_path,
     pod_path,
+    pod_scheduled,
     set_pod_phase,
+    settled_figures,
 )
 
 DEDICATED = "gpu.example.com/dedicated"
@@ -298,22 +300,6 @@ def probe_pod(
     }
 
 
-def pod_scheduled(pod: RawObject | None) -> bool | None:
-    """True once bound, False once the scheduler said Unschedulable, None before either."""
-    if pod is None:
-        return None
-    if (pod.get("spec") or {}).get("nodeName"):
-        return True
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if (condition.get("type"), condition.get("status"), condition.get("reason")) == (
-            "PodScheduled",
-            "False",
-            "Unschedulable",
-        ):
-            return False
-    return None
-
-
 # -- the world ------------------------------------------------------------------------------------
 
 
@@ -438,17 +424,7 @@ class Truth:
             eventually(nodes_as_planned, timeout=SETTLE, what="nodes Ready/NotReady as planned")
         except TimeoutError as exc:
             raise AssertionError(f"{exc}: {astray}") from None
-        last: list[Any] = [None]
-        since = [time.monotonic()]
-
-        def quiet() -> bool:
-            current = [figures(get_class(self.api, c)) for c in self.classes]
-            if current != last[0] or None in current:
-                last[0], since[0] = current, time.monotonic()
-                return False
-            return time.monotonic() - since[0] >= QUIET
-
-        eventually(quiet, timeout=SETTLE, what="class statuses to stop changing", every=0.25)
+        settled_figures(self.api, self.classes, quiet=QUIET, timeout=SETTLE)
 
     # -- probing ----------------------------------------------------------------------------------
 
