@@ -139,6 +139,7 @@ class Report:
     cas_seen: int = 0
     settle_seconds: list[float] = field(default_factory=list)
     leftovers: list[str] = field(default_factory=list)
+    unknown_at_drain: int = 0  # VMIs and launchers stored while their create's answer was lost
 
     def slopes(self) -> dict[str, tuple[float, float, float]]:
         """Per process living long enough: (RSS MB/h, fds/h, hours measured), by least squares
@@ -597,6 +598,21 @@ class Soak:
         with self.api() as api:
             while self.world.vmis:
                 self._vmi_delete(api)
+            # A create the API server stored while its answer was lost (a restart) made a VMI
+            # the churn never learnt of: every VMI and launcher in the tenants goes.
+            for i in range(self.shape.tenants):
+                base = f"/namespaces/{tenant(i)}"
+                for path, kind in (
+                    (f"/apis/kubevirt.io/v1{base}/virtualmachineinstances", "VMI"),
+                    (f"/api/v1{base}/pods", "launcher"),
+                ):
+                    for item in api.call("GET", path)["items"]:
+                        self.report.unknown_at_drain += 1
+                        self.log(
+                            f"drain: a {kind} the churn did not know: {item['metadata']['name']}"
+                        )
+                        with contextlib.suppress(ApiError, LookupError):
+                            force_delete(api, f"{path}/{item['metadata']['name']}")
             deadline = time.monotonic() + self.shape.settle_timeout
             while True:
                 left = self._leftovers(api)
