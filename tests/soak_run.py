@@ -632,11 +632,16 @@ class Soak:
             if c["metadata"]["name"].startswith(COPY_PREFIX)
             and c["metadata"]["namespace"] != RELEASE_NS
         ]
-        left += [
-            f"finalizer on {c['metadata']['name']}"
-            for c in api.call("GET", GPUCLASSES)["items"]
-            if FINALIZER in (c["metadata"].get("finalizers") or [])
-        ]
+        vmis = api.call("GET", "/apis/kubevirt.io/v1/virtualmachineinstances")["items"]
+        for cls in api.call("GET", GPUCLASSES)["items"]:
+            if FINALIZER in (cls["metadata"].get("finalizers") or []):
+                name = cls["metadata"]["name"]
+                users = [
+                    f"{v['metadata']['namespace']}/{v['metadata']['name']}"
+                    for v in vmis
+                    if any(e.get("className") == name for e in _selection_of(v))
+                ]
+                left.append(f"finalizer on {name} (VMIs selecting it: {users or 'none'})")
         return left
 
     def close(self) -> None:
