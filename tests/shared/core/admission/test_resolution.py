@@ -33,6 +33,9 @@ from tests.shared.core.admission.vmi_admission import (
     cls,
     create,
     gpus,
+    gpus_op,
+    ops_of,
+    tolerations_op,
     vmi,
 )
 
@@ -101,7 +104,7 @@ def test_a_new_catalog_remembers_nothing_of_the_old_one() -> None:
     # `capped` allows 2 units per VM; a catalog built after the class changed to 1 refuses 2.
     before = catalog()
     obj = vmi([cls("capped", 2)])
-    assert isinstance(create(obj, before), Allowed)
+    assert ops_of(create(obj, before)) == [gpus_op(RES["capped"], RES["capped"])]
     objects = [copy.deepcopy(o) for o in OBJECTS]
     for o in objects:
         if o["metadata"]["name"] == "capped":
@@ -112,14 +115,15 @@ def test_a_new_catalog_remembers_nothing_of_the_old_one() -> None:
     decision = create(obj, after)
     assert isinstance(decision, Denied)
     assert [(c.field, c.code) for c in decision.causes] == [(ANN, "MaxCountExceeded")]
-    assert isinstance(create(obj, before), Allowed)  # the old catalog still answers as it did
+    # the old catalog still answers as it did
+    assert ops_of(create(obj, before)) == [gpus_op(RES["capped"], RES["capped"])]
 
 
 def test_the_memory_is_bounded_whatever_a_tenant_sends() -> None:
     cat = catalog()
     for spaces in range(3 * RESOLUTIONS_REMEMBERED):  # as many distinct annotations
         obj = vmi(raw="[" + " " * spaces + json.dumps(cls("whole", 1)) + "]")
-        assert isinstance(create(obj, cat), Allowed)
+        assert create(obj, cat) == Allowed((gpus_op(RES["whole"]), tolerations_op(TOL_W)))
         assert len(cat.remembered) <= RESOLUTIONS_REMEMBERED
     # A resolution of more units than an honest VM asks for is judged, never kept.
     big = vmi([cls("big", REMEMBERED_UNITS + 1)])

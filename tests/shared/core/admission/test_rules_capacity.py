@@ -9,8 +9,13 @@ from gpuclass.shared.core.model.snapshot import SnapshotBuilder
 from gpuclass.shared.core.status.catalog import Policy, build_catalog
 from tests.shared.core.admission.vmi_admission import (
     OBJECTS,
+    RES,
+    TOL_F,
+    TOL_W,
     cls,
     create,
+    gpus_op,
+    tolerations_op,
     vmi,
 )
 
@@ -26,8 +31,9 @@ from tests.shared.core.admission.vmi_admission import (
 )
 def test_4_7_capacity_shortage(count: int, warnings: tuple[str, ...]) -> None:
     decision = create(vmi([cls("whole", count)]))
-    assert isinstance(decision, Allowed)
-    assert decision.warnings == warnings
+    assert decision == Allowed(
+        (gpus_op(*[RES["whole"]] * count), tolerations_op(TOL_W)), warnings
+    ), "allowed with its patch whatever the shortage"
 
 
 def test_4_7_no_stored_status_no_warning() -> None:
@@ -35,4 +41,4 @@ def test_4_7_no_stored_status_no_warning() -> None:
         SnapshotBuilder().add_all(OBJECTS), Policy(vgpu_entitled=True), figures="stored"
     )
     decision = create(vmi([cls("fresh", 3)]), cat)
-    assert isinstance(decision, Allowed) and decision.warnings == ()
+    assert decision == Allowed((gpus_op(*[RES["fresh"]] * 3), tolerations_op(TOL_F)), ())

@@ -14,12 +14,15 @@ from tests.shared.core.admission.vmi_admission import (
     CATALOG,
     POOL,
     RES,
+    TOL_W,
     catalog,
     causes_of,
     cls,
     create,
     gpus,
+    gpus_op,
     ops_of,
+    tolerations_op,
     vmi,
 )
 
@@ -36,16 +39,15 @@ from tests.shared.core.admission.vmi_admission import (
 )
 def test_4_5_vgpu_entitlement(namespace: str, entitled: bool, allowed: bool) -> None:
     decision = create(vmi([cls("byol")], namespace=namespace), catalog(vgpu_entitled=entitled))
-    if allowed:
-        assert isinstance(decision, Allowed)
+    if allowed:  # byol: one vGPU entry, no tolerations, no licence (4.6)
+        assert decision == Allowed((gpus_op(RES["byol"]),))
     else:
         assert causes_of(decision) == [(f"{ANN}[0].className", "forbidden", "NotEntitled")]
 
 
 def test_4_5_passthrough_needs_no_entitlement() -> None:
-    assert isinstance(
-        create(vmi([cls("whole")], namespace="default"), catalog(vgpu_entitled=False)), Allowed
-    )
+    decision = create(vmi([cls("whole")], namespace="default"), catalog(vgpu_entitled=False))
+    assert decision == Allowed((gpus_op(RES["whole"]), tolerations_op(TOL_W)))
 
 
 def test_4_5_namespace_from_object_when_request_has_none() -> None:
@@ -74,9 +76,10 @@ def test_4_5_any_cluster_api_worker_label_marks_a_worker_pool(label: str) -> Non
 
 
 def test_4_5_worker_pool_passthrough_allowed() -> None:
-    assert ops_of(create(vmi([cls("whole", 2)], labels=POOL)))[0]["value"] == gpus(
-        RES["whole"], RES["whole"]
-    )
+    assert ops_of(create(vmi([cls("whole", 2)], labels=POOL))) == [
+        gpus_op(RES["whole"], RES["whole"]),
+        tolerations_op(TOL_W),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -173,8 +176,8 @@ def test_4_5_unclassed_mdev_beside_a_passthrough_class(
     obj = vmi([cls("whole")], namespace=namespace)
     obj["spec"]["domain"]["devices"]["hostDevices"] = [{"name": "h", "deviceName": RES["mdev"]}]
     decision = create(obj)
-    if causes is None:
-        assert ops_of(decision)
+    if causes is None:  # the class's entry and toleration; the host device stays as it is
+        assert ops_of(decision) == [gpus_op(RES["whole"]), tolerations_op(TOL_W)]
     else:
         assert causes_of(decision) == causes
         assert isinstance(decision, Denied) and decision.code == 403

@@ -12,11 +12,14 @@ import pytest
 from gpuclass.shared.core.admission.decisions import Allowed, Denied
 from tests.shared.core.admission.vmi_admission import (
     COPY,
+    LICENSE_DISK_OP,
     LICENSE_VOLUME,
     REFERENCE_ROWS,
+    RES,
     causes_of,
     cls,
     create,
+    gpus_op,
     vmi,
 )
 
@@ -29,8 +32,10 @@ def test_4_8_license_copy_references(selection: Any, change: Any, paths: list[st
     if paths:
         assert causes_of(decision) == [(p, "forbidden", "LicenceHandMounted") for p in paths]
         assert isinstance(decision, Denied) and decision.code == 403
-    else:
-        assert isinstance(decision, Allowed)
+    elif selection:  # the own licence volume is there: rule 4.6 adds the GPU and the disk only
+        assert decision == Allowed((gpus_op(RES["lic"]), LICENSE_DISK_OP))
+    else:  # no selection: nothing to add
+        assert decision == Allowed()
 
 
 def test_4_8_license_volume_not_exactly_ours_is_invalid_and_forbidden() -> None:

@@ -9,81 +9,129 @@ from typing import Any
 
 import pytest
 
-from gpuclass.shared.core.admission.decisions import Allowed, Denied
+from gpuclass.shared.core.admission.decisions import Denied
 from gpuclass.shared.core.model.snapshot import SnapshotBuilder
 from gpuclass.shared.core.status.catalog import Policy, build_catalog
 from tests.shared.core.admission.vmi_admission import (
     ANN,
     OBJECTS,
+    RES,
+    TOL_F,
+    TOL_W,
     causes_of,
     cls,
     create,
+    gpus_op,
+    ops_of,
+    tolerations_op,
     vmi,
 )
 
+W = RES["whole"]
+
 
 @pytest.mark.parametrize(
-    ("selection", "namespace", "causes"),
+    ("selection", "namespace", "causes", "operations"),
     [
         pytest.param(
-            [cls("whole", 8)], "tenant-a", [], id="passthrough-default-limit-is-max-units-per-node"
+            [cls("whole", 8)],
+            "tenant-a",
+            [],
+            [gpus_op(*[W] * 8), tolerations_op(TOL_W)],
+            id="passthrough-default-limit-is-max-units-per-node",
         ),
         pytest.param(
             [cls("whole", 9)],
             "tenant-a",
             [(ANN, "MaxCountExceeded")],
+            None,
             id="passthrough-over-default-limit",
         ),
         pytest.param(
             [cls("whole", 5), cls("whole", 4)],
             "tenant-a",
             [(ANN, "MaxCountExceeded")],
+            None,
             id="repeated-entries-add-up",
         ),
-        pytest.param([cls("capped", 2)], "tenant-a", [], id="explicit-max-count"),
+        pytest.param(
+            [cls("capped", 2)],
+            "tenant-a",
+            [],
+            [gpus_op(RES["capped"], RES["capped"])],
+            id="explicit-max-count",
+        ),
         pytest.param(
             [cls("capped", 3)],
             "tenant-a",
             [(ANN, "MaxCountExceeded")],
+            None,
             id="over-explicit-max-count",
         ),
-        pytest.param([cls("fresh", 50)], "tenant-a", [], id="no-node-yet-no-limit"),
         pytest.param(
-            [cls("byol", 2)], "tenant-a", [(ANN, "MaxCountExceeded")], id="vgpu-default-limit-one"
+            [cls("fresh", 50)],
+            "tenant-a",
+            [],
+            [gpus_op(*[RES["fresh"]] * 50), tolerations_op(TOL_F)],
+            id="no-node-yet-no-limit",
+        ),
+        pytest.param(
+            [cls("byol", 2)],
+            "tenant-a",
+            [(ANN, "MaxCountExceeded")],
+            None,
+            id="vgpu-default-limit-one",
         ),
         pytest.param(
             [cls("byol"), cls("byol")],
             "tenant-a",
             [(ANN, "MaxCountExceeded")],
+            None,
             id="repeated-vgpu-over-limit",
         ),
-        pytest.param([cls("big", 1024)], "tenant-a", [], id="1024-units"),
         pytest.param(
-            [cls("big", 1025)], "tenant-a", [(ANN, "TooManyUnits")], id="over-1024-one-class"
+            [cls("big", 1024)], "tenant-a", [], [gpus_op(*[RES["big"]] * 1024)], id="1024-units"
+        ),
+        pytest.param(
+            [cls("big", 1025)], "tenant-a", [(ANN, "TooManyUnits")], None, id="over-1024-one-class"
         ),
         pytest.param(
             [cls("big", 1020), cls("whole", 5)],
             "tenant-a",
             [(ANN, "TooManyUnits")],
+            None,
             id="over-1024-across-classes",
         ),
         pytest.param(
             [cls("byol"), cls("byol2")],
             "tenant-root",
             [(ANN, "MultipleVGPUClasses")],
+            None,
             id="two-vgpu-classes",
         ),
-        pytest.param([cls("byol"), cls("whole")], "tenant-root", [], id="one-vgpu-and-passthrough"),
+        pytest.param(
+            [cls("byol"), cls("whole")],
+            "tenant-root",
+            [],
+            [gpus_op(RES["byol"], W), tolerations_op(TOL_W)],
+            id="one-vgpu-and-passthrough",
+        ),
     ],
 )
-def test_4_4_limits(selection: list[Any], namespace: str, causes: list[tuple[str, str]]) -> None:
+def test_4_4_limits(
+    selection: list[Any],
+    namespace: str,
+    causes: list[tuple[str, str]],
+    operations: list[dict[str, Any]] | None,
+) -> None:
+    """Within the limits the VMI gets rule 4.6's patch: every unit asked for, whatever its number."""
     decision = create(vmi(selection, namespace=namespace))
     if causes:
         assert isinstance(decision, Denied), decision
         assert [(c.field, c.code) for c in decision.causes] == causes
         assert decision.code == 422
     else:
-        assert isinstance(decision, Allowed), decision
+        assert ops_of(decision) == operations
 
 
 @pytest.mark.parametrize(
@@ -119,7 +167,10 @@ def test_4_4_stored_figures_give_the_default_limit_in_a_cluster() -> None:
     cat = build_catalog(
         SnapshotBuilder().add_all(stored), Policy(vgpu_entitled=True), figures="stored"
     )
-    assert isinstance(create(vmi([cls("whole", 3)]), cat), Allowed)
+    assert ops_of(create(vmi([cls("whole", 3)]), cat)) == [
+        gpus_op(*[RES["whole"]] * 3),
+        tolerations_op(TOL_W),
+    ]
     refused = create(vmi([cls("whole", 4)]), cat)
     assert isinstance(refused, Denied)
     assert [(c.field, c.code) for c in refused.causes] == [(ANN, "MaxCountExceeded")]

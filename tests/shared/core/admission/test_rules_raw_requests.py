@@ -14,7 +14,9 @@ from tests.shared.core.admission.vmi_admission import (
     cls,
     create,
     gpus,
+    gpus_op,
     ops_of,
+    tolerations_op,
     vmi,
 )
 
@@ -100,4 +102,4 @@ def test_4_2_foreign_host_device_beside_classes_is_fine() -> None:
         {"name": "nic", "deviceName": "example.org/sriov-nic"}
     ]
     obj["spec"]["domain"]["resources"] = {"requests": {"memory": "8Gi"}}
-    assert isinstance(create(obj), Allowed)
+    assert create(obj) == Allowed((gpus_op(RES["whole"]), tolerations_op(TOL_W)))

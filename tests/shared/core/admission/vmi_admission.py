@@ -211,6 +211,24 @@ def gpus(*resources: str) -> list[dict[str, str]]:
     return [{"name": f"gpu{i}", "deviceName": r} for i, r in enumerate(resources, 1)]
 
 
+def gpus_op(*resources: str) -> dict[str, Any]:
+    """Rule 4.6's first operation on a VMI built by :func:`vmi` (it has `devices`, no `gpus`):
+    the GPU entries named gpu1..gpuN, one per unit, in the order given."""
+    return {"op": "add", "path": "/spec/domain/devices/gpus", "value": gpus(*resources)}
+
+
+def tolerations_op(toleration: dict[str, Any], *, first: bool = True) -> dict[str, Any]:
+    """Rule 4.6's append of one class toleration: the list created when the VMI has none yet
+    (`first`), else one `-` append."""
+    if first:
+        return {"op": "add", "path": "/spec/tolerations", "value": [toleration]}
+    return {"op": "add", "path": "/spec/tolerations/-", "value": toleration}
+
+
+LICENSE_DISK_OP = {"op": "add", "path": "/spec/domain/devices/disks/-", "value": LICENSE_DISK}
+"""Rule 4.6's licence disk appended beside the VMI's own disk (section 1's disk)."""
+
+
 def ops_of(decision: Decision) -> list[dict[str, Any]]:
     assert isinstance(decision, Allowed), decision
     return list(decision.operations)
