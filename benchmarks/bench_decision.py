@@ -270,8 +270,8 @@ def many_volumes_many_licences(
 ) -> None:
     """Rule 8's own-volume check on a 1 MB VMI (12,000 volumes) against a catalog of 256 licensed
     classes, with a selection that cannot be read (so every licensed class is a candidate): per
-    KB against the normal review per KB (goal: within 3x). It cost 1.6 s per decision when every
-    volume was compared with every class."""
+    KB against the normal review per KB (goal: within 3x). What it cost when every volume was
+    compared with every class is in docs/performance.md."""
     from dataclasses import replace as _replace
 
     from gpuclass.shared.core.model.snapshot import compact_class
@@ -316,7 +316,8 @@ def deep_secret_references(catalog: Catalog, normal_body: dict[str, Any], normal
     """A spec as large as the tenant likes costs in proportion to its bytes: 3,000 image pull
     Secrets naming a licence copy, 600 lists down in `domain.clock` (which KubeVirt's schema keeps
     as written), per KB of JSON against the normal review per KB. No goal: a guide for rule 8's
-    walk (it took 0.9 s per decision before it kept only licence names and made paths lazily)."""
+    walk (what it cost before it kept only licence names and made paths lazily is in
+    docs/performance.md)."""
     node: Any = {"imagePullSecrets": [{"name": "gpuclass-license-a"}] * 3000}
     for _ in range(600):
         node = [node]

@@ -312,7 +312,8 @@ def full_recomputation(state: ClusterCache) -> Iterator[None]:
     the from-scratch `UsageIndex` over the same live counters), for the status and again
     for the metrics' figures, and the conflict winners are recomputed every pass. The
     walk is today's `survey_nodes` (node_share and Tally; the plain loop it replaced was
-    about 1.4x faster per node): BENCH_BEFORE=<ref> gives the old tree's own figure.
+    faster per node, figures in docs/performance.md): BENCH_BEFORE=<ref> gives the old tree's
+    own figure.
     """
 
     def status_context() -> StatusContext:

@@ -218,7 +218,8 @@ def create_app(ctx: AppContext) -> ASGIApp:
     """The ASGI app: admission POSTs go straight to their routes, the rest through FastAPI.
 
     The admission routes are the hot path and catch everything themselves, so they skip
-    FastAPI's middleware and router layers (a third of the time an answer took); health,
+    FastAPI's middleware and router layers (their share of an answer's time, measured with
+    `benchmarks/profile_webhook.py`, is in docs/performance.md); health,
     metrics, 404 and 405 keep the ordinary FastAPI handling.
     """
     admission = {path: AdmissionRoute(ctx, path) for path in WEBHOOKS}

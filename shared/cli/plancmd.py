@@ -121,7 +121,8 @@ def read_proposed(paths: Sequence[str]) -> tuple[list[Proposed], dict[str, int]]
     """Every GPUClass of the manifests (other kinds are ignored) and the line of each name.
 
     Linear in the files: each is read and scanned for its name lines once, and each name is
-    looked up once (4,000 classes in one file took 30 s when each class rescanned the file)."""
+    looked up once: a rescan of the file per class was quadratic (`benchmarks/bench_plan.py`
+    measures 4,000 classes; docs/performance.md has the figure before)."""
     proposed: list[Proposed] = []
     lines: dict[str, int] = {}
     where: dict[str, str] = {}

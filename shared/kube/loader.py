@@ -431,8 +431,8 @@ def cyclic_gc_paused() -> Iterator[None]:
 
     Parsed JSON and YAML are trees and the snapshot's records hold no cycles either, so the
     collector finds nothing in them, yet every few hundred new dicts and lists it runs, and
-    its full passes walk every object made so far: on a 150,000-pod file they took about two
-    thirds of orjson's parse (docs/decisions.md, "Loading without the cyclic collector").
+    its full passes walk every object made so far, a large share of a big file's parse
+    (docs/decisions.md, "Loading without the cyclic collector"; the figure in docs/performance.md).
     Reference counting still frees everything as usual. Nested and concurrent uses nest:
     the collector comes back, if it was on, when the last one ends.
     """

@@ -289,6 +289,28 @@ def test_webhook_managed_lifetimes_that_cannot_rotate_fail_the_render(
         render({"tls": {"webhookManaged": tls}})
 
 
-@pytest.mark.parametrize("tls", [{}, {"overlapMinutes": 1, "pollSeconds": 20}])
-def test_webhook_managed_overlap_of_three_polls_renders(tls: dict[str, int]) -> None:
-    render({"tls": {"webhookManaged": tls}})
+@pytest.mark.parametrize(
+    ("tls", "overlap_seconds", "poll_seconds"),
+    [
+        pytest.param({}, 3600, 10, id="defaults-60-minutes-10-seconds"),
+        pytest.param({"overlapMinutes": 1, "pollSeconds": 20}, 60, 20, id="exactly-three-polls"),
+    ],
+)
+def test_webhook_managed_overlap_of_three_polls_renders(
+    tls: dict[str, int], overlap_seconds: int, poll_seconds: int
+) -> None:
+    """An overlap of at least three polls renders, and the webhook gets both as flags in seconds;
+    the webhook keeps its own CA, so the chart renders its Secret empty and no caBundle."""
+    objects = render_objects({"tls": {"webhookManaged": tls}})
+    [container] = [
+        c for c in pod_spec(deployment(objects, "webhook"))["containers"] if c["name"] == "webhook"
+    ]
+    flags = [a for a in container["args"] if a.startswith(("--cert-overlap", "--cert-poll"))]
+    assert flags == [
+        f"--cert-overlap-seconds={overlap_seconds}",
+        f"--cert-poll-seconds={poll_seconds}",
+    ]
+    [secret] = of_kind(objects, "Secret")  # created empty: the webhook fills and rotates it
+    assert (secret["metadata"]["name"], "data" in secret) == ("gpuclass-webhook-certs", False)
+    assert f"--cert-secret={secret['metadata']['name']}" in container["args"]
+    assert [h["clientConfig"].get("caBundle") for h in webhooks(objects).values()] == [None] * 6

@@ -322,8 +322,8 @@ def own_license_volume_refs(obj: Mapping[str, Any], licensed: list[str]) -> set[
     """The references that are exactly the licence volume one of `licensed` adds (section 1).
 
     One look per volume: a volume can only be the licence volume of the class its Secret's name
-    names, so the work is O(volumes + classes), not their product (a 1 MB VMI against 256
-    licensed classes cost 1.6 s in the webhook when every volume was compared with every class).
+    names, so the work is O(volumes + classes), not their product (`benchmarks/bench_decision.py`
+    measures a 1 MB VMI against 256 licensed classes; docs/performance.md has the figure before).
     """
     by_copy = {names.license_copy_name(name): name for name in licensed}
     refs: set[tuple[str, str]] = set()

@@ -1,7 +1,7 @@
 """How many values a JSON text holds, counted from its bytes before it is parsed.
 
-Parsing is where a small text becomes a large tree: 7 MiB of `[],` are 2.4 million lists and
-about 170 MB of Python objects, and a list page of objects a tenant filled with empty objects
+Parsing is where a small text becomes a large tree: 7 MiB of `[],` are millions of lists and
+many times their bytes in Python objects (docs/performance.md), and a list page of objects a tenant filled with empty objects
 (in `managedFields`, say) grows the same way. Byte caps cannot see this; a count of values can.
 Every value but the first inside a list or an object follows a comma, and every list or object
 opens with `[` or `{`, so commas plus opening brackets bound the number of values a text holds

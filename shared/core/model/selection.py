@@ -86,7 +86,7 @@ STORED_SELECTION_ENTRIES = 1024
 """Entries read of a stored VMI's annotation (uncapped reading): admission never let more than
 MAX_SELECTION_ENTRIES through, and no VM has a thousand GPUs. A longer list, which only an object
 stored past the webhook can hold, names no class instead of costing every event of its VMI a
-judgment of each entry (256 KiB of `[1,1,...]` took 0.77 s)."""
+judgment of each entry (the cost of 256 KiB of `[1,1,...]` is in docs/performance.md)."""
 
 
 def _entry(index: int, entry: object, causes: list[Cause]) -> tuple[str | None, ClassEntry | None]:

@@ -93,16 +93,37 @@ def answer(body: Any) -> dict[str, Any] | None:
     return rendered
 
 
+REVIEW_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+
+
 @PROFILE
-@given(json_values)
+@given(
+    json_values
+    | st.fixed_dictionaries(
+        {"apiVersion": st.sampled_from(REVIEW_VERSIONS)},
+        optional={"kind": json_values, "request": json_values | json_objects},
+    )
+)
 def test_any_json_value_as_body(body: Any) -> None:
-    answer(body)
+    """docs/contract.md 3.1: a body that is not an AdmissionReview of v1 or v1beta1 is refused
+    as malformed (400), never answered; one that is answered carries its own apiVersion."""
+    rendered = answer(body)
+    version = body.get("apiVersion") if isinstance(body, dict) else None
+    if version not in REVIEW_VERSIONS:
+        assert rendered is None, rendered
+    elif rendered is not None:
+        assert rendered["apiVersion"] == version
 
 
 @PROFILE
 @given(json_objects)
 def test_any_json_object_as_request(request: dict[str, Any]) -> None:
-    answer(review_body(request))
+    """docs/contract.md 3.1 and 3.2: any `request` object is either malformed (400) or answered
+    in the request's apiVersion, with its uid copied."""
+    rendered = answer(review_body(request))
+    if rendered is not None:
+        assert rendered["apiVersion"] == V1
+        assert rendered["response"]["uid"] == request["uid"]
 
 
 kinds = st.sampled_from(
