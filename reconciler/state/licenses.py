@@ -33,6 +33,7 @@ from typing import Any, Literal
 import orjson
 
 from gpuclass.shared.core.base import names
+from gpuclass.shared.core.base.raw import dict_at, list_at
 from gpuclass.shared.core.model.snapshot import ClassRecord, Redacted, SecretRecord
 from gpuclass.shared.core.model.vmiuse import VMIUse
 from gpuclass.shared.core.status.entitlement import entitlement_problem
@@ -124,15 +125,6 @@ def copy_digest(data: Mapping[str, Redacted]) -> str:
     return digest.hexdigest()[:32]
 
 
-def _list(value: object) -> list[Any]:
-    """A field of the wrong shape is read as absent, as everywhere in the core."""
-    return value if isinstance(value, list) else []
-
-
-def _dict(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
 def launcher_licence(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     """(VMI name, copy name) when `pod` is a bound, unfinished virt-launcher Pod of a VMI that
     mounts a licence copy.
@@ -143,14 +135,14 @@ def launcher_licence(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     `gpuclass-license-*` Secret (the chart's policy), so such a Pod, once bound, says
     the VMI is really starting. Anything else answers None.
     """
-    meta, spec = _dict(pod.get("metadata")), _dict(pod.get("spec"))
-    node, phase = spec.get("nodeName"), _dict(pod.get("status")).get("phase")
+    meta, spec = dict_at(pod.get("metadata")), dict_at(pod.get("spec"))
+    node, phase = spec.get("nodeName"), dict_at(pod.get("status")).get("phase")
     if not isinstance(node, str) or not node or phase in ("Succeeded", "Failed"):
         return None
     owner = next(
         (
             ref
-            for ref in _list(meta.get("ownerReferences"))
+            for ref in list_at(meta.get("ownerReferences"))
             if isinstance(ref, dict)
             and ref.get("controller") is True
             and ref.get("kind") == "VirtualMachineInstance"
@@ -161,8 +153,8 @@ def launcher_licence(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     )
     if owner is None:
         return None
-    for volume in _list(spec.get("volumes")):
-        secret_name = _dict(_dict(volume).get("secret")).get("secretName")
+    for volume in list_at(spec.get("volumes")):
+        secret_name = dict_at(dict_at(volume).get("secret")).get("secretName")
         if isinstance(secret_name, str) and is_copy_name(secret_name):
             return (owner["name"], secret_name)
     return None
@@ -256,7 +248,7 @@ def parse_record(obj: Mapping[str, Any] | None) -> dict[SecretKey, str]:
 
     Format of `data["copies.json"]`: a JSON object `{"<namespace>/<name>": "<digest>"}`.
     """
-    text = _dict(_dict(obj).get("data")).get(names.COPY_RECORD_KEY) if obj else None
+    text = dict_at(dict_at(obj).get("data")).get(names.COPY_RECORD_KEY) if obj else None
     if not isinstance(text, str) or len(text) > 2 * MAX_RECORD_BYTES:
         return {}
     try:
@@ -264,7 +256,7 @@ def parse_record(obj: Mapping[str, Any] | None) -> dict[SecretKey, str]:
     except orjson.JSONDecodeError:
         return {}
     entries: dict[SecretKey, str] = {}
-    for key, digest in _dict(raw).items():
+    for key, digest in dict_at(raw).items():
         namespace, _, name = str(key).partition("/")
         if namespace and is_copy_name(name) and isinstance(digest, str):
             entries[(namespace, name)] = digest

@@ -29,6 +29,7 @@ from gpuclass.shared.core.admission.vmtemplate import template_view, tenant_caus
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.causes import Cause
 from gpuclass.shared.core.base.k8s import tolerates_all
+from gpuclass.shared.core.base.raw import dict_at
 from gpuclass.shared.core.model.detail import CPU, EPHEMERAL, MEMORY, headroom
 from gpuclass.shared.core.model.launcher import LauncherAsk, launcher_ask, launcher_misfits
 from gpuclass.shared.core.model.selection import parse_selection
@@ -94,17 +95,13 @@ class ManifestExplanation:
 def selection_of(manifest: Mapping[str, Any]) -> tuple[str, str, str | None]:
     """(kind, name, raw annotation): a VM's selection is on its template (docs/contract.md 2)."""
     kind = str(manifest.get("kind") or "")
-    meta = _dict(manifest.get("metadata"))
+    meta = dict_at(manifest.get("metadata"))
     holder = meta
     if kind == "VirtualMachine":
-        holder = _dict(_dict(_dict(manifest.get("spec")).get("template")).get("metadata"))
-    raw = _dict(holder.get("annotations")).get(names.SELECTION_ANNOTATION)
+        holder = dict_at(dict_at(dict_at(manifest.get("spec")).get("template")).get("metadata"))
+    raw = dict_at(holder.get("annotations")).get(names.SELECTION_ANNOTATION)
     name = meta.get("name")
     return kind, str(name or "(no name)"), raw if isinstance(raw, str) else None
-
-
-def _dict(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 def unit_nodes(snapshot: Snapshot, index: UsageIndex, wanted: Mapping[str, int]) -> list[str]:
@@ -135,9 +132,9 @@ def resolved_view(
     """The VMI the manifest becomes after admission: its GPU entries, one per unit of each class
     (docs/contract.md 4.6), beside whatever else the tenant wrote."""
     view = dict(judged_view(manifest))
-    spec = dict(_dict(view.get("spec")))
-    domain = dict(_dict(spec.get("domain")))
-    devices = dict(_dict(domain.get("devices")))
+    spec = dict(dict_at(view.get("spec")))
+    domain = dict(dict_at(spec.get("domain")))
+    devices = dict(dict_at(domain.get("devices")))
     gpus: list[dict[str, Any]] = []
     for name, units in wanted.items():
         record = snapshot.classes.get(name)
@@ -205,7 +202,7 @@ def judged_view(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
 def manifest_refusals(manifest: Mapping[str, Any], catalog: Catalog) -> tuple[Cause, ...]:
     """Every cause admission gives the VMI of `manifest` (docs/contract.md 4.1-4.8) but
     entitlement, each field as the tenant wrote it (a VM's as shared/core/admission/validate_vm.py names them)."""
-    namespace = str(_dict(manifest.get("metadata")).get("namespace") or "default")
+    namespace = str(dict_at(manifest.get("metadata")).get("namespace") or "default")
     judged = judge_create(judged_view(manifest), namespace, catalog)
     vm = manifest.get("kind") == "VirtualMachine"
     return tuple(
@@ -256,7 +253,7 @@ def explain_manifest(
         for c, n in wanted.items()
     )
     holding = unit_nodes(snapshot, index, wanted)
-    namespace = str(_dict(manifest.get("metadata")).get("namespace") or "default")
+    namespace = str(dict_at(manifest.get("metadata")).get("namespace") or "default")
     ask = (  # a VM admission refuses never gets a launcher
         launcher_ask(resolved_view(manifest, snapshot, wanted), snapshot.kubevirt)
         if snapshot.detail is not None and not problems
@@ -353,7 +350,9 @@ def _rendering_notes(manifest: Mapping[str, Any], ask: LauncherAsk | None) -> tu
     if ask is None:
         return ()
     left_out = list(ask.unrendered)
-    if manifest.get("kind") == "VirtualMachine" and _dict(manifest.get("spec")).get("instancetype"):
+    if manifest.get("kind") == "VirtualMachine" and dict_at(manifest.get("spec")).get(
+        "instancetype"
+    ):
         left_out.append("instance types")
     if not left_out:
         return ()

@@ -15,7 +15,6 @@ from gpuclass.shared.core.admission.rules import (
     GPUS,
     UnitPlan,
     _is_vgpu,
-    _list,
     annotation,
     capacity_warnings,
     catalog_licensed_classes,
@@ -31,6 +30,7 @@ from gpuclass.shared.core.admission.rules import (
 )
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.causes import Cause
+from gpuclass.shared.core.base.raw import list_at
 from gpuclass.shared.core.model.selection import MAX_SELECTION_BYTES, Selection, parse_selection
 from gpuclass.shared.core.status.catalog import Catalog
 
@@ -179,5 +179,5 @@ def judge_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> Ju
         resolution.warnings + tuple(quota_warnings(resolution.plan, namespace, catalog)),
         gpus=None if wanted is None else tuple(wanted),
         licensed=own_licence,
-        gpus_unjudged=wanted is None and bool(_list(obj, *GPUS)),
+        gpus_unjudged=wanted is None and bool(list_at(obj, *GPUS)),
     )

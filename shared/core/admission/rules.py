@@ -19,6 +19,7 @@ from gpuclass.shared.core.admission.secretrefs import find_secret_refs
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.causes import Cause, CauseCode, forbidden, invalid
 from gpuclass.shared.core.base.fieldpath import FieldPath
+from gpuclass.shared.core.base.raw import dig, list_at
 from gpuclass.shared.core.model.selection import (
     ANNOTATION_PATH,
     MAX_INT_DIGITS,
@@ -35,23 +36,10 @@ VOLUMES = ("spec", "volumes")
 TOLERATIONS = ("spec", "tolerations")
 
 
-def _dig(obj: object, *path: str) -> Any:
-    for part in path:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(part)
-    return obj
-
-
-def _list(obj: object, *path: str) -> list[Any]:
-    value = _dig(obj, *path)
-    return value if isinstance(value, list) else []
-
-
 def annotation(obj: object) -> str | None:
     """The selection annotation as written, None when the object has none (or a non-string one):
     what the parser reads and what UPDATE compares old with new."""
-    value = _dig(obj, "metadata", "annotations", names.SELECTION_ANNOTATION)
+    value = dig(obj, "metadata", "annotations", names.SELECTION_ANNOTATION)
     return value if isinstance(value, str) else None
 
 
@@ -230,7 +218,7 @@ def policy_causes(
     vgpu = [e for e in entries if (o := offers.get(e.class_name)) and _is_vgpu(o)]
     if not vgpu:  # passthrough only: nothing to judge
         return causes
-    worker_pool = is_worker_pool(_dig(obj, "metadata", "labels"))
+    worker_pool = is_worker_pool(dig(obj, "metadata", "labels"))
     first = {e.class_name: e for e in reversed(vgpu)}  # one cause per class, at its first entry
     for entry in sorted(first.values(), key=lambda e: e.position):
         path = entry_path(entry.position, "className")
@@ -285,13 +273,13 @@ def raw_request_causes(
                     )
                 )
 
-    for i, dev in enumerate(_list(obj, *HOST_DEVICES)):
-        check(DEVICES.child("hostDevices").index(i).child("deviceName"), _dig(dev, "deviceName"))
+    for i, dev in enumerate(list_at(obj, *HOST_DEVICES)):
+        check(DEVICES.child("hostDevices").index(i).child("deviceName"), dig(dev, "deviceName"))
     if not with_classes:
-        for i, gpu in enumerate(_list(obj, *GPUS)):
-            check(DEVICES.child("gpus").index(i).child("deviceName"), _dig(gpu, "deviceName"))
+        for i, gpu in enumerate(list_at(obj, *GPUS)):
+            check(DEVICES.child("gpus").index(i).child("deviceName"), dig(gpu, "deviceName"))
     for section in ("requests", "limits"):
-        resources = _dig(obj, "spec", "domain", "resources", section)
+        resources = dig(obj, "spec", "domain", "resources", section)
         if isinstance(resources, dict):
             for key in resources:
                 check(FieldPath.of("spec", "domain", "resources", section).key(key), key)
@@ -327,7 +315,7 @@ def own_license_volume_refs(obj: Mapping[str, Any], licensed: list[str]) -> set[
     """
     by_copy = {names.license_copy_name(name): name for name in licensed}
     refs: set[tuple[str, str]] = set()
-    for i, volume in enumerate(_list(obj, *VOLUMES)):
+    for i, volume in enumerate(list_at(obj, *VOLUMES)):
         secret = volume.get("secret") if isinstance(volume, dict) else None
         copy = secret.get("secretName") if isinstance(secret, dict) else None
         if not isinstance(copy, str):
@@ -401,12 +389,12 @@ def gpu_operations(
     """
     builder = PatchBuilder(obj)
     causes: list[Cause] = []
-    existing = _list(obj, *GPUS)
+    existing = list_at(obj, *GPUS)
     if not existing:
         builder.append(GPUS, wanted or [])
     elif wanted is not None and existing != wanted:
         causes.append(raw_gpus_beside_classes())
-    present = _list(obj, *TOLERATIONS)
+    present = list_at(obj, *TOLERATIONS)
     for tol in tolerations:
         if tol not in present:
             builder.append(TOLERATIONS, [tol])  # one operation each, as rule 6 always wrote them

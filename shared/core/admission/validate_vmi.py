@@ -29,6 +29,7 @@ from gpuclass.shared.core.admission.rules import DISKS, GPUS, VOLUMES, license_d
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.causes import Cause, CauseCode, invalid
 from gpuclass.shared.core.base.fieldpath import FieldPath
+from gpuclass.shared.core.base.raw import list_at
 from gpuclass.shared.core.status.catalog import Catalog
 
 GPUS_PATH = FieldPath.of(*GPUS)
@@ -63,12 +64,6 @@ def final_causes(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> tu
     return tuple(causes)
 
 
-def _list(obj: object, path: Sequence[str]) -> list[Any]:
-    for part in path:
-        obj = obj.get(part) if isinstance(obj, dict) else None
-    return obj if isinstance(obj, list) else []
-
-
 def describe(entries: Sequence[Any]) -> str:
     """`gpu1=example.com/gpu, gpu2=...` for a message: the first few, then how many in all."""
     if not entries:
@@ -90,7 +85,7 @@ def gpu_entry_causes(obj: Mapping[str, Any], judged: Judgement) -> list[Cause]:
     or while a class does not resolve (refused by rule 3 already)."""
     if judged.gpus is None:
         return []
-    found = _list(obj, GPUS)
+    found = list_at(obj, *GPUS)
     if found == list(judged.gpus):
         return []
     return [
@@ -116,7 +111,7 @@ def licence_causes(obj: Mapping[str, Any], judged: Judgement) -> list[Cause]:
         (DISKS, license_disk(), "the licence disk"),
     )
     for path, item, what in wanted:
-        present = _list(obj, path)
+        present = list_at(obj, *path)
         if item in present or any(
             isinstance(e, dict) and e.get("name") == item["name"] for e in present
         ):

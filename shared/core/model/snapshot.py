@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuclass.shared.core.base.k8s import Taint, quantity_units
+from gpuclass.shared.core.base.raw import dict_at, list_at, metadata
 from gpuclass.shared.core.model.detail import (
     ClusterDetail,
     Quota,
@@ -184,18 +185,6 @@ class Snapshot:
         self.kubevirt = config
 
 
-def _dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _items(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
-    return _dict(obj.get("metadata"))
-
-
 def _str_map(value: object) -> dict[str, str]:
     if not isinstance(value, dict):
         return {}
@@ -225,7 +214,7 @@ def compact_class(
     equal this object's, its verdict is kept (`validate_class` reads nothing else), so a status
     or metadata change (the reconciler's own status writes coming back) is not validated again.
     """
-    meta = _meta(obj)
+    meta = metadata(obj)
     name = meta.get("name")
     if not isinstance(name, str):
         return None
@@ -264,27 +253,27 @@ def compact_class(
 def compact_node(obj: Mapping[str, Any]) -> NodeRecord | None:
     """A node's record: Ready condition, unschedulable flag, taints, extended allocatable and
     virt-handler's label. None when the object has no name."""
-    name = _meta(obj).get("name")
+    name = metadata(obj).get("name")
     if not isinstance(name, str):
         return None
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    spec = dict_at(obj, "spec")
+    status = dict_at(obj, "status")
     ready = any(
         isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
-        for c in _items(status.get("conditions"))  # type: ignore[union-attr]
+        for c in list_at(status.get("conditions"))
     )
     taints = tuple(
         Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
-        for t in _items(spec.get("taints"))  # type: ignore[union-attr]
+        for t in list_at(spec.get("taints"))
         if isinstance(t, dict)
     )
     return NodeRecord(
         name=name,
         ready=ready,
-        unschedulable=bool(spec.get("unschedulable")),  # type: ignore[union-attr]
+        unschedulable=bool(spec.get("unschedulable")),
         taints=taints,
-        allocatable=_extended(status.get("allocatable")),  # type: ignore[union-attr]
-        handler=handler_state(_meta(obj).get("labels")),
+        allocatable=_extended(status.get("allocatable")),
+        handler=handler_state(metadata(obj).get("labels")),
     )
 
 
@@ -315,12 +304,12 @@ def pod_requests(
         only = _container_requests(containers[0], read)
         return {k: v for k, v in only.items() if v > 0} if only else only
     total: dict[str, int] = {}
-    for container in _items(containers):
+    for container in list_at(containers):
         if isinstance(container, dict):
             _add(total, _container_requests(container, read))
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
-    for container in _items(spec.get("initContainers")):
+    for container in list_at(spec.get("initContainers")):
         if not isinstance(container, dict):
             continue
         own = _container_requests(container, read)
@@ -380,7 +369,7 @@ def compact_pod(obj: Mapping[str, Any]) -> PodRecord | None:
 def compact_secret(obj: Mapping[str, Any]) -> SecretRecord | None:
     """A Secret's record, values wrapped in :class:`Redacted`; `stringData` (only hand-written files
     carry it) is folded into `data` as the API server would. None without a name and a namespace."""
-    meta = _meta(obj)
+    meta = metadata(obj)
     name, namespace = meta.get("name"), meta.get("namespace")
     if not isinstance(name, str) or not isinstance(namespace, str):
         return None
@@ -396,7 +385,7 @@ ObjectKey = tuple[str, str]
 
 
 def _object_key(obj: Mapping[str, Any], *, namespaced: bool) -> ObjectKey | None:
-    meta = _meta(obj)
+    meta = metadata(obj)
     name, namespace = meta.get("name"), meta.get("namespace")
     if not isinstance(name, str) or not name:
         return None
@@ -492,9 +481,9 @@ class SnapshotBuilder:
             if secret:
                 snap.secrets[(secret.namespace, secret.name)] = secret
         elif kind == "Namespace":
-            name = _meta(obj).get("name")
+            name = metadata(obj).get("name")
             if isinstance(name, str):
-                snap.namespaces[name] = _str_map(_meta(obj).get("labels"))
+                snap.namespaces[name] = _str_map(metadata(obj).get("labels"))
         elif kind == "VirtualMachineInstance":
             self._vmis[self._key(obj, namespaced=True)] = compact_vmi_use(obj)
         elif kind == "ResourceQuota":

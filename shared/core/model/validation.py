@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from gpuclass.shared.core.base import k8s
 from gpuclass.shared.core.base.causes import Cause, CauseCode, clip_warning, invalid, json_kind
 from gpuclass.shared.core.base.fieldpath import FieldPath
+from gpuclass.shared.core.base.raw import str_at
 from gpuclass.shared.core.model.models import IDENTITY_FIELDS, GPUClassSpec
 
 _TYPE_MESSAGES = {
@@ -73,10 +74,6 @@ def _model_causes(spec: Mapping[str, Any]) -> tuple[GPUClassSpec | None, list[Ca
         return None, causes
 
 
-def _str(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 def _toleration_causes(tolerations: object) -> tuple[list[Cause], list[str]]:
     causes: list[Cause] = []
     warnings: list[str] = []
@@ -86,7 +83,7 @@ def _toleration_causes(tolerations: object) -> tuple[list[Cause], list[str]]:
         if not isinstance(tol, dict):
             continue
         path = FieldPath.of("spec", "tolerations").index(i)
-        key, value = _str(tol.get("key")) or "", _str(tol.get("value")) or ""
+        key, value = str_at(tol.get("key")) or "", str_at(tol.get("value")) or ""
         operator = tol.get("operator") or "Equal"
         if key:
             error = k8s.qualified_name_error(key)
@@ -129,18 +126,20 @@ def _format_causes(spec: Mapping[str, Any]) -> list[Cause]:
                 )
     source = spec.get("source")
     device_plugin = source.get("devicePlugin") if isinstance(source, dict) else None
-    resource = _str(device_plugin.get("resourceName")) if isinstance(device_plugin, dict) else None
+    resource = (
+        str_at(device_plugin.get("resourceName")) if isinstance(device_plugin, dict) else None
+    )
     if resource is not None:
         error = k8s.extended_resource_error(resource)
         if error:
             causes.append(invalid("spec.source.devicePlugin.resourceName", error))
     license_ = spec.get("license")
-    secret = _str(license_.get("secretName")) if isinstance(license_, dict) else None
+    secret = str_at(license_.get("secretName")) if isinstance(license_, dict) else None
     if secret is not None:
         error = k8s.dns_subdomain_error(secret)
         if error:
             causes.append(invalid("spec.license.secretName", error))
-    memory = _str(spec.get("memory"))
+    memory = str_at(spec.get("memory"))
     if memory is not None:
         try:
             if k8s.parse_quantity(memory) <= 0:
