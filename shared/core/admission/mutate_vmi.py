@@ -24,7 +24,8 @@ from gpuclass.shared.core.admission.rules import (
 from gpuclass.shared.core.admission.secretrefs import find_secret_refs
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.causes import CauseCode, invalid
-from gpuclass.shared.core.model.selection import ANNOTATION_PATH, parse_selection
+from gpuclass.shared.core.base.fieldpath import FieldPath
+from gpuclass.shared.core.model.selection import SELECTION_PATH, parse_selection
 from gpuclass.shared.core.status.catalog import Catalog
 
 
@@ -36,7 +37,12 @@ def admit(request: AdmissionRequest, catalog: Catalog) -> Decision:
     if obj is None:
         if request.operation in ("CREATE", "UPDATE"):
             return Denied(
-                (invalid("object", "the request carries no VirtualMachineInstance object"),)
+                (
+                    invalid(
+                        FieldPath.of("object"),
+                        "the request carries no VirtualMachineInstance object",
+                    ),
+                )
             )
         return Allowed()
     if request.operation == "CREATE":
@@ -64,7 +70,7 @@ def admit_update(obj: Mapping[str, Any], old: Mapping[str, Any], catalog: Catalo
         return Denied(
             (
                 invalid(
-                    ANNOTATION_PATH,
+                    SELECTION_PATH,
                     f"cannot be {verb} on a running VMI: recreate the VM to change its GPUs",
                     CauseCode.SELECTION_IMMUTABLE,
                 ),

@@ -21,8 +21,8 @@ from gpuclass.shared.core.base.causes import Cause, CauseCode, forbidden, invali
 from gpuclass.shared.core.base.fieldpath import FieldPath
 from gpuclass.shared.core.base.raw import dig, list_at
 from gpuclass.shared.core.model.selection import (
-    ANNOTATION_PATH,
     MAX_INT_DIGITS,
+    SELECTION_PATH,
     ClassEntry,
     entry_path,
 )
@@ -170,7 +170,7 @@ def limit_causes(
     if grand > names.MAX_UNITS_PER_VMI:
         causes.append(
             invalid(
-                ANNOTATION_PATH,
+                SELECTION_PATH,
                 f"requests {_units(grand)} GPU units; at most {names.MAX_UNITS_PER_VMI} per VMI",
                 CauseCode.TOO_MANY_UNITS,
             )
@@ -181,7 +181,7 @@ def limit_causes(
         if limit is not None and total > limit:
             causes.append(
                 invalid(
-                    ANNOTATION_PATH,
+                    SELECTION_PATH,
                     f"class {name}: {_units(total)} units requested, at most {limit} per VM",
                     CauseCode.MAX_COUNT_EXCEEDED,
                 )
@@ -190,7 +190,7 @@ def limit_causes(
     if len(vgpu) > 1:
         causes.append(
             invalid(
-                ANNOTATION_PATH,
+                SELECTION_PATH,
                 f"a VM may take vGPUs from only one class (got {', '.join(vgpu)})",
                 CauseCode.MULTIPLE_VGPU_CLASSES,
             )
@@ -362,7 +362,7 @@ def license_reference_causes(
     if more:
         causes.append(
             forbidden(
-                "spec",
+                FieldPath.of("spec"),
                 f"names {more} more licence copies beyond the {LICENCE_REFERENCE_CAUSES} "
                 "listed: a licence copy reaches a VM only as the licence volume of its "
                 "licensed class",
@@ -399,25 +399,26 @@ def gpu_operations(
         if tol not in present:
             builder.append(TOLERATIONS, [tol])  # one operation each, as rule 6 always wrote them
     if licensed:
-        causes += _append_named(builder, VOLUMES, license_volume(licensed), "spec.volumes")
-        causes += _append_named(builder, DISKS, license_disk(), "spec.domain.devices.disks")
+        causes += _append_named(builder, VOLUMES, license_volume(licensed))
+        causes += _append_named(builder, DISKS, license_disk())
     return builder.operations, causes
 
 
 def raw_gpus_beside_classes() -> Cause:
     """Rule 2: `spec.domain.devices.gpus` beside class entries holds what we did not write."""
     return invalid(
-        "spec.domain.devices.gpus",
+        FieldPath.of("spec", "domain", "devices", "gpus"),
         "must be empty when GPU classes are selected: the admission integration adds the entries",
         CauseCode.RAW_REQUEST_BESIDE_CLASSES,
     )
 
 
 def _append_named(
-    builder: PatchBuilder, path: tuple[str, ...], item: dict[str, Any], where: str
+    builder: PatchBuilder, path: tuple[str, ...], item: dict[str, Any]
 ) -> list[Cause]:
     """Add the licence volume or disk once; a different item of that name is a clash, and a
     value there that is not a list (the schema is checked only after mutation) is refused."""
+    where = FieldPath.of(*path)
     present = builder.get(path)
     if present is not None and not isinstance(present, list):
         return [invalid(where, "must be a list: the class licence is added to it")]
@@ -427,7 +428,7 @@ def _append_named(
                 return []
             return [
                 invalid(
-                    f"{where}[{i}]",
+                    where.index(i),
                     f"the name {item['name']} is reserved for the class licence",
                     CauseCode.RESERVED_NAME,
                 )

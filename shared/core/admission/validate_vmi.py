@@ -44,7 +44,13 @@ def admit(request: AdmissionRequest, catalog: Catalog) -> Decision:
         return Allowed()
     obj = request.object
     if obj is None:
-        return Denied((invalid("object", "the request carries no VirtualMachineInstance object"),))
+        return Denied(
+            (
+                invalid(
+                    FieldPath.of("object"), "the request carries no VirtualMachineInstance object"
+                ),
+            )
+        )
     causes = final_causes(obj, request.namespace, catalog)
     return Denied(causes) if causes else Allowed()
 

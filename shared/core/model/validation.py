@@ -113,14 +113,17 @@ def _format_causes(spec: Mapping[str, Any]) -> list[Cause]:
     mode = spec.get("mode")
     if mode == "vgpu" and not spec.get("profile"):
         causes.append(
-            invalid("spec.profile", "required for mode vgpu: name the vGPU profile the host offers")
+            invalid(
+                FieldPath.of("spec", "profile"),
+                "required for mode vgpu: name the vGPU profile the host offers",
+            )
         )
     if mode == "passthrough":
         for name in ("profile", "license"):
             if name in spec:
                 causes.append(
                     invalid(
-                        f"spec.{name}",
+                        FieldPath.of("spec", name),
                         "not permitted for mode passthrough: remove it, or use mode vgpu",
                     )
                 )
@@ -132,24 +135,27 @@ def _format_causes(spec: Mapping[str, Any]) -> list[Cause]:
     if resource is not None:
         error = k8s.extended_resource_error(resource)
         if error:
-            causes.append(invalid("spec.source.devicePlugin.resourceName", error))
+            causes.append(
+                invalid(FieldPath.of("spec", "source", "devicePlugin", "resourceName"), error)
+            )
     license_ = spec.get("license")
     secret = str_at(license_.get("secretName")) if isinstance(license_, dict) else None
     if secret is not None:
         error = k8s.dns_subdomain_error(secret)
         if error:
-            causes.append(invalid("spec.license.secretName", error))
+            causes.append(invalid(FieldPath.of("spec", "license", "secretName"), error))
     memory = str_at(spec.get("memory"))
     if memory is not None:
         try:
             if k8s.parse_quantity(memory) <= 0:
                 causes.append(
                     invalid(
-                        "spec.memory", f"must be a positive quantity such as 16Gi (got {memory!r})"
+                        FieldPath.of("spec", "memory"),
+                        f"must be a positive quantity such as 16Gi (got {memory!r})",
                     )
                 )
         except ValueError as exc:
-            causes.append(invalid("spec.memory", str(exc)))
+            causes.append(invalid(FieldPath.of("spec", "memory"), str(exc)))
     return causes
 
 
@@ -159,7 +165,7 @@ def _immutability_causes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list
         if old.get(name) != new.get(name) or (name in old) != (name in new):
             causes.append(
                 invalid(
-                    f"spec.{name}",
+                    FieldPath.of("spec", name),
                     f"is immutable (was {_shown(old, name)}, now {_shown(new, name)}): create a new class for a different offer",
                     CauseCode.FIELD_VALUE_FORBIDDEN,
                 )
@@ -167,7 +173,7 @@ def _immutability_causes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list
     if ("license" in old) != ("license" in new):
         causes.append(
             invalid(
-                "spec.license",
+                FieldPath.of("spec", "license"),
                 "adding or removing license changes the licensing mode, which is immutable: create a new class",
                 CauseCode.FIELD_VALUE_FORBIDDEN,
             )
@@ -223,7 +229,7 @@ def validate_class(
     """
     if not isinstance(obj, dict):
         return Verdict(
-            (invalid("", f"a GPUClass must be a JSON object (got {json_kind(obj)})"),), ()
+            (invalid(FieldPath(), f"a GPUClass must be a JSON object (got {json_kind(obj)})"),), ()
         )
     if _metadata_only_update(obj, old):
         return Verdict((), ())
@@ -233,21 +239,30 @@ def validate_class(
     name = metadata.get("name") if isinstance(metadata, dict) else None
     if not isinstance(name, str) or not name:
         causes.append(
-            invalid("metadata.name", "required: the tenant-facing class name, a DNS label")
+            invalid(
+                FieldPath.of("metadata", "name"),
+                "required: the tenant-facing class name, a DNS label",
+            )
         )
     else:
         error = k8s.dns_label_error(name)
         if error:
-            causes.append(invalid("metadata.name", error))
+            causes.append(invalid(FieldPath.of("metadata", "name"), error))
     if manifest and "status" in obj:
         causes.append(
-            invalid("status", "do not put status in catalog manifests: the controller reports it")
+            invalid(
+                FieldPath.of("status"),
+                "do not put status in catalog manifests: the controller reports it",
+            )
         )
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         got = "" if spec is None else f" (got {json_kind(spec)})"
         causes.append(
-            invalid("spec", f"required: an object with vendor, model, mode and source{got}")
+            invalid(
+                FieldPath.of("spec"),
+                f"required: an object with vendor, model, mode and source{got}",
+            )
         )
         return Verdict(tuple(causes), ())
     model, model_causes = _model_causes(spec)
