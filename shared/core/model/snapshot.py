@@ -27,7 +27,6 @@ from gpuclass.shared.core.model.detail import (
     read_compute,
 )
 from gpuclass.shared.core.model.kubevirt import (
-    DEFAULT_LAUNCHER_DEVICES,
     Handler,
     KubeVirtConfig,
     handler_state,
@@ -150,23 +149,17 @@ class SecretRecord:
 class Snapshot:
     """The cluster as the pure rules see it, one value for the CLI, the webhook and the reconciler.
 
-    `permitted` is the deployed KubeVirt CR's permittedHostDevices, None when no CR is deployed
-    (the classes then say NoKubeVirt, with `kubevirt_problem`'s words);
-    `launcher_devices` the KubeVirt devices its launcher Pods request
-    (:func:`shared.core.model.kubevirt.read_kubevirt`); `secrets` are keyed by (namespace, name).
+    What KubeVirt configures is held once, in `kubevirt`; `permitted`, `mediated`,
+    `launcher_devices` and `kubevirt_problem` are read from it. `secrets` are keyed by
+    (namespace, name).
     """
 
     classes: dict[str, ClassRecord] = field(default_factory=dict)
     nodes: list[NodeRecord] = field(default_factory=list)
     pods: list[PodRecord] = field(default_factory=list)
-    permitted: frozenset[str] | None = None
-    mediated: frozenset[str] = frozenset()
-    """The KubeVirt CR's mediated-device resourceNames: every one is a vGPU, class or not."""
     namespaces: dict[str, Mapping[str, str]] = field(default_factory=dict)
     secrets: dict[tuple[str, str], SecretRecord] = field(default_factory=dict)
     vmis: list[VMIUse] = field(default_factory=list)
-    launcher_devices: tuple[str, ...] = DEFAULT_LAUNCHER_DEVICES
-    kubevirt_problem: str | None = None
     kubevirt: KubeVirtConfig = field(default_factory=KubeVirtConfig)
     """The deployed KubeVirt CR's configuration as a whole (what one VM's launcher asks)."""
     detail: ClusterDetail | None = None
@@ -178,11 +171,29 @@ class Snapshot:
     def use_kubevirt(self, config: KubeVirtConfig) -> None:
         """Take the KubeVirt configuration KubeVirt reads from the CRs of its namespace
         (:func:`read_kubevirt`): the deployed CR's; none deployed: nothing permitted."""
-        self.permitted = config.permitted if config.deployed is not None else None
-        self.mediated = config.mediated
-        self.launcher_devices = config.launcher_devices
-        self.kubevirt_problem = config.problem()
         self.kubevirt = config
+
+    @property
+    def permitted(self) -> frozenset[str] | None:
+        """The deployed KubeVirt CR's permittedHostDevices, None when no CR is deployed (the
+        classes then say NoKubeVirt, with :attr:`kubevirt_problem`'s words)."""
+        config = self.kubevirt
+        return config.permitted if config.deployed is not None else None
+
+    @property
+    def mediated(self) -> frozenset[str]:
+        """The KubeVirt CR's mediated-device resourceNames: every one is a vGPU, class or not."""
+        return self.kubevirt.mediated
+
+    @property
+    def launcher_devices(self) -> tuple[str, ...]:
+        """The KubeVirt devices its launcher Pods request (:func:`read_kubevirt`)."""
+        return self.kubevirt.launcher_devices
+
+    @property
+    def kubevirt_problem(self) -> str | None:
+        """Why KubeVirt permits nothing, None when a CR is deployed (:meth:`KubeVirtConfig.problem`)."""
+        return self.kubevirt.problem()
 
 
 def _str_map(value: object) -> dict[str, str]:
