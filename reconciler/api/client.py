@@ -24,7 +24,7 @@ from kubernetes_asyncio import client
 from gpuclass.reconciler.api.port import ApiError, RawObject
 from gpuclass.reconciler.settings import ReconcilerSettings
 from gpuclass.reconciler.state.sources import SPECS, Scope, collections, name_selector
-from gpuclass.shared.core.base.collections import (
+from gpuclass.shared.kube.apicollections import (
     CONFIGMAPS,
     EVENTS,
     GPUCLASSES,

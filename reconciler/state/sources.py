@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from gpuclass.shared.core.base import collections as api
 from gpuclass.shared.core.base import names
+from gpuclass.shared.kube import apicollections as api
 
 Source = Literal[
     "gpuclasses",
@@ -70,7 +70,7 @@ class SourceSpec:
 
     name: Source
     collection: api.Collection
-    """Kind, path and the collection's own field selector (shared/core/base/collections.py)."""
+    """Kind, path and the collection's own field selector (shared/kube/apicollections.py)."""
     store: str
     """The `ClusterCache` attribute holding the source's records."""
     cluster_scoped: bool = False

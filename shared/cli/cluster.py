@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuclass.shared.core.base import names
-from gpuclass.shared.core.base.collections import (
+from gpuclass.shared.core.model.snapshot import Redacted, SecretRecord, Snapshot, SnapshotBuilder
+from gpuclass.shared.kube.apicollections import (
     BOUND_PODS,
     GPUCLASSES,
     KUBEVIRTS,
@@ -22,7 +23,6 @@ from gpuclass.shared.core.base.collections import (
     VMS,
     Collection,
 )
-from gpuclass.shared.core.model.snapshot import Redacted, SecretRecord, Snapshot, SnapshotBuilder
 from gpuclass.shared.kube.loader import LoadError
 
 

@@ -33,9 +33,9 @@ from gpuclass.shared.cli.plan import (
 )
 from gpuclass.shared.cli.planformat import PLAN_FORMATS, PlanFormat, render_plan
 from gpuclass.shared.core.base import names
-from gpuclass.shared.core.base.collections import NAMESPACES, VMIS, VMS
 from gpuclass.shared.core.model.snapshot import Snapshot, SnapshotBuilder
 from gpuclass.shared.core.status.catalog import Policy
+from gpuclass.shared.kube.apicollections import NAMESPACES, VMIS, VMS
 from gpuclass.shared.kube.clock import now_rfc3339
 from gpuclass.shared.kube.loader import LoadError, files_under, iter_objects, iter_stored_objects
 
