@@ -1,8 +1,8 @@
-"""Licence copies (docs/contract.md sections 1 and 6): which copies should exist, and what to do about them.
+"""License copies (docs/contract.md sections 1 and 6): which copies should exist, and what to do about them.
 
 A copy `gpuclass-license-<class>` is wanted in a namespace when a VMI there mounts
-it through the licence volume, its virt-launcher Pod is bound to a node and mounts
-the copy too (the VMI is really starting: :func:`launcher_licence`), *and* the
+it through the license volume, its virt-launcher Pod is bound to a node and mounts
+the copy too (the VMI is really starting: :func:`launcher_license`), *and* the
 namespace is entitled to vGPU now (the entitlement is re-checked here: a selection
 annotation alone never triggers a copy). Its content is the source Secret's token
 plus `gridd.conf`.
@@ -42,18 +42,18 @@ SecretKey = tuple[str, str]
 """(namespace, name)."""
 
 Started = tuple[str, str, str]
-"""(namespace, VMI name, copy name) of a bound virt-launcher Pod that mounts a licence copy."""
+"""(namespace, VMI name, copy name) of a bound virt-launcher Pod that mounts a license copy."""
 
 MANAGED_LABELS: Mapping[str, str] = {names.MANAGED_BY_LABEL: names.MANAGED_BY_VALUE}
 PENDING = ""
 """Record digest of a copy whose first write has not been confirmed yet."""
 MAX_RECORD_BYTES = 900 * 1024
-"""Below the 1 MiB a ConfigMap may hold: about 9,000 copies (docs/decisions.md, "Licence copies")."""
+"""Below the 1 MiB a ConfigMap may hold: about 9,000 copies (docs/decisions.md, "License copies")."""
 
 
 @dataclass(frozen=True, slots=True)
 class DesiredCopy:
-    """A licence copy that should exist now: where, for which class, and its full `data` (token and
+    """A license copy that should exist now: where, for which class, and its full `data` (token and
     gridd.conf), wrapped so it never prints."""
 
     namespace: str
@@ -102,7 +102,7 @@ class CopyAction:
 
 
 def gridd_conf(feature_type: int) -> str:
-    """The copy's gridd.conf: the one line `FeatureType=<featureType>` (contract table, licence
+    """The copy's gridd.conf: the one line `FeatureType=<featureType>` (contract table, license
     copy)."""
     return f"FeatureType={feature_type}\n"
 
@@ -125,12 +125,12 @@ def copy_digest(data: Mapping[str, Redacted]) -> str:
     return digest.hexdigest()[:32]
 
 
-def launcher_licence(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+def launcher_license(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     """(VMI name, copy name) when `pod` is a bound, unfinished virt-launcher Pod of a VMI that
-    mounts a licence copy.
+    mounts a license copy.
 
     KubeVirt's controller renders each VMI Secret volume as a Pod volume of the same
-    Secret and makes the VMI the Pod's controlling owner (docs/decisions.md, "Licence
+    Secret and makes the VMI the Pod's controlling owner (docs/decisions.md, "License
     copies"). Only KubeVirt's controller may create a Pod that mounts a
     `gpuclass-license-*` Secret (the chart's policy), so such a Pod, once bound, says
     the VMI is really starting. Anything else answers None.
@@ -158,6 +158,10 @@ def launcher_licence(pod: Mapping[str, Any]) -> tuple[str, str] | None:
         if isinstance(secret_name, str) and is_copy_name(secret_name):
             return (owner["name"], secret_name)
     return None
+
+
+launcher_licence = launcher_license
+"""Deprecated name of :func:`launcher_license`, for one release (CHANGELOG, Unreleased)."""
 
 
 def copy_content(
@@ -189,7 +193,7 @@ def desired_copies(
 ) -> CopyPlan:
     """Every copy a started, entitled VMI mounts, with its content, or held when none can be made.
 
-    `started` holds what bound launcher Pods mount (:func:`launcher_licence`): a VMI that
+    `started` holds what bound launcher Pods mount (:func:`launcher_license`): a VMI that
     never gets a node (pinned to a node that does not exist, or waiting for capacity)
     gets no copy, so no token reaches a namespace without a licensed guest starting there.
     """

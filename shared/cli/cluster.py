@@ -90,7 +90,7 @@ async def read_cluster(
                     quotas_unread = True  # answered without the quota check, and said so
                     continue
                 raise LoadError(f"listing {kind}: {exc}") from exc
-        for secret_name in licence_secret_names(builder.snapshot, classes):
+        for secret_name in license_secret_names(builder.snapshot, classes):
             path = SECRETS.item(secret_name, license_namespace)
             try:
                 builder.add({**await raw.get(path), "kind": "Secret"})
@@ -111,7 +111,7 @@ async def read_cluster(
     return snapshot
 
 
-def licence_secret_names(snapshot: Snapshot, classes: frozenset[str] | None) -> list[str]:
+def license_secret_names(snapshot: Snapshot, classes: frozenset[str] | None) -> list[str]:
     """The source Secrets of the licensed classes in `classes` (None: all), each once, sorted."""
     return sorted(
         {

@@ -310,7 +310,7 @@ def _verdict(
     blocked = tuple(e.class_name for e in classes if e.class_blocked)
     if refused is not None:
         # Admission refuses the VM as a whole (one vGPU class, 1024 units, a hand-mounted
-        # licence...): said first, whatever the nodes have free (docs/contract.md 7.6).
+        # license...): said first, whatever the nodes have free (docs/contract.md 7.6).
         return blocked or everything, refused, "admission"
     if blocked:
         return blocked, "blocked by " + ", ".join(blocked), "class"

@@ -5,7 +5,7 @@ catalog (GPUClass manifests) in, a :class:`Plan` out. Every answer comes from th
 the running system calls, so the plan cannot disagree with what happens after the merge:
 
 - a class change is judged by the GPUClass admitter (`validate_class` with the stored object
-  as `old`: immutable identity, licence mode), the same verdict the webhook and the CRD's
+  as `old`: immutable identity, license mode), the same verdict the webhook and the CRD's
   rules give;
 - status before and after is :func:`compute_all`, the reconciler's function, on the cluster
   with the current and with the proposed classes;

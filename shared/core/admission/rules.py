@@ -5,7 +5,7 @@ Each function judges one rule on an object that carries a selection and returns 
 :func:`shared.core.admission.resolution.judge_create` runs them all, for the VMI admitter
 (:mod:`shared.core.admission.mutate_vmi`) and for a VirtualMachine's template
 (:mod:`shared.core.admission.validate_vm`) alike, and remembers what depends on the selection
-alone. Rule 6 emits narrow patches: the GPU entries, the class tolerations and the licence
+alone. Rule 6 emits narrow patches: the GPU entries, the class tolerations and the license
 volume and disk; applying its result again yields nothing (webhooks are reinvoked). Pure.
 """
 
@@ -44,7 +44,7 @@ def annotation(obj: object) -> str | None:
 
 
 def license_volume(class_name: str) -> dict[str, Any]:
-    """The licence volume of contract section 1 for `class_name`: the class's copy mounted with the
+    """The license volume of contract section 1 for `class_name`: the class's copy mounted with the
     GPULICENSE label (never `optional`), exactly what rule 6 appends and rule 8 recognises as the
     VMI's own."""
     return {
@@ -57,7 +57,7 @@ def license_volume(class_name: str) -> dict[str, Any]:
 
 
 def license_disk() -> dict[str, Any]:
-    """The disk that exposes the licence volume to the guest (serial GPULICENSE, virtio), appended
+    """The disk that exposes the license volume to the guest (serial GPULICENSE, virtio), appended
     beside :func:`license_volume`."""
     return {"name": names.LICENSE_VOLUME, "serial": names.LICENSE_SERIAL, "disk": {"bus": "virtio"}}
 
@@ -287,7 +287,7 @@ def raw_request_causes(
 
 
 def selected_licensed_classes(entries: tuple[ClassEntry, ...], catalog: Catalog) -> list[str]:
-    """Classes of the selection that deliver the platform licence (whatever their state now)."""
+    """Classes of the selection that deliver the platform license (whatever their state now)."""
     licensed: list[str] = []
     for name in dict.fromkeys(entry.class_name for entry in entries):
         offer = catalog.offers.get(name)
@@ -298,7 +298,7 @@ def selected_licensed_classes(entries: tuple[ClassEntry, ...], catalog: Catalog)
 
 
 def catalog_licensed_classes(catalog: Catalog) -> list[str]:
-    """Every class that delivers the platform licence: what an unreadable selection might name."""
+    """Every class that delivers the platform license: what an unreadable selection might name."""
     return [
         name
         for name, offer in catalog.offers.items()
@@ -307,9 +307,9 @@ def catalog_licensed_classes(catalog: Catalog) -> list[str]:
 
 
 def own_license_volume_refs(obj: Mapping[str, Any], licensed: list[str]) -> set[tuple[str, str]]:
-    """The references that are exactly the licence volume one of `licensed` adds (section 1).
+    """The references that are exactly the license volume one of `licensed` adds (section 1).
 
-    One look per volume: a volume can only be the licence volume of the class its Secret's name
+    One look per volume: a volume can only be the license volume of the class its Secret's name
     names, so the work is O(volumes + classes), not their product (a 1 MB VMI against 256
     licensed classes cost 1.6 s in the webhook when every volume was compared with every class).
     """
@@ -326,8 +326,8 @@ def own_license_volume_refs(obj: Mapping[str, Any], licensed: list[str]) -> set[
     return refs
 
 
-LICENCE_REFERENCE_CAUSES = 64
-"""Rule 8 causes one spec can make, one per reference to a licence copy, beyond which the rest
+LICENSE_REFERENCE_CAUSES = 64
+"""Rule 8 causes one spec can make, one per reference to a license copy, beyond which the rest
 are counted in one more cause: a reference deep in `domain.clock` has a path as long as its
 depth, and a 3 MiB spec can hold 100,000 of them."""
 
@@ -335,18 +335,18 @@ depth, and a 3 MiB spec can hold 100,000 of them."""
 def license_reference_causes(
     obj: Mapping[str, Any], permitted: set[tuple[str, str]]
 ) -> list[Cause]:
-    """Rule 8: a licence copy reaches a guest only as the licence volume of its own licensed class.
+    """Rule 8: a license copy reaches a guest only as the license volume of its own licensed class.
 
     Every Secret reference of the spec counts (volumes, cloud-init, sysprep, image pull
     Secrets, access credentials: :mod:`shared.core.admission.secretrefs`), not only volumes.
-    The first LICENCE_REFERENCE_CAUSES references to licence copies get a cause each; the rest
+    The first LICENSE_REFERENCE_CAUSES references to license copies get a cause each; the rest
     are counted in one cause on `spec` (they were not checked against `permitted`, so the count
-    may include the few permitted licence volumes found after them).
+    may include the few permitted license volumes found after them).
     """
     refs, more = find_secret_refs(
         obj.get("spec"),
         named=names.LICENSE_COPY_PREFIX,
-        limit=LICENCE_REFERENCE_CAUSES + len(permitted),
+        limit=LICENSE_REFERENCE_CAUSES + len(permitted),
     )
     foreign = [ref for ref in refs if (ref.path, ref.name) not in permitted]
     causes = [
@@ -354,19 +354,19 @@ def license_reference_causes(
             ref.field_path(),
             f"names Secret {ref.name}: a licence copy reaches a VM only as the licence volume "
             "of its licensed class",
-            CauseCode.LICENCE_HAND_MOUNTED,
+            CauseCode.LICENSE_HAND_MOUNTED,
         )
-        for ref in foreign[:LICENCE_REFERENCE_CAUSES]
+        for ref in foreign[:LICENSE_REFERENCE_CAUSES]
     ]
-    more += max(0, len(foreign) - LICENCE_REFERENCE_CAUSES)
+    more += max(0, len(foreign) - LICENSE_REFERENCE_CAUSES)
     if more:
         causes.append(
             forbidden(
                 FieldPath.of("spec"),
-                f"names {more} more licence copies beyond the {LICENCE_REFERENCE_CAUSES} "
+                f"names {more} more licence copies beyond the {LICENSE_REFERENCE_CAUSES} "
                 "listed: a licence copy reaches a VM only as the licence volume of its "
                 "licensed class",
-                CauseCode.LICENCE_HAND_MOUNTED,
+                CauseCode.LICENSE_HAND_MOUNTED,
             )
         )
     return causes
@@ -379,12 +379,12 @@ def gpu_operations(
     licensed: str | None,
     wanted: list[dict[str, Any]] | None,
 ) -> tuple[list[dict[str, Any]], list[Cause]]:
-    """Rule 6: GPU entries, the classes' `tolerations` and the licence volume/disk, as narrow appends.
+    """Rule 6: GPU entries, the classes' `tolerations` and the license volume/disk, as narrow appends.
 
     `wanted` is what `spec.domain.devices.gpus` must hold (:func:`wanted_gpus`): the
     resolved entries, `[]` when resolution never writes any, or None when that is
     unknown (a class could not be resolved: the request is refused anyway, and
-    existing `gpus` are not judged). The reserved licence names are judged either
+    existing `gpus` are not judged). The reserved license names are judged either
     way, so that every input cause is reported and the code is right (422).
     """
     builder = PatchBuilder(obj)
@@ -416,7 +416,7 @@ def raw_gpus_beside_classes() -> Cause:
 def _append_named(
     builder: PatchBuilder, path: tuple[str, ...], item: dict[str, Any]
 ) -> list[Cause]:
-    """Add the licence volume or disk once; a different item of that name is a clash, and a
+    """Add the license volume or disk once; a different item of that name is a clash, and a
     value there that is not a list (the schema is checked only after mutation) is refused."""
     where = FieldPath.of(*path)
     present = builder.get(path)

@@ -8,7 +8,7 @@ what would be refused at every start:
 
 - what cannot change before the VM starts (annotation syntax, mixing, counts and
   per-VM limits, one vGPU class, worker pools passthrough-only, entitlement, a hand-
-  mounted licence, raw GPU requests beside classes) is refused;
+  mounted license, raw GPU requests beside classes) is refused;
 - what can (a class missing, invalid, deleting, losing its resource name, not
   permitted, and capacity) is a warning: the VMI admitter checks it again at start.
 

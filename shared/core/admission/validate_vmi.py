@@ -7,8 +7,8 @@ one, on the final object, so this admitter, served at `/validate/virtualmachinei
 judges what will really be stored. It runs the same rules
 (:func:`shared.core.admission.resolution.judge_create`) and reads rule 6 back instead of
 patching: the GPU entries must be exactly what the selection resolves to under the current
-catalog, and a licensed class's licence volume and disk must be there. Every cause of rules
-1 to 5 and 8 holds as on the mutating call (a raw GPU request beside classes, a licence copy
+catalog, and a licensed class's license volume and disk must be there. Every cause of rules
+1 to 5 and 8 holds as on the mutating call (a raw GPU request beside classes, a license copy
 not from the VMI's own licensed class, entitlement).
 
 Not read back: the class tolerations. The launcher Pod gets them again from
@@ -66,7 +66,7 @@ def final_causes(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> tu
         if not (c.path == GPUS_PATH and c.code == CauseCode.RAW_REQUEST_BESIDE_CLASSES)
     ]
     causes += gpu_entry_causes(obj, judged)
-    causes += licence_causes(obj, judged)
+    causes += license_causes(obj, judged)
     return tuple(causes)
 
 
@@ -105,8 +105,8 @@ def gpu_entry_causes(obj: Mapping[str, Any], judged: Judgement) -> list[Cause]:
     ]
 
 
-def licence_causes(obj: Mapping[str, Any], judged: Judgement) -> list[Cause]:
-    """A licensed class's licence volume and disk are there (rule 6). A different volume or disk
+def license_causes(obj: Mapping[str, Any], judged: Judgement) -> list[Cause]:
+    """A licensed class's license volume and disk are there (rule 6). A different volume or disk
     holding the reserved name is judge_create's cause (`ReservedName`); this is the absent one."""
     if judged.licensed is None:
         return []
@@ -127,7 +127,7 @@ def licence_causes(obj: Mapping[str, Any], judged: Judgement) -> list[Cause]:
                 FieldPath.of(*path),
                 f"lacks {what} of class {judged.licensed}: the selection was not resolved, or "
                 "another mutating webhook removed it; the guest would start unlicensed",
-                CauseCode.LICENCE_VOLUME_MISSING,
+                CauseCode.LICENSE_VOLUME_MISSING,
             )
         )
     return causes

@@ -48,7 +48,7 @@ class Redacted:
         self._value = value
 
     def reveal(self) -> str:
-        """The secret itself, for the few places that must use it (the licence check, the copy's
+        """The secret itself, for the few places that must use it (the license check, the copy's
         body and fingerprint); never for a message or a log."""
         return self._value
 

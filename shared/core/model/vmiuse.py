@@ -1,6 +1,6 @@
-"""What the reconciler needs to know about one VMI: which classes it uses and which licence it mounts.
+"""What the reconciler needs to know about one VMI: which classes it uses and which license it mounts.
 
-Admission reads the raw VMI itself (any Secret reference to a licence copy counts,
+Admission reads the raw VMI itself (any Secret reference to a license copy counts,
 see :mod:`shared.core.admission.secretrefs`). The reconciler and offline snapshots
 ask two narrower questions, and this record answers them from the raw object
 once, at event time:
@@ -8,7 +8,7 @@ once, at event time:
 - which classes the VMI *uses* (docs/contract.md section 6, in-use finalizer): the
   classes its selection annotation names — parsed, so a VMI is not re-parsed on
   every reconcile — and the device names of its GPU entries;
-- which licence copy it mounts *through the licence volume* of section 1 (volume
+- which license copy it mounts *through the license volume* of section 1 (volume
   `gpulicense`, `secret.secretName: gpuclass-license-<class>`): only that volume
   triggers a copy; annotations alone never do.
 
@@ -28,7 +28,7 @@ from gpuclass.shared.core.model.selection import parse_selection
 
 @dataclass(frozen=True, slots=True)
 class VMIUse:
-    """One VMI reduced to what holds a class and a licence copy, and the units it takes; built once
+    """One VMI reduced to what holds a class and a license copy, and the units it takes; built once
     per event by :func:`compact_vmi_use`, so the reconciler never keeps the raw VMI."""
 
     namespace: str
@@ -38,7 +38,7 @@ class VMIUse:
     device_names: frozenset[str]
     """deviceName of every `spec.domain.devices.gpus` entry."""
     license_secret: str | None
-    """secretName of the `gpulicense` volume when it names a licence copy, else None."""
+    """secretName of the `gpulicense` volume when it names a license copy, else None."""
     admitted: frozenset[str] = frozenset()
     """Classes this VMI passed admission with (:func:`admitted_classes`): what holds a class."""
     units: tuple[tuple[str, int], ...] = ()
@@ -109,7 +109,7 @@ def admitted_classes(annotation: object, gpus: list[Any], namespace: str) -> fro
 
 
 def license_volume_secret(spec: Mapping[str, Any]) -> str | None:
-    """The copy the licence volume mounts: volume `gpulicense` whose secretName is a licence copy."""
+    """The copy the license volume mounts: volume `gpulicense` whose secretName is a license copy."""
     for volume in list_at(spec.get("volumes")):
         volume = dict_at(volume)
         if volume.get("name") != names.LICENSE_VOLUME:

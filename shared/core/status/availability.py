@@ -286,7 +286,7 @@ class ClassState:
 def class_state(
     record: ClassRecord, snapshot: Snapshot, winners: Mapping[str, str], license_namespace: str
 ) -> ClassState:
-    """The class's conflict winner, permission and licence problem, for the conditions and the
+    """The class's conflict winner, permission and license problem, for the conditions and the
     admission catalog alike."""
     resource = record.resource_name
     winner = winners.get(resource) if resource else None

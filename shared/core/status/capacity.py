@@ -456,7 +456,7 @@ def schedulable(
     """Whether a VM of one unit can start now; True/Fragmented when the largest allowed VM cannot.
 
     `not_ready` is the Ready condition's message when the class is not ready (None when
-    it is): then nothing about nodes matters, admission refuses or the licence is missing. A
+    it is): then nothing about nodes matters, admission refuses or the license is missing. A
     class being deleted cannot start a VM either (ClassDeleting), whatever its nodes.
     """
     resource = record.resource_name or "(invalid spec)"

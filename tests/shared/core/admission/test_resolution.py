@@ -511,7 +511,7 @@ def _hand_mount(obj: dict[str, Any]) -> None:
             _hand_mount,
             [
                 (f"{ANN}[0].count", "invalid", "Invalid"),
-                ("spec.volumes[1].secret.secretName", "forbidden", "LicenceHandMounted"),
+                ("spec.volumes[1].secret.secretName", "forbidden", "LicenseHandMounted"),
             ],
             422,
             id="bad-count-and-hand-mount",
@@ -522,7 +522,7 @@ def _hand_mount(obj: dict[str, Any]) -> None:
             _hand_mount,
             [
                 (f"{ANN}[0].className", "forbidden", "NotEntitled"),
-                ("spec.volumes[1].secret.secretName", "forbidden", "LicenceHandMounted"),
+                ("spec.volumes[1].secret.secretName", "forbidden", "LicenseHandMounted"),
             ],
             403,
             id="all-policy-is-403",
@@ -558,13 +558,13 @@ def _host_device(resource: str) -> Any:
     return change
 
 
-def _cloud_init_licence(obj: dict[str, Any]) -> None:
+def _cloud_init_license(obj: dict[str, Any]) -> None:
     obj["spec"]["volumes"].append(
         {"name": "ci", "cloudInitNoCloud": {"secretRef": {"name": "gpuclass-license-lic"}}}
     )
 
 
-def _own_licence_volume(obj: dict[str, Any]) -> None:
+def _own_license_volume(obj: dict[str, Any]) -> None:
     obj["spec"]["volumes"].append(copy.deepcopy(LICENSE_VOLUME))
 
 
@@ -678,7 +678,7 @@ EVERY_CAUSE_ROWS = [
     pytest.param(
         json.dumps([cls("lic", 0)]),
         "tenant-a",
-        _own_licence_volume,
+        _own_license_volume,
         [(f"{ANN}[0].count", "invalid", "Invalid")],
         id="bad-count-keeps-its-own-licence-volume",
     ),
@@ -705,18 +705,18 @@ EVERY_CAUSE_ROWS = [
     pytest.param(
         "[{className: whole",
         "tenant-c",
-        _compose(_host_device(RES["byol"]), _cloud_init_licence),
+        _compose(_host_device(RES["byol"]), _cloud_init_license),
         [
             (ANN, "invalid", "Invalid"),
             ("spec.domain.devices.hostDevices[0].deviceName", "forbidden", "NotEntitled"),
-            ("spec.volumes[1].cloudInitNoCloud.secretRef.name", "forbidden", "LicenceHandMounted"),
+            ("spec.volumes[1].cloudInitNoCloud.secretRef.name", "forbidden", "LicenseHandMounted"),
         ],
         id="not-json-raw-vgpu-and-hand-mount-still-judged",
     ),
     pytest.param(
         "[{className: lic",
         "tenant-a",
-        _own_licence_volume,
+        _own_license_volume,
         [(ANN, "invalid", "Invalid")],
         id="not-json-licence-volume-of-a-licensed-class-not-judged",
     ),
@@ -727,7 +727,7 @@ EVERY_CAUSE_ROWS = [
         [
             (ANN, "invalid", "SelectionTooLarge"),
             ("spec.domain.devices.hostDevices[0].deviceName", "forbidden", "NotEntitled"),
-            ("spec.volumes[1].secret.secretName", "forbidden", "LicenceHandMounted"),
+            ("spec.volumes[1].secret.secretName", "forbidden", "LicenseHandMounted"),
         ],
         id="over-byte-cap-raw-vgpu-and-hand-mount-still-judged",
     ),
@@ -1167,7 +1167,7 @@ def test_4_7_no_stored_status_no_warning() -> None:
     assert isinstance(decision, Allowed) and decision.warnings == ()
 
 
-# 4.8: no licence copy reaches a guest except as the licence volume of its own licensed class.
+# 4.8: no license copy reaches a guest except as the license volume of its own licensed class.
 # Every place KubeVirt resolves a Secret from (shared/core/admission/secretrefs.py lists them) is one row.
 
 COPY = "gpuclass-license-lic"
@@ -1328,7 +1328,7 @@ def test_4_8_license_copy_references(selection: Any, change: Any, paths: list[st
     change(obj["spec"])
     decision = create(obj)
     if paths:
-        assert causes_of(decision) == [(p, "forbidden", "LicenceHandMounted") for p in paths]
+        assert causes_of(decision) == [(p, "forbidden", "LicenseHandMounted") for p in paths]
         assert isinstance(decision, Denied) and decision.code == 403
     else:
         assert isinstance(decision, Allowed)
@@ -1339,7 +1339,7 @@ def test_4_8_license_volume_not_exactly_ours_is_invalid_and_forbidden() -> None:
     obj["spec"]["volumes"].append({**LICENSE_VOLUME, "secret": {"secretName": COPY}})
     decision = create(obj)
     assert causes_of(decision) == [
-        ("spec.volumes[1].secret.secretName", "forbidden", "LicenceHandMounted"),
+        ("spec.volumes[1].secret.secretName", "forbidden", "LicenseHandMounted"),
         ("spec.volumes[1]", "invalid", "ReservedName"),
     ]
     assert isinstance(decision, Denied) and decision.code == 422
@@ -1385,7 +1385,7 @@ def test_update_new_license_copy_reference_refused(
     change(new["spec"])
     decision = update(new, old)
     if paths:
-        assert causes_of(decision) == [(p, "forbidden", "LicenceHandMounted") for p in paths]
+        assert causes_of(decision) == [(p, "forbidden", "LicenseHandMounted") for p in paths]
     else:
         assert decision == Allowed()
 
@@ -1407,7 +1407,7 @@ def test_update_pointing_an_existing_reference_at_a_copy_refused() -> None:
         (
             "spec.accessCredentials[0].sshPublicKey.source.secret.secretName",
             "forbidden",
-            "LicenceHandMounted",
+            "LicenseHandMounted",
         )
     ]
 
@@ -1426,7 +1426,7 @@ def test_update_keeps_the_license_it_was_admitted_with_even_if_class_is_gone() -
 
 
 def test_update_of_a_vmi_stored_before_the_caps_passes() -> None:
-    """A VMI admitted with 17 entries before docs/contract.md 4.1 capped them keeps its licence."""
+    """A VMI admitted with 17 entries before docs/contract.md 4.1 capped them keeps its license."""
     old = vmi(raw=json.dumps([cls("lic")] * 17))
     old["spec"]["volumes"].append(copy.deepcopy(LICENSE_VOLUME))
     new = copy.deepcopy(old)
@@ -1435,7 +1435,7 @@ def test_update_of_a_vmi_stored_before_the_caps_passes() -> None:
     moved = copy.deepcopy(new)
     moved["spec"]["volumes"].append({"name": "x", "secret": {"secretName": "gpuclass-license-lic"}})
     assert causes_of(update(moved, old)) == [
-        ("spec.volumes[2].secret.secretName", "forbidden", "LicenceHandMounted")
+        ("spec.volumes[2].secret.secretName", "forbidden", "LicenseHandMounted")
     ]
 
 
@@ -1578,9 +1578,9 @@ def test_changing_an_answer_does_not_change_the_next_one() -> None:
         pytest.param(("spec", "domain", "devices", "disks"), {"name": "x"}, id="disks-object"),
     ],
 )
-def test_a_licence_list_that_is_not_a_list_is_refused(where: tuple[str, ...], value: Any) -> None:
+def test_a_license_list_that_is_not_a_list_is_refused(where: tuple[str, ...], value: Any) -> None:
     """The VMI schema is checked only after mutating admission, so the webhook meets these;
-    the licence volume and disk are appended to lists (section 4, rule 8), never in place of a
+    the license volume and disk are appended to lists (section 4, rule 8), never in place of a
     tenant's value."""
     obj = vmi([cls("lic")])
     parent = obj
@@ -1595,7 +1595,7 @@ def test_a_licence_list_that_is_not_a_list_is_refused(where: tuple[str, ...], va
 def test_rule_8_looks_at_each_volume_once_whatever_the_licensed_classes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """O(volumes + classes): the licence volume a volume could be is the one its Secret names.
+    """O(volumes + classes): the license volume a volume could be is the one its Secret names.
     A 1 MB VMI against 256 licensed classes compared every volume with every class (1.6 s per
     decision, in the webhook too); the comparisons are counted here, not timed."""
     from gpuclass.shared.core.admission import rules
@@ -1613,7 +1613,7 @@ def test_rule_8_looks_at_each_volume_once_whatever_the_licensed_classes(
         {"name": f"v{i}", "secret": {"secretName": f"gpuclass-license-lic-{i % 300}"}}
         for i in range(1000)
     ]
-    volumes.append(real("lic-7"))  # the one exact licence volume
+    volumes.append(real("lic-7"))  # the one exact license volume
     refs = rules.own_license_volume_refs({"spec": {"volumes": volumes}}, licensed)
     assert refs == {("spec.volumes[1000].secret.secretName", "gpuclass-license-lic-7")}
     assert len(built) <= len(volumes), f"{len(built)} licence volumes built for {len(volumes)}"
