@@ -857,7 +857,7 @@ def copy_record(api: Api) -> dict[str, str]:
 def copy_digest(data: Mapping[str, str]) -> str:
     """The digest the record keeps for a copy of `data` (plain values, as the copy decodes)."""
     from gpuclass.reconciler.state.licenses import copy_digest as digest
-    from gpuclass.shared.core.model.snapshot import Redacted
+    from gpuclass.shared.core.model.secrets import Redacted
 
     return digest({key: Redacted(b64(value)) for key, value in data.items()})
 

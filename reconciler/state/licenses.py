@@ -34,7 +34,8 @@ import orjson
 
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.raw import dict_at, list_at
-from gpuclass.shared.core.model.snapshot import ClassRecord, Redacted, SecretRecord
+from gpuclass.shared.core.model.secrets import Redacted, SecretRecord
+from gpuclass.shared.core.model.snapshot import ClassRecord
 from gpuclass.shared.core.model.vmiuse import VMIUse
 from gpuclass.shared.core.status.entitlement import entitlement_problem
 

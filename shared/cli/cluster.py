@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuclass.shared.core.base import names
-from gpuclass.shared.core.model.snapshot import Redacted, SecretRecord, Snapshot, SnapshotBuilder
+from gpuclass.shared.core.model.secrets import Redacted, SecretRecord
+from gpuclass.shared.core.model.snapshot import Snapshot, SnapshotBuilder
 from gpuclass.shared.kube.apicollections import (
     BOUND_PODS,
     GPUCLASSES,

@@ -24,7 +24,7 @@ from gpuclass.reconciler.settings import ReconcilerSettings
 from gpuclass.reconciler.state.licenses import copy_digest, parse_record
 from gpuclass.reconciler.state.sources import Source
 from gpuclass.shared.core.base import names
-from gpuclass.shared.core.model.snapshot import Redacted
+from gpuclass.shared.core.model.secrets import Redacted
 from tests.builders import (
     TOKEN,
     gpuclass,

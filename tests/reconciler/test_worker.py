@@ -29,7 +29,7 @@ from gpuclass.reconciler.state.licenses import copy_digest, record_body
 from gpuclass.reconciler.state.sources import SOURCES, Source
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.syncview import SourceSync, SyncView, version_reached
-from gpuclass.shared.core.model.snapshot import Redacted
+from gpuclass.shared.core.model.secrets import Redacted
 from tests.builders import gpuclass, kubevirt, launcher, namespace, node, pod, secret, vmi
 
 R = "example.com/gpu"

@@ -45,3 +45,11 @@ def str_at(obj: object, *path: str) -> str | None:
 def metadata(obj: object) -> dict[str, Any]:
     """An object's `metadata`, or a new empty dict: the map most readers start from."""
     return dict_at(obj, "metadata")
+
+
+def str_map(value: object) -> dict[str, str]:
+    """The string-to-string entries of a map (labels, Secret data), others dropped; a value
+    that is not a dict reads as a new empty one."""
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}

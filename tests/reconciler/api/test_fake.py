@@ -25,7 +25,7 @@ import pytest
 from gpuclass.reconciler.api.fake import MemoryKube
 from gpuclass.reconciler.api.port import ApiError, KubeAPI, RawObject
 from gpuclass.reconciler.state.licenses import DesiredCopy, copy_patch
-from gpuclass.shared.core.model.snapshot import Redacted
+from gpuclass.shared.core.model.secrets import Redacted
 from tests.builders import STORED_STATUS as STATUS
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
 from tests.e2e_reconciler_helpers import (

@@ -22,7 +22,8 @@ from gpuclass.reconciler.state.licenses import (
     secret_body,
 )
 from gpuclass.shared.core.base import names
-from gpuclass.shared.core.model.snapshot import Redacted, SecretRecord, compact_class
+from gpuclass.shared.core.model.secrets import Redacted, SecretRecord
+from gpuclass.shared.core.model.snapshot import compact_class
 from gpuclass.shared.core.model.vmiuse import (
     VMIUse,
     admitted_units,

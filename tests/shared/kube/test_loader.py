@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuclass.shared.core.model.snapshot import Redacted
+from gpuclass.shared.core.model.secrets import Redacted
 from gpuclass.shared.core.status.availability import conflict_winners
 from gpuclass.shared.kube.loader import (
     LoadError,

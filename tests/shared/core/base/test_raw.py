@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpuclass.shared.core.base.raw import dict_at, dig, list_at, metadata, str_at
+from gpuclass.shared.core.base.raw import dict_at, dig, list_at, metadata, str_at, str_map
 
 VMI: dict[str, Any] = {
     "metadata": {"name": "vm", "labels": {"a": "b"}},
@@ -113,3 +113,16 @@ def test_the_value_found_is_the_object_itself() -> None:
     gpus = VMI["spec"]["domain"]["devices"]["gpus"]
     assert list_at(VMI, "spec", "domain", "devices", "gpus") is gpus
     assert dict_at(VMI, "metadata") is VMI["metadata"]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        pytest.param({"a": "b"}, {"a": "b"}, id="strings"),
+        pytest.param({"a": "b", "c": 1, "d": None, 5: "e"}, {"a": "b"}, id="others-dropped"),
+        pytest.param(["a"], {}, id="list"),
+        pytest.param(None, {}, id="none"),
+    ],
+)
+def test_str_map(value: object, expected: dict[str, str]) -> None:
+    assert str_map(value) == expected
