@@ -16,14 +16,8 @@ from typing import Any, Protocol
 
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.model.snapshot import ClassRecord, NodeRecord, Snapshot
-from gpuclass.shared.core.status.capacity import (
-    Capacity,
-    Needs,
-    Survey,
-    schedulable,
-    survey_nodes,
-    surveyed,
-)
+from gpuclass.shared.core.status.capacity import Capacity, Needs, Survey, survey_nodes, surveyed
+from gpuclass.shared.core.status.schedulable import schedulable
 
 
 @dataclass(frozen=True, slots=True)
