@@ -13,14 +13,14 @@ from typing import Any
 
 from gpuclass.shared.core.admission.decisions import Allowed, Decision, Denied
 from gpuclass.shared.core.admission.envelope import AdmissionRequest
-from gpuclass.shared.core.admission.resolution import judge_create
-from gpuclass.shared.core.admission.rules import (
+from gpuclass.shared.core.admission.licensing import (
     LICENSE_REFERENCE_CAUSES,
-    annotation,
     license_reference_causes,
     own_license_volume_refs,
     selected_licensed_classes,
 )
+from gpuclass.shared.core.admission.resolution import judge_create
+from gpuclass.shared.core.admission.rules import annotation
 from gpuclass.shared.core.admission.secretrefs import find_secret_refs
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.causes import CauseCode, invalid

@@ -11,22 +11,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from gpuclass.shared.core.admission.licensing import (
+    catalog_licensed_classes,
+    license_reference_causes,
+    own_license_volume_refs,
+    selected_licensed_classes,
+)
 from gpuclass.shared.core.admission.rules import (
     GPUS,
     UnitPlan,
     _is_vgpu,
     annotation,
     capacity_warnings,
-    catalog_licensed_classes,
     class_causes,
     gpu_operations,
-    license_reference_causes,
     limit_causes,
-    own_license_volume_refs,
     policy_causes,
     quota_warnings,
     raw_request_causes,
-    selected_licensed_classes,
 )
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.causes import Cause

@@ -6,7 +6,8 @@ Each function judges one rule on an object that carries a selection and returns 
 (:mod:`shared.core.admission.mutate_vmi`) and for a VirtualMachine's template
 (:mod:`shared.core.admission.validate_vm`) alike, and remembers what depends on the selection
 alone. Rule 6 emits narrow patches: the GPU entries, the class tolerations and the license
-volume and disk; applying its result again yields nothing (webhooks are reinvoked). Pure.
+volume and disk; applying its result again yields nothing (webhooks are reinvoked). The
+license volume itself and rule 8 are :mod:`shared.core.admission.licensing`. Pure.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from gpuclass.shared.core.admission.licensing import VOLUMES, license_disk, license_volume
 from gpuclass.shared.core.admission.patches import PatchBuilder
-from gpuclass.shared.core.admission.secretrefs import find_secret_refs
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.causes import Cause, CauseCode, forbidden, invalid
 from gpuclass.shared.core.base.fieldpath import FieldPath
@@ -32,7 +33,6 @@ GPUS = ("spec", "domain", "devices", "gpus")
 HOST_DEVICES = ("spec", "domain", "devices", "hostDevices")
 DEVICES = FieldPath.of("spec", "domain", "devices")
 DISKS = ("spec", "domain", "devices", "disks")
-VOLUMES = ("spec", "volumes")
 TOLERATIONS = ("spec", "tolerations")
 
 
@@ -41,25 +41,6 @@ def annotation(obj: object) -> str | None:
     what the parser reads and what UPDATE compares old with new."""
     value = dig(obj, "metadata", "annotations", names.SELECTION_ANNOTATION)
     return value if isinstance(value, str) else None
-
-
-def license_volume(class_name: str) -> dict[str, Any]:
-    """The license volume of contract section 1 for `class_name`: the class's copy mounted with the
-    GPULICENSE label (never `optional`), exactly what rule 6 appends and rule 8 recognises as the
-    VMI's own."""
-    return {
-        "name": names.LICENSE_VOLUME,
-        "secret": {
-            "secretName": names.license_copy_name(class_name),
-            "volumeLabel": names.LICENSE_SERIAL,
-        },
-    }
-
-
-def license_disk() -> dict[str, Any]:
-    """The disk that exposes the license volume to the guest (serial GPULICENSE, virtio), appended
-    beside :func:`license_volume`."""
-    return {"name": names.LICENSE_VOLUME, "serial": names.LICENSE_SERIAL, "disk": {"bus": "virtio"}}
 
 
 class UnitPlan(NamedTuple):
@@ -283,92 +264,6 @@ def raw_request_causes(
         if isinstance(resources, dict):
             for key in resources:
                 check(FieldPath.of("spec", "domain", "resources", section).key(key), key)
-    return causes
-
-
-def selected_licensed_classes(entries: tuple[ClassEntry, ...], catalog: Catalog) -> list[str]:
-    """Classes of the selection that deliver the platform license (whatever their state now)."""
-    licensed: list[str] = []
-    for name in dict.fromkeys(entry.class_name for entry in entries):
-        offer = catalog.offers.get(name)
-        spec = offer.record.spec if offer else None
-        if spec and spec.license:
-            licensed.append(name)
-    return licensed
-
-
-def catalog_licensed_classes(catalog: Catalog) -> list[str]:
-    """Every class that delivers the platform license: what an unreadable selection might name."""
-    return [
-        name
-        for name, offer in catalog.offers.items()
-        if offer.record.spec and offer.record.spec.license
-    ]
-
-
-def own_license_volume_refs(obj: Mapping[str, Any], licensed: list[str]) -> set[tuple[str, str]]:
-    """The references that are exactly the license volume one of `licensed` adds (section 1).
-
-    One look per volume: a volume can only be the license volume of the class its Secret's name
-    names, so the work is O(volumes + classes), not their product (a 1 MB VMI against 256
-    licensed classes cost 1.6 s in the webhook when every volume was compared with every class).
-    """
-    by_copy = {names.license_copy_name(name): name for name in licensed}
-    refs: set[tuple[str, str]] = set()
-    for i, volume in enumerate(list_at(obj, *VOLUMES)):
-        secret = volume.get("secret") if isinstance(volume, dict) else None
-        copy = secret.get("secretName") if isinstance(secret, dict) else None
-        if not isinstance(copy, str):
-            continue
-        name = by_copy.get(copy)
-        if name is not None and volume == license_volume(name):
-            refs.add((f"spec.volumes[{i}].secret.secretName", copy))
-    return refs
-
-
-LICENSE_REFERENCE_CAUSES = 64
-"""Rule 8 causes one spec can make, one per reference to a license copy, beyond which the rest
-are counted in one more cause: a reference deep in `domain.clock` has a path as long as its
-depth, and a 3 MiB spec can hold 100,000 of them."""
-
-
-def license_reference_causes(
-    obj: Mapping[str, Any], permitted: set[tuple[str, str]]
-) -> list[Cause]:
-    """Rule 8: a license copy reaches a guest only as the license volume of its own licensed class.
-
-    Every Secret reference of the spec counts (volumes, cloud-init, sysprep, image pull
-    Secrets, access credentials: :mod:`shared.core.admission.secretrefs`), not only volumes.
-    The first LICENSE_REFERENCE_CAUSES references to license copies get a cause each; the rest
-    are counted in one cause on `spec` (they were not checked against `permitted`, so the count
-    may include the few permitted license volumes found after them).
-    """
-    refs, more = find_secret_refs(
-        obj.get("spec"),
-        named=names.LICENSE_COPY_PREFIX,
-        limit=LICENSE_REFERENCE_CAUSES + len(permitted),
-    )
-    foreign = [ref for ref in refs if (ref.path, ref.name) not in permitted]
-    causes = [
-        forbidden(
-            ref.field_path(),
-            f"names Secret {ref.name}: a licence copy reaches a VM only as the licence volume "
-            "of its licensed class",
-            CauseCode.LICENSE_HAND_MOUNTED,
-        )
-        for ref in foreign[:LICENSE_REFERENCE_CAUSES]
-    ]
-    more += max(0, len(foreign) - LICENSE_REFERENCE_CAUSES)
-    if more:
-        causes.append(
-            forbidden(
-                FieldPath.of("spec"),
-                f"names {more} more licence copies beyond the {LICENSE_REFERENCE_CAUSES} "
-                "listed: a licence copy reaches a VM only as the licence volume of its "
-                "licensed class",
-                CauseCode.LICENSE_HAND_MOUNTED,
-            )
-        )
     return causes
 
 

@@ -24,8 +24,9 @@ from typing import Any
 
 from gpuclass.shared.core.admission.decisions import Allowed, Decision, Denied
 from gpuclass.shared.core.admission.envelope import AdmissionRequest
+from gpuclass.shared.core.admission.licensing import VOLUMES, license_disk, license_volume
 from gpuclass.shared.core.admission.resolution import Judgement, judge_create
-from gpuclass.shared.core.admission.rules import DISKS, GPUS, VOLUMES, license_disk, license_volume
+from gpuclass.shared.core.admission.rules import DISKS, GPUS
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.causes import Cause, CauseCode, invalid
 from gpuclass.shared.core.base.fieldpath import FieldPath

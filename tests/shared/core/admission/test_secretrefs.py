@@ -13,7 +13,10 @@ from typing import Any
 import orjson
 import pytest
 
-from gpuclass.shared.core.admission.rules import LICENSE_REFERENCE_CAUSES, license_reference_causes
+from gpuclass.shared.core.admission.licensing import (
+    LICENSE_REFERENCE_CAUSES,
+    license_reference_causes,
+)
 from gpuclass.shared.core.admission.secretrefs import SecretRef, find_secret_refs
 from gpuclass.shared.core.base.causes import CauseCode
 from gpuclass.shared.core.base.fieldpath import FieldPath
