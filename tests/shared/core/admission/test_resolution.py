@@ -1598,22 +1598,22 @@ def test_rule_8_looks_at_each_volume_once_whatever_the_licensed_classes(
     """O(volumes + classes): the license volume a volume could be is the one its Secret names.
     A 1 MB VMI against 256 licensed classes compared every volume with every class (1.6 s per
     decision, in the webhook too); the comparisons are counted here, not timed."""
-    from gpuclass.shared.core.admission import rules
+    from gpuclass.shared.core.admission import licensing
 
     built: list[str] = []
-    real = rules.license_volume
+    real = licensing.license_volume
 
     def counted(name: str) -> dict[str, Any]:
         built.append(name)
         return real(name)
 
-    monkeypatch.setattr(rules, "license_volume", counted)
+    monkeypatch.setattr(licensing, "license_volume", counted)
     licensed = [f"lic-{i}" for i in range(256)]
     volumes = [
         {"name": f"v{i}", "secret": {"secretName": f"gpuclass-license-lic-{i % 300}"}}
         for i in range(1000)
     ]
     volumes.append(real("lic-7"))  # the one exact license volume
-    refs = rules.own_license_volume_refs({"spec": {"volumes": volumes}}, licensed)
+    refs = licensing.own_license_volume_refs({"spec": {"volumes": volumes}}, licensed)
     assert refs == {("spec.volumes[1000].secret.secretName", "gpuclass-license-lic-7")}
-    assert len(built) <= len(volumes), f"{len(built)} licence volumes built for {len(volumes)}"
+    assert len(built) <= len(volumes), f"{len(built)} license volumes built for {len(volumes)}"
