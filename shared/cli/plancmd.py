@@ -23,14 +23,7 @@ from typing import Any, cast
 
 from gpuclass.shared.cli.cluster import read_cluster
 from gpuclass.shared.cli.escape import text
-from gpuclass.shared.cli.plan import (
-    DEFAULT_FAIL_ON,
-    IMPACTS,
-    Impact,
-    Proposed,
-    inventory,
-    plan,
-)
+from gpuclass.shared.cli.plan import DEFAULT_FAIL_ON, IMPACTS, Impact, Proposed, inventory, plan
 from gpuclass.shared.cli.planformat import PLAN_FORMATS, PlanFormat, render_plan
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.model.snapshot import Snapshot, SnapshotBuilder
