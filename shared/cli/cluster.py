@@ -58,15 +58,7 @@ async def read_cluster(
     from gpuclass.shared.kube.errors import ApiError
     from gpuclass.shared.kube.kubeclient import RawClient, api_client
 
-    collections = {
-        "Node": (NODES.at(), NODES.params()),
-        "Pod": (BOUND_PODS.at(), BOUND_PODS.params()),
-        names.KIND: (GPUCLASSES.at(), GPUCLASSES.params()),
-        "KubeVirt": (KUBEVIRTS.at(kubevirt_namespace), KUBEVIRTS.params()),
-        **{c.kind: (c.at(), c.params()) for c in more},
-    }
-    if quota_namespace is not None:
-        collections["ResourceQuota"] = (RESOURCEQUOTAS.at(quota_namespace), RESOURCEQUOTAS.params())
+    collections = _collections(kubevirt_namespace, more, quota_namespace)
     try:  # --kubeconfig, else KUBECONFIG, else ~/.kube/config, as kubectl finds them
         api = await api_client(kubeconfig, binary="gpuclass", context=context)
     except ClusterConfigError as exc:
@@ -110,6 +102,22 @@ async def read_cluster(
     if quotas_unread and snapshot.detail is not None:
         snapshot.detail.quotas_unread = True
     return snapshot
+
+
+def _collections(
+    kubevirt_namespace: str, more: Sequence[Collection], quota_namespace: str | None
+) -> dict[str, tuple[str, dict[str, str]]]:
+    """Kind -> (path, query) of every collection one answer lists, in the order it lists them."""
+    collections = {
+        "Node": (NODES.at(), NODES.params()),
+        "Pod": (BOUND_PODS.at(), BOUND_PODS.params()),
+        names.KIND: (GPUCLASSES.at(), GPUCLASSES.params()),
+        "KubeVirt": (KUBEVIRTS.at(kubevirt_namespace), KUBEVIRTS.params()),
+        **{c.kind: (c.at(), c.params()) for c in more},
+    }
+    if quota_namespace is not None:
+        collections["ResourceQuota"] = (RESOURCEQUOTAS.at(quota_namespace), RESOURCEQUOTAS.params())
+    return collections
 
 
 def license_secret_names(snapshot: Snapshot, classes: frozenset[str] | None) -> list[str]:

@@ -11,7 +11,7 @@ VM. Pure: a snapshot in, a :class:`ManifestExplanation` out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
@@ -32,7 +32,7 @@ from gpuclass.shared.core.base.k8s import tolerates_all
 from gpuclass.shared.core.base.raw import dict_at
 from gpuclass.shared.core.model.detail import CPU, EPHEMERAL, MEMORY, headroom
 from gpuclass.shared.core.model.launcher import LauncherAsk, launcher_ask, launcher_misfits
-from gpuclass.shared.core.model.selection import parse_selection
+from gpuclass.shared.core.model.selection import ClassEntry, parse_selection
 from gpuclass.shared.core.model.snapshot import Snapshot
 from gpuclass.shared.core.status.availability import UsageIndex
 from gpuclass.shared.core.status.capacity import node_blocker
@@ -229,9 +229,7 @@ def explain_manifest(
         return ManifestExplanation(
             kind, name, (), problems, 0, False, "the selection is invalid: admission refuses it"
         )
-    wanted: dict[str, int] = {}
-    for entry in selection.entries:
-        wanted[entry.class_name] = wanted.get(entry.class_name, 0) + entry.units
+    wanted = _units_per_class(selection.entries)
     refused = "admission refuses the VM: " + "; ".join(c.message for c in causes)
     if not wanted:
         if problems:
@@ -291,6 +289,14 @@ def explain_manifest(
         quota,
         vm_notes,
     )
+
+
+def _units_per_class(entries: Iterable[ClassEntry]) -> dict[str, int]:
+    """Each selected class's total units, in the order the selection first names it."""
+    wanted: dict[str, int] = {}
+    for entry in entries:
+        wanted[entry.class_name] = wanted.get(entry.class_name, 0) + entry.units
+    return wanted
 
 
 def _verdict(
