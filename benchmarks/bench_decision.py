@@ -28,7 +28,7 @@ example-whole-gpu), since a ratio survives a shared, busy machine better than a 
   many unknown keys as 2048 bytes hold, 16 valid entries of a vGPU class in an
   unentitled namespace, 1,000 integers, nesting 2,000 deep, a 2,000-digit count.
 
-Last, a 96 KB spec with 3,000 licence references 600 lists down (`deep-secret-references`), per
+Last, a 96 KB spec with 3,000 license references 600 lists down (`deep-secret-references`), per
 KB against the normal review per KB (no goal).
 
 Goal: p99 <= 0.3 ms per decision; a hostile review's median <= 3x a normal one's, taken
@@ -258,14 +258,14 @@ def hostile(catalog: Catalog) -> None:
         f"worst hostile review {worst:.2f}x a normal one vs goal {GOAL_HOSTILE_RATIO}x: {verdict}"
     )
     deep_secret_references(catalog, normal_body, normal)
-    many_volumes_many_licences(catalog, normal_body, normal)
+    many_volumes_many_licenses(catalog, normal_body, normal)
 
 
 LICENSED_CLASSES = 256
 VOLUMES = 12_000
 
 
-def many_volumes_many_licences(
+def many_volumes_many_licenses(
     catalog: Catalog, normal_body: dict[str, Any], normal: float
 ) -> None:
     """Rule 8's own-volume check on a 1 MB VMI (12,000 volumes) against a catalog of 256 licensed
@@ -314,9 +314,9 @@ def many_volumes_many_licences(
 
 def deep_secret_references(catalog: Catalog, normal_body: dict[str, Any], normal: float) -> None:
     """A spec as large as the tenant likes costs in proportion to its bytes: 3,000 image pull
-    Secrets naming a licence copy, 600 lists down in `domain.clock` (which KubeVirt's schema keeps
+    Secrets naming a license copy, 600 lists down in `domain.clock` (which KubeVirt's schema keeps
     as written), per KB of JSON against the normal review per KB. No goal: a guide for rule 8's
-    walk (what it cost before it kept only licence names and made paths lazily is in
+    walk (what it cost before it kept only license names and made paths lazily is in
     docs/performance.md)."""
     node: Any = {"imagePullSecrets": [{"name": "gpuclass-license-a"}] * 3000}
     for _ in range(600):

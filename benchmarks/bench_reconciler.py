@@ -12,7 +12,7 @@ since the worker waits for its writes to come back before it writes a class agai
 Prints, with the goals:
   1. peak RSS after loading everything (goal <= 300 MB);
   2. time of the first full computation: one worker pass over every class
-     (statuses, finalizers, licence copies), writes included (goal <= 2 s);
+     (statuses, finalizers, license copies), writes included (goal <= 2 s);
   3. one pod event through to a recomputed and written status: the watch line
      parsed with orjson, applied to the state, the worker pass (goal <= 1 ms
      amortized, issue 24), both one pass per event and coalesced (one pass per 200 events).
@@ -98,7 +98,7 @@ def rss_mb() -> tuple[float, float]:
 
 
 SCOPE = Scope(license_secret_names=frozenset({"vgpu-licence"}))
-"""As the chart runs it: the licence source read by name (gencluster's one source Secret)."""
+"""As the chart runs it: the license source read by name (gencluster's one source Secret)."""
 
 
 def served(source: Source, obj: RawObject) -> bool:

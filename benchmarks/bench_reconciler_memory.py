@@ -2,13 +2,13 @@
 
 A tenant may label its own Secrets `app.kubernetes.io/managed-by=gpuclass`. A reconciler
 that listed and watched every Secret with that label kept each one's data; it now reads
-no Secret but the licence sources, by name (docs/decisions.md, "Licence copies"), so the
+no Secret but the license sources, by name (docs/decisions.md, "License copies"), so the
 flood should not show in its memory at all.
 
 Starts etcd + kube-apiserver (the test control plane) and a small cluster: 4 classes (one
 licensed, with its source Secret in cozy-system), 4 GPU nodes, an entitled tenant with a
 started licensed VMI (its virt-launcher Pod bound to a node), so the reconciler writes
-statuses, a finalizer and a licence copy. `gpuclass-reconciler` runs as a subprocess with
+statuses, a finalizer and a license copy. `gpuclass-reconciler` runs as a subprocess with
 the chart's arguments (`--license-secret-names`, production timings) and, like every
 other benchmark here, as an administrator: what it holds is what it asks for, whatever
 RBAC would allow. Memory is read from `/proc/<pid>/status`: VmRSS (resident now) and
@@ -205,7 +205,7 @@ def unflood(api: Api) -> None:
 
 
 def ready(api: Api, process: ReconcilerProcess) -> None:
-    """Ready, and the licence copy written: the process has done its first full pass."""
+    """Ready, and the license copy written: the process has done its first full pass."""
     try:
         eventually(process.ready, timeout=120, what=f"{process.pod_name} /readyz")
         eventually(

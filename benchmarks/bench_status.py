@@ -1,7 +1,7 @@
 """`gpuclass status` on a large cluster file against plainly loading the same JSON.
 
 Generates one JSON file (`kind: List`) in a temporary folder: 5,000 nodes,
-150,000 pods, 64 classes (plus the KubeVirt CR, tenant namespaces and licence
+150,000 pods, 64 classes (plus the KubeVirt CR, tenant namespaces and license
 Secrets), shaped like `kubectl get -o json` output. Then, in the same run and the
 same way (each in a fresh subprocess, wall time around it, peak memory from the
 child's own rusage via os.wait4), it measures

@@ -16,7 +16,7 @@ random stream), so a benchmark can stream one kind at a time without holding
 - `pods` Pods across 50 tenant namespaces: about 40% virt-launcher Pods requesting
   1-2 GPU units on their node (plus devices.kubevirt.io/kvm), the rest plain Pods;
   about 5% Succeeded; plus one VMI per 100 pods selecting a class, the tenant
-  Namespaces and the licence source Secret.
+  Namespaces and the license source Secret.
 
 Usable from any benchmark: `from benchmarks.gencluster import generate_cluster`.
 """

@@ -1,4 +1,4 @@
-"""gpuclass-reconciler: writes GPUClass status, licence copies and the in-use finalizer.
+"""gpuclass-reconciler: writes GPUClass status, license copies and the in-use finalizer.
 
 Layers (docs/reconciler.md): `api/client.py` is the only kubernetes_asyncio adapter
 behind the `api.port.KubeAPI` Protocol; `manager` wires and stops everything; one

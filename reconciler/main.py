@@ -1,4 +1,4 @@
-"""`gpuclass-reconciler`: keep GPUClass status, licence copies and the in-use finalizer current.
+"""`gpuclass-reconciler`: keep GPUClass status, license copies and the in-use finalizer current.
 
 With `--objects PATH`... it runs from files and never contacts a cluster
 (`--once` prints what it would write; otherwise it serves `/metrics`, `/healthz`,

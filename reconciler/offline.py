@@ -8,8 +8,9 @@ a cluster. `--once` prints what the reconciler wrote into that in-memory cluster
 `/metrics`, `/healthz` and `/readyz`, and the files are re-read when they change.
 
 The `--once` report (also used for `--once` against a cluster) is
-`{"items": [{"name", "status"}], "statusWrites", "licenceCopies", "finalizers", "events"}`;
-licence copies show their keys, `gridd.conf` and a fingerprint of the token, never the token.
+`{"items": [{"name", "status"}], "statusWrites", "licenseCopies", "finalizers", "events"}`
+(and `licenceCopies`, the same list under its deprecated key, for one release);
+license copies show their keys, `gridd.conf` and a fingerprint of the token, never the token.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def memory_cluster(settings: ReconcilerSettings) -> MemoryKube:
 
 def once_report(reconciler: Manager, recorder: RecordingKube) -> dict[str, Any]:
     """The `--once` report: each class's computed status, and what the pass wrote (status writes by
-    class, licence copies with their content fingerprinted, finalizer patches, Events), taken
+    class, license copies with their content fingerprinted, finalizer patches, Events), taken
     from the recorder."""
     state = reconciler.state
     context = state.status_context()
@@ -67,13 +68,15 @@ def once_report(reconciler: Manager, recorder: RecordingKube) -> dict[str, Any]:
     def of(kind: str) -> list[dict[str, Any]]:
         return [{k: v for k, v in w.items() if k != "kind"} for w in writes if w["kind"] == kind]
 
+    copies = of("licence-copy")  # the write recorder's kind, as the metrics label it
     return {
         "items": [
             {"name": n, "status": state.compute_status(n, context, now=now)}
             for n in sorted(state.classes)
         ],
         "statusWrites": sorted({w["name"] for w in writes if w["kind"] == "status"}),
-        "licenceCopies": of("licence-copy"),
+        "licenseCopies": copies,
+        "licenceCopies": copies,  # deprecated: the same list under the old key, for one release
         "finalizers": of("finalizers"),
         "events": of("event"),
     }

@@ -14,7 +14,7 @@ from gpuclass.shared.kube.settings import CommonSettings
 
 
 class ReconcilerSettings(CommonSettings):
-    """Keep every GPUClass status, licence copy and in-use finalizer current."""
+    """Keep every GPUClass status, license copy and in-use finalizer current."""
 
     port: int = Field(
         8080,
@@ -109,7 +109,7 @@ class ReconcilerSettings(CommonSettings):
         return self
 
     def lease_namespace(self) -> str:
-        """The reconciler's own namespace: its Lease and its licence-copy record live there."""
+        """The reconciler's own namespace: its Lease and its license-copy record live there."""
         return self.leader_election_namespace or self.license_namespace
 
     def scope(self) -> Scope:

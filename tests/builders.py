@@ -13,7 +13,7 @@ another: `tests/project/test_import_contracts.py` forbids importing a `tests.tes
 - :func:`changed_fields`: the JSON pointers a patch changed.
 
 The server-valid builders used with a running `gpuclass-reconciler` (full Pod
-containers, images, the KubeVirt licence volume) sit beside the process plumbing in
+containers, images, the KubeVirt license volume) sit beside the process plumbing in
 `tests/e2e_reconciler_helpers.py`.
 """
 

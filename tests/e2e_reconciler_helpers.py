@@ -8,11 +8,11 @@
 - :class:`PermittedDevices` adds resource names to the KubeVirt CR and takes them out
   again, leaving other entries (other test modules') alone;
 - :func:`apply_chart_rbac` applies the chart's reconciler RBAC and Secret policy, rendered
-  with the licence sources the tests use (:data:`LICENSE_SOURCES`), and returns what to
+  with the license sources the tests use (:data:`LICENSE_SOURCES`), and returns what to
   delete afterwards (only what did not exist before);
 - :class:`Launchers` makes virt-launcher Pods as KubeVirt's controller does (as its user,
   the VMI their controlling owner, its Secret volumes theirs), binds them as the scheduler
-  would and ends them as a kubelet would: the reconciler copies a licence only for a
+  would and ends them as a kubelet would: the reconciler copies a license only for a
   launcher bound to a node that mounts it (docs/contract.md 6.5);
 - the copy record (:data:`COPY_RECORD`): read it, and write entries as a previous replica
   would have left them.
@@ -71,7 +71,7 @@ KUBEVIRT_CONTROLLER_GROUPS = (
     f"system:serviceaccounts:{KUBEVIRT_NAMESPACE}",
 )
 LICENSE_SOURCES: tuple[str, ...] = tuple(f"e2e-licence-source-{i}" for i in range(8))
-"""The licence source Secrets the tests may use. The chart is rendered with these as
+"""The license source Secrets the tests may use. The chart is rendered with these as
 `settings.licenseSecretNames` (a Role with these resourceNames) and the reconciler runs with
 `--license-secret-names` naming them: any other Secret is beyond its reach. A handful, as a
 hoster lists: each name is one list and one watch of the reconciler. Test modules take
@@ -247,7 +247,7 @@ class ReconcilerProcess:
 
 def reconciler_args(*extra: str) -> list[str]:
     """The arguments the chart gives the reconciler (templates/reconciler-deployment.yaml), with
-    the tests' licence sources: entitled, the sources by name, its own namespace."""
+    the tests' license sources: entitled, the sources by name, its own namespace."""
     return [
         "--vgpu-entitled",
         f"--license-namespace={LICENSE_NAMESPACE}",
@@ -358,7 +358,7 @@ def vmi(
     license_copy: str | None = None,
 ) -> RawObject:
     """A VMI as admission stores it: the selection annotation, `gpus` entries and, for a
-    licensed class, the licence volume and disk (docs/contract.md section 1)."""
+    licensed class, the license volume and disk (docs/contract.md section 1)."""
     meta: RawObject = {"name": name, "namespace": ns}
     if classes:
         meta["annotations"] = {ANNOTATION: json.dumps([{"className": c} for c in classes])}
@@ -646,8 +646,8 @@ def apply_chart_rbac(
     api: Api, *, license_secret_names: Sequence[str] = LICENSE_SOURCES
 ) -> list[RawObject]:
     """Apply the chart's reconciler rights (ServiceAccount, roles, bindings, the Role on the
-    licence sources by name, the ValidatingAdmissionPolicies) as rendered with the tests'
-    licence sources; returns the objects that did not exist before, for the caller to delete
+    license sources by name, the ValidatingAdmissionPolicies) as rendered with the tests'
+    license sources; returns the objects that did not exist before, for the caller to delete
     when done."""
     objects = chart_rbac(license_secret_names)
     new = [o for o in objects if _absent(api, o)]
@@ -657,7 +657,7 @@ def apply_chart_rbac(
 
 def wait_for_chart_rbac(user_api: Api) -> None:
     """The chart's rights reach the authorizer's cache a moment after they are applied: wait
-    until the reconciler's account may read the classes and a licence source by name."""
+    until the reconciler's account may read the classes and a license source by name."""
     source = f"/api/v1/namespaces/{LICENSE_NAMESPACE}/secrets/{LICENSE_SOURCES[0]}"
     eventually(
         lambda: (
@@ -857,7 +857,7 @@ def copy_record(api: Api) -> dict[str, str]:
 def copy_digest(data: Mapping[str, str]) -> str:
     """The digest the record keeps for a copy of `data` (plain values, as the copy decodes)."""
     from gpuclass.reconciler.state.licenses import copy_digest as digest
-    from gpuclass.shared.core.model.snapshot import Redacted
+    from gpuclass.shared.core.model.secrets import Redacted
 
     return digest({key: Redacted(b64(value)) for key, value in data.items()})
 

@@ -6,7 +6,8 @@ from tests.builders import gpuclass, node, pod
 
 
 def test_builders_compact_as_intended() -> None:
-    from gpuclass.shared.core.model.snapshot import compact_class, compact_node, compact_pod
+    from gpuclass.shared.core.model.podrequests import compact_pod
+    from gpuclass.shared.core.model.snapshot import compact_class, compact_node
 
     record = compact_class(gpuclass("c", "example.com/gpu", license="src"))
     assert record is not None and record.spec is not None and record.spec.license is not None

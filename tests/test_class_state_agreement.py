@@ -9,7 +9,7 @@ entitled or not and the platform's vGPU setting on or off. For each class, a VMI
 
 - the webhook allows it exactly when docs/contract.md 4.3 and 4.5 do: the class exists, is not
   being deleted, owns its resource, is permitted, and (vGPU) the namespace is entitled;
-- status says Schedulable=True exactly when the class state allows it (4.3), its licence can be
+- status says Schedulable=True exactly when the class state allows it (4.3), its license can be
   delivered (6.4) and a node has a free unit, and explain's answer for one unit is the same;
 - plan, given the same catalog, computes the same status for every class as status does (the
   server's metadata, deletions and ages included), and lists no VM.

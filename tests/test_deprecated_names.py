@@ -6,10 +6,15 @@ warning on stderr (CHANGELOG, Unreleased).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from gpuclass.reconciler.main import main as reconciler_main
 from gpuclass.reconciler.settings import ReconcilerSettings
+from gpuclass.reconciler.state.licenses import launcher_licence, launcher_license
 from gpuclass.shared.cli.main import main as cli_main
+from gpuclass.shared.core.base.causes import CauseCode
 from gpuclass.shared.kube.settings import migrate_deprecated, parse_settings
 from tests.chart_helpers import deployment, pod_spec, render_objects
 
@@ -74,3 +79,32 @@ def test_chart_passes_the_namespace_under_either_key(
     for component in ("webhook", "reconciler"):
         [container] = pod_spec(deployment(objects, component))["containers"]
         assert f"--license-namespace={namespace}" in container["args"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        pytest.param("LicenceHandMounted", CauseCode.LICENSE_HAND_MOUNTED, id="hand-mounted"),
+        pytest.param("LicenceVolumeMissing", CauseCode.LICENSE_VOLUME_MISSING, id="volume-missing"),
+        pytest.param("LicenseHandMounted", CauseCode.LICENSE_HAND_MOUNTED, id="new-word"),
+    ],
+)
+def test_old_reasons_are_read_as_the_new_codes(old: str, new: CauseCode) -> None:
+    """A reason read as input (a user's CI expectation, a stored log) in the old spelling is the
+    same code; what we write is the new word."""
+    assert CauseCode(old) is new
+    assert new.value.startswith("License")
+
+
+def test_old_python_names_are_the_same_members() -> None:
+    assert CauseCode.LICENCE_HAND_MOUNTED is CauseCode.LICENSE_HAND_MOUNTED
+    assert CauseCode.LICENCE_VOLUME_MISSING is CauseCode.LICENSE_VOLUME_MISSING
+    assert "LICENCE_HAND_MOUNTED" not in [code.name for code in CauseCode], "an alias, not a member"
+    assert launcher_licence is launcher_license
+
+
+def test_once_report_carries_the_old_key_beside_the_new(capsys: pytest.CaptureFixture[str]) -> None:
+    assert reconciler_main(["--objects", "examples", "--once", "--log-level", "warning"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert "licenseCopies" in report
+    assert report["licenceCopies"] == report["licenseCopies"]

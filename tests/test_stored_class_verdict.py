@@ -115,7 +115,7 @@ def test_validate_admission_and_status_name_the_same_cause(
     assert response["status"]["code"] == 403
     [cause] = response["status"]["details"]["causes"]
     assert cause["reason"] == "ClassInvalid" and f"({field}: " in cause["message"]
-    assert "patch" not in response  # no GPU entries, no licence volume
+    assert "patch" not in response  # no GPU entries, no license volume
 
     code, out = run(capsys, "status", "--objects", str(folder))
     [item] = json.loads(out)["items"]

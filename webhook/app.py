@@ -44,6 +44,7 @@ from gpuclass.shared.core.admission.envelope import (
     too_many_values,
 )
 from gpuclass.shared.core.admission.review import Review, decide
+from gpuclass.shared.core.base.raw import dict_at
 from gpuclass.shared.kube.http import Probes, health_routes
 from gpuclass.shared.kube.logs import BoundedFields, log_fields
 from gpuclass.webhook import paths
@@ -196,7 +197,7 @@ class AdmissionRoute:
         self, req: AdmissionRequest, decision: Decision, causes: list[str], started: float
     ) -> BoundedFields:
         obj = req.object if req.object is not None else req.old_object
-        meta = _as_dict(obj.get("metadata")) if obj is not None else {}
+        meta = dict_at(obj.get("metadata")) if obj is not None else {}
         # Every request-derived string is clipped here, so the log filter need not walk them.
         return BoundedFields(
             {
@@ -294,7 +295,3 @@ async def _http_error(_: Request, exc: Exception) -> Response:
 
 def _fields(webhook: str, **extra: object) -> dict[str, Any]:
     return {"fields": {"webhook": webhook, **extra}}
-
-
-def _as_dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}

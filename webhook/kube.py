@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 from kubernetes_asyncio import client
 
-from gpuclass.shared.core.base.collections import (
+from gpuclass.shared.kube.apicollections import (
     ALL_RESOURCEQUOTAS,
     GPUCLASSES,
     KUBEVIRTS,

@@ -2,11 +2,11 @@
 
 Lists, watches and raw requests are the shared :class:`shared.kube.kubeclient.RawClient`
 (the webhook uses the same one); this module adds what the reconciler watches and
-the few writes it makes (status and finalizer merge patches, licence-copy Secrets,
+the few writes it makes (status and finalizer merge patches, license-copy Secrets,
 Events, the Lease).
 
 What it lists and watches, with which selectors, is :data:`reconciler.state.sources.SPECS`.
-A `by_name` source (the licence source Secrets) is read one name at a time, each
+A `by_name` source (the license source Secrets) is read one name at a time, each
 with a `metadata.name` field selector, so the chart's Role can grant it by
 `resourceNames` and nothing else in that namespace is readable: one list per name
 makes the list, one watch per name merged into one stream makes the watch, each
@@ -24,7 +24,7 @@ from kubernetes_asyncio import client
 from gpuclass.reconciler.api.port import ApiError, RawObject
 from gpuclass.reconciler.settings import ReconcilerSettings
 from gpuclass.reconciler.state.sources import SPECS, Scope, collections, name_selector
-from gpuclass.shared.core.base.collections import (
+from gpuclass.shared.kube.apicollections import (
     CONFIGMAPS,
     EVENTS,
     GPUCLASSES,

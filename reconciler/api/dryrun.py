@@ -37,7 +37,7 @@ def redact_value(key: str, value: object) -> str:
 
 
 def redact_secret(body: RawObject) -> RawObject:
-    """A licence copy's body as recorded: where, its labels, and its data through
+    """A license copy's body as recorded: where, its labels, and its data through
     :func:`redact_value` (gridd.conf in clear, the token only as a fingerprint)."""
     data = body.get("data")
     meta = body.get("metadata")
@@ -98,7 +98,7 @@ class RecordingKube:
         return result
 
     async def create_secret(self, namespace: str, body: RawObject) -> RawObject | None:
-        """Recorded as a licence-copy create, content redacted; sent only when forwarding."""
+        """Recorded as a license-copy create, content redacted; sent only when forwarding."""
         result = await self.inner.create_secret(namespace, body) if self.forward else None
         self._record("licence-copy", action="create", **redact_secret(body))
         return result
@@ -106,7 +106,7 @@ class RecordingKube:
     async def patch_secret(
         self, namespace: str, name: str, patch: list[RawObject]
     ) -> RawObject | None:
-        """Recorded as a licence-copy update with the patch's new `data`, redacted; sent only when
+        """Recorded as a license-copy update with the patch's new `data`, redacted; sent only when
         forwarding."""
         result = await self.inner.patch_secret(namespace, name, patch) if self.forward else None
         data: Any = next((op["value"] for op in patch if op.get("path") == "/data"), {})
@@ -115,7 +115,7 @@ class RecordingKube:
         return result
 
     async def delete_secret(self, namespace: str, name: str) -> None:
-        """Recorded as a licence-copy delete; sent only when forwarding."""
+        """Recorded as a license-copy delete; sent only when forwarding."""
         if self.forward:
             await self.inner.delete_secret(namespace, name)
         self._record("licence-copy", action="delete", namespace=namespace, name=name)

@@ -311,7 +311,7 @@ class MemoryKube:
     ) -> None:
         """The chart's ValidatingAdmissionPolicy (charts/gpuclass/templates/license-copy-policy.yaml).
 
-        Licence-copy names in tenant namespaces only; the new object labelled ours, of
+        License-copy names in tenant namespaces only; the new object labelled ours, of
         type Opaque, with exactly the token and gridd.conf keys, no stringData, no
         annotation outside gpuclass.cozystack.io/, no ownerReferences, no finalizers and
         not immutable; the stored object labelled ours before an update or delete.

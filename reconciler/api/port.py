@@ -54,18 +54,18 @@ class KubeAPI(Protocol):
         ...
 
     async def create_secret(self, namespace: str, body: RawObject) -> RawObject | None:
-        """Create a licence copy; 409 AlreadyExists when a Secret of that name exists."""
+        """Create a license copy; 409 AlreadyExists when a Secret of that name exists."""
         ...
 
     async def patch_secret(
         self, namespace: str, name: str, patch: list[RawObject]
     ) -> RawObject | None:
-        """JSON patch of a licence copy (`reconciler.state.licenses.copy_patch`): 404 when it is gone,
+        """JSON patch of a license copy (`reconciler.state.licenses.copy_patch`): 404 when it is gone,
         422 when its `test` fails (not labelled ours) or the Secret is immutable."""
         ...
 
     async def delete_secret(self, namespace: str, name: str) -> None:
-        """Delete a licence copy (the chart's policy refuses it unless the copy carries our label)."""
+        """Delete a license copy (the chart's policy refuses it unless the copy carries our label)."""
         ...
 
     async def create_config_map(self, namespace: str, body: RawObject) -> RawObject | None:

@@ -1,8 +1,8 @@
-"""Licence copies (docs/contract.md sections 1 and 6): which copies should exist, and what to do about them.
+"""License copies (docs/contract.md sections 1 and 6): which copies should exist, and what to do about them.
 
 A copy `gpuclass-license-<class>` is wanted in a namespace when a VMI there mounts
-it through the licence volume, its virt-launcher Pod is bound to a node and mounts
-the copy too (the VMI is really starting: :func:`launcher_licence`), *and* the
+it through the license volume, its virt-launcher Pod is bound to a node and mounts
+the copy too (the VMI is really starting: :func:`launcher_license`), *and* the
 namespace is entitled to vGPU now (the entitlement is re-checked here: a selection
 annotation alone never triggers a copy). Its content is the source Secret's token
 plus `gridd.conf`.
@@ -33,7 +33,9 @@ from typing import Any, Literal
 import orjson
 
 from gpuclass.shared.core.base import names
-from gpuclass.shared.core.model.snapshot import ClassRecord, Redacted, SecretRecord
+from gpuclass.shared.core.base.raw import dict_at, list_at
+from gpuclass.shared.core.model.secrets import Redacted, SecretRecord
+from gpuclass.shared.core.model.snapshot import ClassRecord
 from gpuclass.shared.core.model.vmiuse import VMIUse
 from gpuclass.shared.core.status.entitlement import entitlement_problem
 
@@ -41,18 +43,18 @@ SecretKey = tuple[str, str]
 """(namespace, name)."""
 
 Started = tuple[str, str, str]
-"""(namespace, VMI name, copy name) of a bound virt-launcher Pod that mounts a licence copy."""
+"""(namespace, VMI name, copy name) of a bound virt-launcher Pod that mounts a license copy."""
 
 MANAGED_LABELS: Mapping[str, str] = {names.MANAGED_BY_LABEL: names.MANAGED_BY_VALUE}
 PENDING = ""
 """Record digest of a copy whose first write has not been confirmed yet."""
 MAX_RECORD_BYTES = 900 * 1024
-"""Below the 1 MiB a ConfigMap may hold: about 9,000 copies (docs/decisions.md, "Licence copies")."""
+"""Below the 1 MiB a ConfigMap may hold: about 9,000 copies (docs/decisions.md, "License copies")."""
 
 
 @dataclass(frozen=True, slots=True)
 class DesiredCopy:
-    """A licence copy that should exist now: where, for which class, and its full `data` (token and
+    """A license copy that should exist now: where, for which class, and its full `data` (token and
     gridd.conf), wrapped so it never prints."""
 
     namespace: str
@@ -101,7 +103,7 @@ class CopyAction:
 
 
 def gridd_conf(feature_type: int) -> str:
-    """The copy's gridd.conf: the one line `FeatureType=<featureType>` (contract table, licence
+    """The copy's gridd.conf: the one line `FeatureType=<featureType>` (contract table, license
     copy)."""
     return f"FeatureType={feature_type}\n"
 
@@ -124,33 +126,24 @@ def copy_digest(data: Mapping[str, Redacted]) -> str:
     return digest.hexdigest()[:32]
 
 
-def _list(value: object) -> list[Any]:
-    """A field of the wrong shape is read as absent, as everywhere in the core."""
-    return value if isinstance(value, list) else []
-
-
-def _dict(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def launcher_licence(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+def launcher_license(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     """(VMI name, copy name) when `pod` is a bound, unfinished virt-launcher Pod of a VMI that
-    mounts a licence copy.
+    mounts a license copy.
 
     KubeVirt's controller renders each VMI Secret volume as a Pod volume of the same
-    Secret and makes the VMI the Pod's controlling owner (docs/decisions.md, "Licence
+    Secret and makes the VMI the Pod's controlling owner (docs/decisions.md, "License
     copies"). Only KubeVirt's controller may create a Pod that mounts a
     `gpuclass-license-*` Secret (the chart's policy), so such a Pod, once bound, says
     the VMI is really starting. Anything else answers None.
     """
-    meta, spec = _dict(pod.get("metadata")), _dict(pod.get("spec"))
-    node, phase = spec.get("nodeName"), _dict(pod.get("status")).get("phase")
+    meta, spec = dict_at(pod.get("metadata")), dict_at(pod.get("spec"))
+    node, phase = spec.get("nodeName"), dict_at(pod.get("status")).get("phase")
     if not isinstance(node, str) or not node or phase in ("Succeeded", "Failed"):
         return None
     owner = next(
         (
             ref
-            for ref in _list(meta.get("ownerReferences"))
+            for ref in list_at(meta.get("ownerReferences"))
             if isinstance(ref, dict)
             and ref.get("controller") is True
             and ref.get("kind") == "VirtualMachineInstance"
@@ -161,11 +154,15 @@ def launcher_licence(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     )
     if owner is None:
         return None
-    for volume in _list(spec.get("volumes")):
-        secret_name = _dict(_dict(volume).get("secret")).get("secretName")
+    for volume in list_at(spec.get("volumes")):
+        secret_name = dict_at(dict_at(volume).get("secret")).get("secretName")
         if isinstance(secret_name, str) and is_copy_name(secret_name):
             return (owner["name"], secret_name)
     return None
+
+
+launcher_licence = launcher_license
+"""Deprecated name of :func:`launcher_license`, for one release (CHANGELOG, Unreleased)."""
 
 
 def copy_content(
@@ -197,7 +194,7 @@ def desired_copies(
 ) -> CopyPlan:
     """Every copy a started, entitled VMI mounts, with its content, or held when none can be made.
 
-    `started` holds what bound launcher Pods mount (:func:`launcher_licence`): a VMI that
+    `started` holds what bound launcher Pods mount (:func:`launcher_license`): a VMI that
     never gets a node (pinned to a node that does not exist, or waiting for capacity)
     gets no copy, so no token reaches a namespace without a licensed guest starting there.
     """
@@ -256,7 +253,7 @@ def parse_record(obj: Mapping[str, Any] | None) -> dict[SecretKey, str]:
 
     Format of `data["copies.json"]`: a JSON object `{"<namespace>/<name>": "<digest>"}`.
     """
-    text = _dict(_dict(obj).get("data")).get(names.COPY_RECORD_KEY) if obj else None
+    text = dict_at(dict_at(obj).get("data")).get(names.COPY_RECORD_KEY) if obj else None
     if not isinstance(text, str) or len(text) > 2 * MAX_RECORD_BYTES:
         return {}
     try:
@@ -264,7 +261,7 @@ def parse_record(obj: Mapping[str, Any] | None) -> dict[SecretKey, str]:
     except orjson.JSONDecodeError:
         return {}
     entries: dict[SecretKey, str] = {}
-    for key, digest in _dict(raw).items():
+    for key, digest in dict_at(raw).items():
         namespace, _, name = str(key).partition("/")
         if namespace and is_copy_name(name) and isinstance(digest, str):
             entries[(namespace, name)] = digest

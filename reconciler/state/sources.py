@@ -8,9 +8,9 @@ and filters them with :func:`selected`, the same selectors evaluated locally.
 
 Server-side selectors keep what enters the process small, and nothing a tenant
 creates can make it large: Pods only when bound and not finished; Secrets only the
-licence sources, by name (:attr:`Scope.license_secret_names`), never a tenant's; the
-licence copies the reconciler wrote are known from its own record, a ConfigMap read
-by name (docs/decisions.md, "Licence copies"). Pure: no I/O.
+license sources, by name (:attr:`Scope.license_secret_names`), never a tenant's; the
+license copies the reconciler wrote are known from its own record, a ConfigMap read
+by name (docs/decisions.md, "License copies"). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from gpuclass.shared.core.base import collections as api
 from gpuclass.shared.core.base import names
+from gpuclass.shared.kube import apicollections as api
 
 Source = Literal[
     "gpuclasses",
@@ -47,11 +47,11 @@ class Scope:
     record_namespace: str = names.DEFAULT_LICENSE_NAMESPACE
     """Where the copy record lives: the reconciler's own namespace."""
     license_secret_names: frozenset[str] | None = None
-    """The licence source Secrets to read, by name; None: every Secret of the licence
+    """The license source Secrets to read, by name; None: every Secret of the license
     namespace (offline files, or an install that grants that)."""
 
     def namespace(self, which: str) -> str | None:
-        """The namespace a spec's `namespace` word stands for ("licence", "kubevirt" or "record");
+        """The namespace a spec's `namespace` word stands for ("license", "kubevirt" or "record");
         None for "" (the whole cluster)."""
         return {
             "licence": self.license_namespace,
@@ -65,12 +65,12 @@ class SourceSpec:
     """One watched collection.
 
     `namespace` says which namespace the path is scoped to: "" for the whole cluster,
-    "licence", "kubevirt" or "record" for the namespace the settings name.
+    "license", "kubevirt" or "record" for the namespace the settings name.
     """
 
     name: Source
     collection: api.Collection
-    """Kind, path and the collection's own field selector (shared/core/base/collections.py)."""
+    """Kind, path and the collection's own field selector (shared/kube/apicollections.py)."""
     store: str
     """The `ClusterCache` attribute holding the source's records."""
     cluster_scoped: bool = False

@@ -18,7 +18,8 @@ from collections.abc import Iterator, Mapping
 
 from gpuclass.reconciler.state.surveys import ClassSurveys
 from gpuclass.shared.core.model.kubevirt import kubevirt_devices
-from gpuclass.shared.core.model.snapshot import NodeRecord, PodRecord
+from gpuclass.shared.core.model.podrequests import PodRecord
+from gpuclass.shared.core.model.snapshot import NodeRecord
 from gpuclass.shared.core.status.availability import UsageIndex
 
 

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuclass.shared.core.base import names
-from gpuclass.shared.core.base.collections import (
+from gpuclass.shared.core.model.secrets import Redacted, SecretRecord
+from gpuclass.shared.core.model.snapshot import Snapshot, SnapshotBuilder
+from gpuclass.shared.kube.apicollections import (
     BOUND_PODS,
     GPUCLASSES,
     KUBEVIRTS,
@@ -22,7 +24,6 @@ from gpuclass.shared.core.base.collections import (
     VMS,
     Collection,
 )
-from gpuclass.shared.core.model.snapshot import Redacted, SecretRecord, Snapshot, SnapshotBuilder
 from gpuclass.shared.kube.loader import LoadError
 
 
@@ -57,15 +58,7 @@ async def read_cluster(
     from gpuclass.shared.kube.errors import ApiError
     from gpuclass.shared.kube.kubeclient import RawClient, api_client
 
-    collections = {
-        "Node": (NODES.at(), NODES.params()),
-        "Pod": (BOUND_PODS.at(), BOUND_PODS.params()),
-        names.KIND: (GPUCLASSES.at(), GPUCLASSES.params()),
-        "KubeVirt": (KUBEVIRTS.at(kubevirt_namespace), KUBEVIRTS.params()),
-        **{c.kind: (c.at(), c.params()) for c in more},
-    }
-    if quota_namespace is not None:
-        collections["ResourceQuota"] = (RESOURCEQUOTAS.at(quota_namespace), RESOURCEQUOTAS.params())
+    collections = _collections(kubevirt_namespace, more, quota_namespace)
     try:  # --kubeconfig, else KUBECONFIG, else ~/.kube/config, as kubectl finds them
         api = await api_client(kubeconfig, binary="gpuclass", context=context)
     except ClusterConfigError as exc:
@@ -90,7 +83,7 @@ async def read_cluster(
                     quotas_unread = True  # answered without the quota check, and said so
                     continue
                 raise LoadError(f"listing {kind}: {exc}") from exc
-        for secret_name in licence_secret_names(builder.snapshot, classes):
+        for secret_name in license_secret_names(builder.snapshot, classes):
             path = SECRETS.item(secret_name, license_namespace)
             try:
                 builder.add({**await raw.get(path), "kind": "Secret"})
@@ -111,7 +104,23 @@ async def read_cluster(
     return snapshot
 
 
-def licence_secret_names(snapshot: Snapshot, classes: frozenset[str] | None) -> list[str]:
+def _collections(
+    kubevirt_namespace: str, more: Sequence[Collection], quota_namespace: str | None
+) -> dict[str, tuple[str, dict[str, str]]]:
+    """Kind -> (path, query) of every collection one answer lists, in the order it lists them."""
+    collections = {
+        "Node": (NODES.at(), NODES.params()),
+        "Pod": (BOUND_PODS.at(), BOUND_PODS.params()),
+        names.KIND: (GPUCLASSES.at(), GPUCLASSES.params()),
+        "KubeVirt": (KUBEVIRTS.at(kubevirt_namespace), KUBEVIRTS.params()),
+        **{c.kind: (c.at(), c.params()) for c in more},
+    }
+    if quota_namespace is not None:
+        collections["ResourceQuota"] = (RESOURCEQUOTAS.at(quota_namespace), RESOURCEQUOTAS.params())
+    return collections
+
+
+def license_secret_names(snapshot: Snapshot, classes: frozenset[str] | None) -> list[str]:
     """The source Secrets of the licensed classes in `classes` (None: all), each once, sorted."""
     return sorted(
         {

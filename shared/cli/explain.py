@@ -30,13 +30,9 @@ from gpuclass.shared.core.status.availability import (
     conflict_winners,
     survey,
 )
-from gpuclass.shared.core.status.capacity import (
-    NodeFit,
-    Survey,
-    exclusions,
-    judge_node,
-)
+from gpuclass.shared.core.status.capacity import NodeFit, Survey, judge_node
 from gpuclass.shared.core.status.catalog import Catalog, Policy, build_catalog
+from gpuclass.shared.core.status.schedulable import exclusions
 
 RowVerdict = Literal[
     "fits",

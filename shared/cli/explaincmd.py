@@ -130,7 +130,7 @@ def _manifest_namespace(path: str) -> str:
 
 
 def _classes_asked(args: argparse.Namespace) -> frozenset[str] | None:
-    """The classes whose licence Secret matters: CLASS, or the manifest's selection."""
+    """The classes whose license Secret matters: CLASS, or the manifest's selection."""
     if not args.manifest:
         return frozenset({args.class_name})
     _, _, raw = selection_of(_manifest(args.manifest))

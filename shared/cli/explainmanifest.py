@@ -11,7 +11,7 @@ VM. Pure: a snapshot in, a :class:`ManifestExplanation` out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
@@ -29,9 +29,10 @@ from gpuclass.shared.core.admission.vmtemplate import template_view, tenant_caus
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.causes import Cause
 from gpuclass.shared.core.base.k8s import tolerates_all
+from gpuclass.shared.core.base.raw import dict_at
 from gpuclass.shared.core.model.detail import CPU, EPHEMERAL, MEMORY, headroom
 from gpuclass.shared.core.model.launcher import LauncherAsk, launcher_ask, launcher_misfits
-from gpuclass.shared.core.model.selection import parse_selection
+from gpuclass.shared.core.model.selection import ClassEntry, parse_selection
 from gpuclass.shared.core.model.snapshot import Snapshot
 from gpuclass.shared.core.status.availability import UsageIndex
 from gpuclass.shared.core.status.capacity import node_blocker
@@ -94,17 +95,13 @@ class ManifestExplanation:
 def selection_of(manifest: Mapping[str, Any]) -> tuple[str, str, str | None]:
     """(kind, name, raw annotation): a VM's selection is on its template (docs/contract.md 2)."""
     kind = str(manifest.get("kind") or "")
-    meta = _dict(manifest.get("metadata"))
+    meta = dict_at(manifest.get("metadata"))
     holder = meta
     if kind == "VirtualMachine":
-        holder = _dict(_dict(_dict(manifest.get("spec")).get("template")).get("metadata"))
-    raw = _dict(holder.get("annotations")).get(names.SELECTION_ANNOTATION)
+        holder = dict_at(dict_at(dict_at(manifest.get("spec")).get("template")).get("metadata"))
+    raw = dict_at(holder.get("annotations")).get(names.SELECTION_ANNOTATION)
     name = meta.get("name")
     return kind, str(name or "(no name)"), raw if isinstance(raw, str) else None
-
-
-def _dict(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 def unit_nodes(snapshot: Snapshot, index: UsageIndex, wanted: Mapping[str, int]) -> list[str]:
@@ -135,9 +132,9 @@ def resolved_view(
     """The VMI the manifest becomes after admission: its GPU entries, one per unit of each class
     (docs/contract.md 4.6), beside whatever else the tenant wrote."""
     view = dict(judged_view(manifest))
-    spec = dict(_dict(view.get("spec")))
-    domain = dict(_dict(spec.get("domain")))
-    devices = dict(_dict(domain.get("devices")))
+    spec = dict(dict_at(view.get("spec")))
+    domain = dict(dict_at(spec.get("domain")))
+    devices = dict(dict_at(domain.get("devices")))
     gpus: list[dict[str, Any]] = []
     for name, units in wanted.items():
         record = snapshot.classes.get(name)
@@ -205,7 +202,7 @@ def judged_view(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
 def manifest_refusals(manifest: Mapping[str, Any], catalog: Catalog) -> tuple[Cause, ...]:
     """Every cause admission gives the VMI of `manifest` (docs/contract.md 4.1-4.8) but
     entitlement, each field as the tenant wrote it (a VM's as shared/core/admission/validate_vm.py names them)."""
-    namespace = str(_dict(manifest.get("metadata")).get("namespace") or "default")
+    namespace = str(dict_at(manifest.get("metadata")).get("namespace") or "default")
     judged = judge_create(judged_view(manifest), namespace, catalog)
     vm = manifest.get("kind") == "VirtualMachine"
     return tuple(
@@ -232,9 +229,7 @@ def explain_manifest(
         return ManifestExplanation(
             kind, name, (), problems, 0, False, "the selection is invalid: admission refuses it"
         )
-    wanted: dict[str, int] = {}
-    for entry in selection.entries:
-        wanted[entry.class_name] = wanted.get(entry.class_name, 0) + entry.units
+    wanted = _units_per_class(selection.entries)
     refused = "admission refuses the VM: " + "; ".join(c.message for c in causes)
     if not wanted:
         if problems:
@@ -256,7 +251,7 @@ def explain_manifest(
         for c, n in wanted.items()
     )
     holding = unit_nodes(snapshot, index, wanted)
-    namespace = str(_dict(manifest.get("metadata")).get("namespace") or "default")
+    namespace = str(dict_at(manifest.get("metadata")).get("namespace") or "default")
     ask = (  # a VM admission refuses never gets a launcher
         launcher_ask(resolved_view(manifest, snapshot, wanted), snapshot.kubevirt)
         if snapshot.detail is not None and not problems
@@ -296,6 +291,14 @@ def explain_manifest(
     )
 
 
+def _units_per_class(entries: Iterable[ClassEntry]) -> dict[str, int]:
+    """Each selected class's total units, in the order the selection first names it."""
+    wanted: dict[str, int] = {}
+    for entry in entries:
+        wanted[entry.class_name] = wanted.get(entry.class_name, 0) + entry.units
+    return wanted
+
+
 def _verdict(
     wanted: Mapping[str, int],
     classes: Sequence[Explanation],
@@ -313,7 +316,7 @@ def _verdict(
     blocked = tuple(e.class_name for e in classes if e.class_blocked)
     if refused is not None:
         # Admission refuses the VM as a whole (one vGPU class, 1024 units, a hand-mounted
-        # licence...): said first, whatever the nodes have free (docs/contract.md 7.6).
+        # license...): said first, whatever the nodes have free (docs/contract.md 7.6).
         return blocked or everything, refused, "admission"
     if blocked:
         return blocked, "blocked by " + ", ".join(blocked), "class"
@@ -353,7 +356,9 @@ def _rendering_notes(manifest: Mapping[str, Any], ask: LauncherAsk | None) -> tu
     if ask is None:
         return ()
     left_out = list(ask.unrendered)
-    if manifest.get("kind") == "VirtualMachine" and _dict(manifest.get("spec")).get("instancetype"):
+    if manifest.get("kind") == "VirtualMachine" and dict_at(manifest.get("spec")).get(
+        "instancetype"
+    ):
         left_out.append("instance types")
     if not left_out:
         return ()

@@ -19,6 +19,7 @@ from gpuclass.shared.core.admission.envelope import (
     MalformedReview,
     Operation,
 )
+from gpuclass.shared.core.base.raw import metadata
 
 RESOURCES: Final = {
     VMI: "virtualmachineinstances",
@@ -55,7 +56,7 @@ def wrap_manifest(
         )
     if operation == "UPDATE" and not isinstance(old, dict):
         raise MalformedReview("an UPDATE needs the old object as well")
-    meta = _metadata(subject)
+    meta = metadata(subject)
     if kind in CLUSTER_SCOPED:
         namespace = ""
     else:
@@ -89,9 +90,4 @@ def _group_kind_of(obj: Mapping[str, Any]) -> GroupKind:
 def _in_namespace(obj: object, namespace: str) -> object:
     if not isinstance(obj, dict) or not namespace:
         return obj
-    return {**obj, "metadata": {**_metadata(obj), "namespace": namespace}}
-
-
-def _metadata(obj: Mapping[str, Any]) -> dict[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
+    return {**obj, "metadata": {**metadata(obj), "namespace": namespace}}

@@ -5,7 +5,7 @@ catalog (GPUClass manifests) in, a :class:`Plan` out. Every answer comes from th
 the running system calls, so the plan cannot disagree with what happens after the merge:
 
 - a class change is judged by the GPUClass admitter (`validate_class` with the stored object
-  as `old`: immutable identity, licence mode), the same verdict the webhook and the CRD's
+  as `old`: immutable identity, license mode), the same verdict the webhook and the CRD's
   rules give;
 - status before and after is :func:`compute_all`, the reconciler's function, on the cluster
   with the current and with the proposed classes;
@@ -21,12 +21,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from gpuclass.shared.cli.planmerge import proposed_snapshot, stored_object
 from gpuclass.shared.core.admission.resolution import judge_create
 from gpuclass.shared.core.admission.rules import annotation
 from gpuclass.shared.core.admission.vmtemplate import template_view, tenant_cause
-from gpuclass.shared.core.base import names
 from gpuclass.shared.core.model.selection import parse_selection
-from gpuclass.shared.core.model.snapshot import ClassRecord, Snapshot, compact_class
+from gpuclass.shared.core.model.snapshot import ClassRecord, Snapshot
 from gpuclass.shared.core.model.validation import validate_class
 from gpuclass.shared.core.status.availability import compute_all
 from gpuclass.shared.core.status.catalog import Catalog, Policy, build_catalog
@@ -169,21 +169,6 @@ def _figures(status: Mapping[str, Any]) -> dict[str, Any]:
     return figures
 
 
-def stored_object(record: ClassRecord) -> dict[str, Any]:
-    """The stored GPUClass as the API server would send it as `oldObject`."""
-    meta: dict[str, Any] = {"name": record.name}
-    if record.created:
-        meta["creationTimestamp"] = record.created
-    if record.uid:
-        meta["uid"] = record.uid
-    if record.generation:
-        meta["generation"] = record.generation
-    if record.finalizers:
-        meta["finalizers"] = list(record.finalizers)
-    return {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": meta,
-            "spec": dict(record.raw_spec)}  # fmt: skip
-
-
 def _name(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None
@@ -200,68 +185,6 @@ def _changed_fields(old: Mapping[Any, Any], new: Mapping[Any, Any]) -> tuple[str
     strings (`1:`, `null:`), which sort by their type's name and text, never by comparison."""
     keys = sorted(set(old) | set(new), key=lambda k: (type(k).__name__, str(k)))
     return tuple(str(k) for k in keys if old.get(k) != new.get(k))
-
-
-SERVER_OWNED = frozenset(
-    {
-        "creationTimestamp",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-        "finalizers",
-        "resourceVersion",
-        "uid",
-        "generation",
-        "managedFields",
-        "selfLink",
-    }
-)
-"""Metadata the API server keeps whatever a manifest says (or a controller writes: the in-use
-finalizer): a plan takes it from the cluster, never from the pull request."""
-
-
-def proposed_snapshot(
-    current: Snapshot, accepted: Mapping[str, Mapping[str, Any]], *, now: str
-) -> Snapshot:
-    """The cluster with the proposed catalog: accepted classes replace or join the stored ones;
-    a class left out is deleted, which its in-use finalizer holds while VMIs use it.
-
-    What the merge applies is the spec (and the labels and annotations); the server-owned
-    metadata (:data:`SERVER_OWNED`) and `status` stay the stored class's, and a new class gets
-    what the API server gives it: created `now` (the newest class, so it loses a resource-name
-    conflict to every stored one), no finalizer, not being deleted.
-    """
-    classes: dict[str, ClassRecord] = {}
-    for name, record in current.classes.items():
-        if name in accepted:
-            continue
-        if record.finalizers or any(name in v.admitted for v in current.vmis):
-            classes[name] = replace(record, deleting=True)
-    for name, obj in accepted.items():
-        old = current.classes.get(name)
-        meta = obj.get("metadata")
-        kept = {
-            k: v
-            for k, v in (meta.items() if isinstance(meta, Mapping) else ())
-            if k not in SERVER_OWNED
-        }
-        merged = {k: v for k, v in obj.items() if k != "status"}
-        merged["metadata"] = kept
-        compact = compact_class(merged)
-        if compact is None:
-            continue
-        if old is not None:
-            compact = replace(
-                compact,
-                created=old.created,
-                deleting=old.deleting,
-                finalizers=old.finalizers,
-                uid=old.uid,
-                generation=old.generation,
-            )
-        else:
-            compact = replace(compact, created=now, deleting=False, finalizers=(), uid="")
-        classes[name] = replace(compact, status=None)
-    return replace(current, classes=classes)
 
 
 def plan(

@@ -23,19 +23,12 @@ from typing import Any, cast
 
 from gpuclass.shared.cli.cluster import read_cluster
 from gpuclass.shared.cli.escape import text
-from gpuclass.shared.cli.plan import (
-    DEFAULT_FAIL_ON,
-    IMPACTS,
-    Impact,
-    Proposed,
-    inventory,
-    plan,
-)
+from gpuclass.shared.cli.plan import DEFAULT_FAIL_ON, IMPACTS, Impact, Proposed, inventory, plan
 from gpuclass.shared.cli.planformat import PLAN_FORMATS, PlanFormat, render_plan
 from gpuclass.shared.core.base import names
-from gpuclass.shared.core.base.collections import NAMESPACES, VMIS, VMS
 from gpuclass.shared.core.model.snapshot import Snapshot, SnapshotBuilder
 from gpuclass.shared.core.status.catalog import Policy
+from gpuclass.shared.kube.apicollections import NAMESPACES, VMIS, VMS
 from gpuclass.shared.kube.clock import now_rfc3339
 from gpuclass.shared.kube.loader import LoadError, files_under, iter_objects, iter_stored_objects
 

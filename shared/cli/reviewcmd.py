@@ -75,6 +75,16 @@ def add_parser(sub: Any, env: Mapping[str, str]) -> None:
         "/validate/pods judges vGPU requests; for a VMI, /mutate/virtualmachineinstances; "
         "/validate/virtualmachineinstances judges it as stored, after every mutation)",
     )
+    _add_manifest_options(r)
+    r.add_argument(
+        "review",
+        metavar="REVIEW",
+        help="AdmissionReview JSON file (or with --manifest, a manifest), or - for standard input",
+    )
+
+
+def _add_manifest_options(r: Any) -> None:
+    """The options of `review --manifest`: the request a plain manifest is wrapped in."""
     m = r.add_argument_group(
         "plain manifests",
         "With --manifest, REVIEW is one VirtualMachine, VirtualMachineInstance, Pod or GPUClass "
@@ -104,11 +114,6 @@ def add_parser(sub: Any, env: Mapping[str, str]) -> None:
         default="",
         help="user making the request (a launcher Pod is only touched when it is KubeVirt's "
         "controller user)",
-    )
-    r.add_argument(
-        "review",
-        metavar="REVIEW",
-        help="AdmissionReview JSON file (or with --manifest, a manifest), or - for standard input",
     )
 
 

@@ -101,8 +101,8 @@ def mounted_secret(obj: RawObject) -> str:
     return name
 
 
-def licence_policy(objects: list[dict[str, Any]]) -> dict[str, Any]:
-    """The licence-copy ValidatingAdmissionPolicy of a render."""
+def license_policy(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The license-copy ValidatingAdmissionPolicy of a render."""
     [policy] = [
         o
         for o in of_kind(objects, "ValidatingAdmissionPolicy")

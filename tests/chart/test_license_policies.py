@@ -1,7 +1,7 @@
 """templates/license-copy-policy.yaml and license-mount-policy.yaml (docs/contract.md section 6).
 
-The licence-copy policy binds the reconciler's account only and its CEL, evaluated with cel-python,
-lets through exactly the copies the reconciler writes; the licence-mount policy spares only
+The license-copy policy binds the reconciler's account only and its CEL, evaluated with cel-python,
+lets through exactly the copies the reconciler writes; the license-mount policy spares only
 KubeVirt's controller. tests/e2e/test_e2e_chart.py shows the same on a real kube-apiserver.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.chart.common import cel, licence_policy
+from tests.chart.common import cel, license_policy
 from tests.chart_helpers import (
     NAMESPACE,
     RawObject,
@@ -23,7 +23,7 @@ from tests.chart_helpers import (
 )
 
 
-def test_licence_mount_policy_spares_only_kubevirts_controller() -> None:
+def test_license_mount_policy_spares_only_kubevirts_controller() -> None:
     user = "system:serviceaccount:kubevirt:kubevirt-controller"
     objects = render_objects({"settings": {"kubevirtControllerUser": user}}, release="gpu")
     [policy] = [
@@ -89,7 +89,7 @@ def test_license_copy_policy_applies_to_the_reconciler_account_only(
 ) -> None:
     objects = render_objects(values)
     assert one(objects, "ServiceAccount", account)
-    policy = licence_policy(objects)
+    policy = license_policy(objects)
     assert policy["spec"]["matchConditions"] == [
         {
             "name": "reconciler-service-account",
@@ -157,7 +157,7 @@ def _policy_activation(
 
 def _policy_verdicts(activation: dict[str, Any]) -> list[bool]:
     celpy = pytest.importorskip("celpy")
-    policy = licence_policy(render_objects())
+    policy = license_policy(render_objects())
     for condition in policy["spec"]["matchConditions"]:
         assert cel(celpy, condition["expression"], activation)
     return [cel(celpy, v["expression"], activation) for v in policy["spec"]["validations"]]
@@ -216,7 +216,7 @@ def test_license_copy_policy_pins_what_the_reconciler_writes(
 
 def test_license_copy_policy_ignores_other_users() -> None:
     celpy = pytest.importorskip("celpy")
-    policy = licence_policy(render_objects())
+    policy = license_policy(render_objects())
     activation = {"request": {"userInfo": {"username": "system:serviceaccount:tenant-a:default"}}}
     assert not any(
         cel(celpy, c["expression"], activation) for c in policy["spec"]["matchConditions"]

@@ -12,7 +12,7 @@ def test_notes_name_the_uninstall_order() -> None:
     assert "DISABLED" in notes
 
 
-def test_notes_say_which_licence_sources_the_reconciler_may_read() -> None:
+def test_notes_say_which_license_sources_the_reconciler_may_read() -> None:
     notes = render()["gpuclass/templates/NOTES.txt"]
     assert "may read no Secret (settings.licenseSecretNames is empty)" in notes
     notes = render({"settings": {"licenseSecretNames": ["vgpu-a", "vgpu-b"]}})[

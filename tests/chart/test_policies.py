@@ -219,7 +219,7 @@ def test_the_reconciler_has_no_verb_that_creates_or_deletes_gpuclasses() -> None
     assert verbs & {"create", "delete", "deletecollection", "*"} == set()
 
 
-# -- licence copies: where and what ----------------------------------------------------------------
+# -- license copies: where and what ----------------------------------------------------------------
 
 
 def _copy_write(

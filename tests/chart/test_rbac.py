@@ -48,7 +48,7 @@ def test_reconciler_cluster_role_is_exactly_what_it_needs() -> None:
         | _grants("cozystack.io", ["gpuclasses/status"], ["update", "patch"])
         | _grants("", ["nodes", "pods", "namespaces"], READ)
         | _grants("kubevirt.io", ["virtualmachineinstances"], READ)
-        # licence copies: create, a label-tested JSON patch, delete; no Secret is readable cluster-wide
+        # license copies: create, a label-tested JSON patch, delete; no Secret is readable cluster-wide
         | _grants("", ["secrets"], ["create", "patch", "delete"])
         | _grants("", ["events"], ["create", "patch"])
         | _grants("events.k8s.io", ["events"], ["create", "patch"])
@@ -72,7 +72,7 @@ def test_reconciler_namespaced_rights_are_its_lease_and_the_kubevirt_cr() -> Non
             "resourceNames": [lease_name],
             "verbs": ["get", "update"],
         },
-        # the record of licence copies, one ConfigMap read and updated by name
+        # the record of license copies, one ConfigMap read and updated by name
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
         {
             "apiGroups": [""],
@@ -88,8 +88,8 @@ def test_reconciler_namespaced_rights_are_its_lease_and_the_kubevirt_cr() -> Non
     )
 
 
-def test_reconciler_reads_only_the_licence_sources_the_values_name() -> None:
-    """No licence source listed: no Secret is readable at all; listed: exactly those names."""
+def test_reconciler_reads_only_the_license_sources_the_values_name() -> None:
+    """No license source listed: no Secret is readable at all; listed: exactly those names."""
     objects = render_objects()
     assert not [o for o in objects if o["metadata"]["name"].endswith("-licence-sources")]
     [container] = pod_spec(deployment(objects, "reconciler"))["containers"]

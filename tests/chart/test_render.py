@@ -23,7 +23,7 @@ from tests.chart.common import (
     HELM_TLS,
     MONITORING_ON,
     VARIANTS,
-    licence_policy,
+    license_policy,
     pem_certificate,
 )
 from tests.chart_helpers import (
@@ -102,7 +102,7 @@ def test_default_render_has_the_expected_objects() -> None:
     assert counts["PriorityClass"] == 1
     assert counts["MutatingWebhookConfiguration"] == 1
     assert counts["ValidatingWebhookConfiguration"] == 1
-    # licence copies, caBundle only, licence mounts, GPUClass finalizer only, entitlement label
+    # license copies, caBundle only, license mounts, GPUClass finalizer only, entitlement label
     assert counts["ValidatingAdmissionPolicy"] == 5
     assert counts["ValidatingAdmissionPolicyBinding"] == 5
     assert counts["CiliumNetworkPolicy"] == 1  # the API server to the webhook
@@ -206,7 +206,7 @@ def test_release_name_flows_into_every_cross_reference() -> None:
         "port": 443,
         "path": paths.MUTATE_VMIS,
     }
-    policy = licence_policy(objects)
+    policy = license_policy(objects)
     assert (
         "system:serviceaccount:platform:gpu-gpuclass-reconciler"
         in policy["spec"]["matchConditions"][0]["expression"]

@@ -1,11 +1,11 @@
 """The chart against a real kube-apiserver: it applies, and its Secret policy holds.
 
 Every object the chart renders with default values passes a server-side dry run;
-the CRD, RBAC and the licence-copy ValidatingAdmissionPolicy are applied for
+the CRD, RBAC and the license-copy ValidatingAdmissionPolicy are applied for
 real, and requests made *as the reconciler's service account* show that the
 policy lets through only our labelled `gpuclass-license-*` copies, in `tenant-*` namespaces,
 without ownerReferences, finalizers or `immutable`, whether created, replaced or server-side
-applied (docs/contract.md section 6: RBAC cannot express that, the policy can). The licence-mount
+applied (docs/contract.md section 6: RBAC cannot express that, the policy can). The license-mount
 policy (`templates/license-mount-policy.yaml`, rule 4.8 for Pods) is applied for real too: only
 KubeVirt's controller may create a Pod that names a copy.
 """
@@ -73,7 +73,7 @@ def reconciler(control_plane: ControlPlane, chart: list[RawObject]) -> Iterator[
 
 
 def secret(name: str, namespace: str, *, labels: dict[str, str] | None = None) -> RawObject:
-    """A licence copy as the reconciler writes it: type Opaque, the token and gridd.conf."""
+    """A license copy as the reconciler writes it: type Opaque, the token and gridd.conf."""
     data = {
         "client_configuration_token.tok": "example-not-a-token",
         "gridd.conf": "FeatureType=1\n",
@@ -220,7 +220,7 @@ def _server_side_apply(api: Api, obj: RawObject) -> RawObject:
 
 
 def _refused_by_policy(info: pytest.ExceptionInfo[ApiError]) -> bool:
-    """A 403 from the licence-copy policy, not from RBAC."""
+    """A 403 from the license-copy policy, not from RBAC."""
     return info.value.status_code == 403 and "gpuclass-licence-copies" in info.value.body.get(
         "message", ""
     )
@@ -318,7 +318,7 @@ def _with(key: str, value: object) -> Callable[[RawObject], RawObject]:
 def test_reconciler_cannot_write_a_secret_of_another_shape(
     control_plane: ControlPlane, reconciler: Api, shape: Callable[[RawObject], RawObject]
 ) -> None:
-    """Its name and label right, but not a licence copy: the policy refuses the create and the update."""
+    """Its name and label right, but not a license copy: the policy refuses the create and the update."""
     namespace = unique_name("tenant-vap")
     control_plane.admin.apply(
         [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}]
@@ -338,7 +338,7 @@ def test_reconciler_cannot_write_a_secret_of_another_shape(
     assert reconciler.delete(stored) is True
 
 
-# -- the licence-mount policy: only KubeVirt's controller may mount a licence copy in a Pod --------
+# -- the license-mount policy: only KubeVirt's controller may mount a license copy in a Pod --------
 
 
 def _pod(namespace: str, secret_name: str, route: str) -> RawObject:
@@ -371,8 +371,8 @@ def _pod(namespace: str, secret_name: str, route: str) -> RawObject:
 
 
 @pytest.fixture(scope="module")
-def licence_mounts(control_plane: ControlPlane, chart: list[RawObject]) -> Iterator[str]:
-    """The chart's licence-mount policy applied for real; yields a tenant namespace."""
+def license_mounts(control_plane: ControlPlane, chart: list[RawObject]) -> Iterator[str]:
+    """The chart's license-mount policy applied for real; yields a tenant namespace."""
     admin = control_plane.admin
     # Whatever the chart renders for it (without the policy, the attack tests fail, not error).
     policy = [o for o in chart if o["metadata"]["name"].endswith("-licence-mounts")]
@@ -396,13 +396,13 @@ ROUTES = ["secret-volume", "projected-volume", "env", "init-env-from"]
 
 
 @pytest.mark.parametrize("route", ROUTES)
-def test_a_tenant_pod_cannot_mount_a_licence_copy(
-    control_plane: ControlPlane, licence_mounts: str, route: str
+def test_a_tenant_pod_cannot_mount_a_license_copy(
+    control_plane: ControlPlane, license_mounts: str, route: str
 ) -> None:
     """Attack (docs/contract.md 4.8, for Pods): the copy in the tenant's own namespace, named by
     a Pod the tenant creates. Refused by the API server, whoever the creator is but KubeVirt."""
     with pytest.raises(ApiError) as info:
-        control_plane.admin.create(_pod(licence_mounts, COPY, route))
+        control_plane.admin.create(_pod(license_mounts, COPY, route))
     assert info.value.status_code == 403
     message = info.value.body["message"]
     assert "gpuclass-licence-mounts" in message and "gpuclass-license-" in message
@@ -410,16 +410,16 @@ def test_a_tenant_pod_cannot_mount_a_licence_copy(
 
 @pytest.mark.parametrize("route", ROUTES)
 def test_kubevirts_controller_and_other_secrets_pass(
-    control_plane: ControlPlane, licence_mounts: str, route: str
+    control_plane: ControlPlane, license_mounts: str, route: str
 ) -> None:
     """The positive controls: the controller's launcher Pods mount copies; tenants mount any
     Secret that is not a copy."""
     controller = control_plane.user(CONTROLLER, ["system:masters"]).api()
     try:
-        controller.create(_pod(licence_mounts, COPY, route), dryRun="All")
+        controller.create(_pod(license_mounts, COPY, route), dryRun="All")
     finally:
         controller.close()
-    control_plane.admin.create(_pod(licence_mounts, "my-own-secret", route), dryRun="All")
+    control_plane.admin.create(_pod(license_mounts, "my-own-secret", route), dryRun="All")
 
 
 def _debug(api: Api, pod: RawObject) -> int:
@@ -430,15 +430,15 @@ def _debug(api: Api, pod: RawObject) -> int:
 
 
 def test_an_ephemeral_container_cannot_join_a_pod_holding_a_copy(
-    control_plane: ControlPlane, licence_mounts: str
+    control_plane: ControlPlane, license_mounts: str
 ) -> None:
     admin = control_plane.admin
     controller = control_plane.user(CONTROLLER, ["system:masters"]).api()
     try:
-        launcher = controller.create(_pod(licence_mounts, COPY, "secret-volume"))
+        launcher = controller.create(_pod(license_mounts, COPY, "secret-volume"))
     finally:
         controller.close()
-    plain = admin.create(_pod(licence_mounts, "my-own-secret", "secret-volume"))
+    plain = admin.create(_pod(license_mounts, "my-own-secret", "secret-volume"))
     try:
         assert _debug(admin, launcher) == 403
         assert _debug(admin, plain) == 200

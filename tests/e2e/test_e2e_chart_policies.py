@@ -12,7 +12,7 @@ concerned, with the rights the chart (or a typical tenant set-up) gives it, neve
 - the reconciler's account may add and remove the in-use finalizer of a GPUClass and write
   its status, nothing else (templates/in-use-finalizer-policy.yaml).
 
-The licence-copy policy has its own module, tests/e2e/test_e2e_chart.py.
+The license-copy policy has its own module, tests/e2e/test_e2e_chart.py.
 """
 
 from __future__ import annotations

@@ -263,7 +263,7 @@ def test_vmi_updates_admission_can_refuse_reach_the_webhook(
     control_plane: ControlPlane, routing: Routing
 ) -> None:
     """Section 4 on UPDATE: a changed, added or removed selection (422) and a hand-mounted
-    licence volume (403) must reach the webhook; an unrelated change passes untouched."""
+    license volume (403) must reach the webhook; an unrelated change passes untouched."""
     api, c = control_plane.admin, routing.classes
     stored = api.create(vmi(TENANT, [{"className": c.whole}]))
     name = stored["metadata"]["name"]

@@ -2,7 +2,7 @@
 
 The same objects are created in the cluster and written to files; the live answer must be the
 offline one word for word (one function, two sources), and both what the contract gives by hand.
-The licence source Secret is read by name only: a caller allowed to `get` that one Secret, and
+The license source Secret is read by name only: a caller allowed to `get` that one Secret, and
 to list no Secret at all, gets the full answer, and no payload is printed.
 """
 
@@ -130,9 +130,9 @@ def test_context_selects_the_cluster(
     assert "cannot use" in err
 
 
-def reader_rbac(user: str, licence_ns: str, source: str) -> list[dict[str, Any]]:
+def reader_rbac(user: str, license_ns: str, source: str) -> list[dict[str, Any]]:
     """What a hoster's read-only operator may do: list the cluster objects, and `get` exactly
-    one Secret of the licence namespace (no list, no other Secret)."""
+    one Secret of the license namespace (no list, no other Secret)."""
     name = f"{user}-reader"
     subject = [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]
     role_ref = {"apiGroup": "rbac.authorization.k8s.io", "name": name}
@@ -157,7 +157,7 @@ def reader_rbac(user: str, licence_ns: str, source: str) -> list[dict[str, Any]]
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
-            "metadata": {"name": name, "namespace": licence_ns},
+            "metadata": {"name": name, "namespace": license_ns},
             "rules": [
                 {
                     "apiGroups": [""],
@@ -170,20 +170,20 @@ def reader_rbac(user: str, licence_ns: str, source: str) -> list[dict[str, Any]]
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": {"name": name, "namespace": licence_ns},
+            "metadata": {"name": name, "namespace": license_ns},
             "subjects": subject,
             "roleRef": {**role_ref, "kind": "Role"},
         },
     ]
 
 
-def test_licence_secret_is_read_by_name_only(
+def test_license_secret_is_read_by_name_only(
     control_plane: ControlPlane, capsys: pytest.CaptureFixture[str]
 ) -> None:
     admin = control_plane.admin
     suffix = secrets.token_hex(3)
     res = f"explain-lic-{suffix}.example.com/vgpu"
-    licence_ns = f"e2e-explain-lic-{suffix}"
+    license_ns = f"e2e-explain-lic-{suffix}"
     source, token = f"source-{suffix}", f"token-{suffix}-never-printed"
     present, absent = f"explain-lic-{suffix}", f"explain-nolic-{suffix}"
     user = control_plane.user(f"explain-reader-{suffix}")
@@ -191,22 +191,22 @@ def test_licence_secret_is_read_by_name_only(
     created: list[dict[str, Any]] = []
     try:
         admin.apply([namespace(KUBEVIRT_NAMESPACE)])
-        created += admin.apply([namespace(licence_ns)])
+        created += admin.apply([namespace(license_ns)])
         permitted.permit(admin, [res, res + "-2"])
         created.append(admin.create(licensed_class(present, res, source)))
         created.append(admin.create(licensed_class(absent, res + "-2", f"absent-{suffix}")))
         created.append(
-            admin.create(secret(source, licence_ns, {"client_configuration_token.tok": token}))
+            admin.create(secret(source, license_ns, {"client_configuration_token.tok": token}))
         )
-        created.append(admin.create(secret(f"other-{suffix}", licence_ns, {"k": "platform"})))
-        created += admin.apply(reader_rbac(user.name, licence_ns, source))
+        created.append(admin.create(secret(f"other-{suffix}", license_ns, {"k": "platform"})))
+        created += admin.apply(reader_rbac(user.name, license_ns, source))
         create_node(admin, f"explain-lic-{suffix}", {res: 1, res + "-2": 1})
         created.append(
             {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"explain-lic-{suffix}"}}
         )
-        ns_args = ["--license-namespace", licence_ns]
+        ns_args = ["--license-namespace", license_ns]
 
-        # May get only the one Secret, list none: the licence is seen (before, a Secret list
+        # May get only the one Secret, list none: the license is seen (before, a Secret list
         # was refused and the class looked unlicensed), and neither payload is printed.
         for output in ("text", "json"):
             code, out, err = explain(
@@ -218,9 +218,9 @@ def test_licence_secret_is_read_by_name_only(
         assert out.splitlines()[-1] == "answer: a VM needing 1 unit can start on 1 node now"
 
         # One who may read no Secret (403) gets the reconciler's view, the stored condition:
-        # none stored yet is a missing licence; a stored LicenseSecretMissing=False stands in.
+        # none stored yet is a missing license; a stored LicenseSecretMissing=False stands in.
         outsider = control_plane.user(f"explain-outsider-{suffix}")
-        created += admin.apply(reader_rbac(outsider.name, licence_ns, f"not-{source}"))
+        created += admin.apply(reader_rbac(outsider.name, license_ns, f"not-{source}"))
         as_outsider = [present, "--kubeconfig", str(outsider.kubeconfig), *ns_args]
         code, out, err = explain(as_outsider, capsys)
         assert (code, err) == (1, "")
@@ -242,7 +242,7 @@ def test_licence_secret_is_read_by_name_only(
         assert (code, err) == (0, ""), out
         assert token not in out
 
-        # An absent source Secret (404 for one who may read it) is a missing licence (6.4).
+        # An absent source Secret (404 for one who may read it) is a missing license (6.4).
         code, out, _ = explain(
             [absent, "--kubeconfig", str(control_plane.admin_kubeconfig), *ns_args], capsys
         )

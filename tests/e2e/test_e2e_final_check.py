@@ -13,7 +13,7 @@ pkg/admission/plugin/webhook/mutating/dispatcher.go and reinvocationcontext.go).
 configuration holds two hooks: `attack` (IfNeeded) and `mark` (Never), which only adds a
 marker annotation. In the first pass `attack` finds no marker and does nothing; `mark` adds
 it, so ours and `attack` are called again; ours (first in order) finds a resolved VMI and
-patches nothing; `attack` now finds the marker and adds its GPU entry or licence volume. No
+patches nothing; `attack` now finds the marker and adds its GPU entry or license volume. No
 mutating webhook sees that; only a validating one can.
 
 Every create here is a dry run: admission runs in full (both passes, every validating
@@ -55,12 +55,12 @@ FINAL_HOOK = "final-virtualmachineinstances.gpuclass.cozystack.io"
 MUTATING_HOOK = "virtualmachineinstances.gpuclass.cozystack.io"
 FINAL_ROUTE = "final-virtualmachineinstances"  # the webhook's log and metrics name of the path
 HOSTILE_LABEL = ("gpuclass-tests/hostile", "on")
-ATTACK = "gpuclass-tests/attack"  # raw-gpu | licence | none
+ATTACK = "gpuclass-tests/attack"  # raw-gpu | license | none
 WHEN = "gpuclass-tests/when"  # late: on the reinvocation; early: at once
 MARKER = "gpuclass-tests/marked"
-LICENCE_COPY = "gpuclass-license-example-licensed-vgpu"
+LICENSE_COPY = "gpuclass-license-example-licensed-vgpu"
 RAW_GPU = {"name": "gpu99", "deviceName": "example.com/whole-gpu"}
-STOLEN_VOLUME = {"name": "stolen", "secret": {"secretName": LICENCE_COPY}}
+STOLEN_VOLUME = {"name": "stolen", "secret": {"secretName": LICENSE_COPY}}
 STOLEN_DISK = {"name": "stolen", "disk": {"bus": "virtio"}}
 
 
@@ -424,7 +424,7 @@ def test_a_raw_gpu_added_after_ours_is_refused_by_the_check(cluster: Cluster) ->
         pytest.param(None, id="without-a-selection"),
     ],
 )
-def test_a_foreign_licence_volume_added_after_ours_is_refused_by_the_check(
+def test_a_foreign_license_volume_added_after_ours_is_refused_by_the_check(
     cluster: Cluster, selection: list[RawObject] | None
 ) -> None:
     name = unique_name("hostile-licence")
@@ -433,7 +433,7 @@ def test_a_foreign_licence_volume_added_after_ours_is_refused_by_the_check(
     assert error.status_code == 403
     message = error.body["message"]
     assert f'admission webhook "{FINAL_HOOK}" denied the request' in message
-    assert f"spec.volumes[1].secret.secretName: names Secret {LICENCE_COPY}" in message
+    assert f"spec.volumes[1].secret.secretName: names Secret {LICENSE_COPY}" in message
 
 
 def test_a_raw_gpu_added_before_our_second_call_is_refused_by_our_mutating_webhook(

@@ -44,7 +44,7 @@ from tests.webhook_process import WebhookProcess
 
 pytestmark = pytest.mark.controlplane
 
-LICENCE_PREFIX = "gpuclass-license-"
+LICENSE_PREFIX = "gpuclass-license-"
 # Every VMI, VM and migration this module creates carries this label (KubeVirt copies a VMI's
 # labels to its launcher Pods), so the module removes all of them when it ends: no other
 # module's reconciler ever sees them.
@@ -242,11 +242,11 @@ def _class_resources() -> set[str]:
     return {spec["source"]["devicePlugin"]["resourceName"] for spec in CLASSES.values()}
 
 
-def _licence_volumes(pod: RawObject) -> list[RawObject]:
+def _license_volumes(pod: RawObject) -> list[RawObject]:
     return [
         v
         for v in pod["spec"].get("volumes", [])
-        if (v.get("secret") or {}).get("secretName", "").startswith(LICENCE_PREFIX)
+        if (v.get("secret") or {}).get("secretName", "").startswith(LICENSE_PREFIX)
     ]
 
 
@@ -316,8 +316,8 @@ def test_golden_vmi_is_admitted_by_kubevirt_and_rendered_as_the_class_says(
         assert pod["metadata"]["annotations"][ANN] == vmi["metadata"]["annotations"][ANN]
 
     licensed = sorted({e["className"] for e in selection if "license" in CLASSES[e["className"]]})
-    volumes = _licence_volumes(pod)
-    assert [v["secret"]["secretName"] for v in volumes] == [LICENCE_PREFIX + c for c in licensed]
+    volumes = _license_volumes(pod)
+    assert [v["secret"]["secretName"] for v in volumes] == [LICENSE_PREFIX + c for c in licensed]
     mounted = {m["name"] for m in compute.get("volumeMounts", [])}
     assert all(v["name"] in mounted for v in volumes)
 
@@ -525,8 +525,8 @@ def test_a_started_vm_reaches_its_launcher_pod_through_kubevirts_vm_controller_c
     pod = _launcher_pod(api, vmi)
     assert pod["metadata"]["annotations"][ANN] == json.dumps(selection)
     assert _compute(pod)["resources"]["limits"][resource] == "1"
-    copy_name = LICENCE_PREFIX + "example-licensed-vgpu"
-    assert [v["secret"]["secretName"] for v in _licence_volumes(pod)] == [copy_name]
+    copy_name = LICENSE_PREFIX + "example-licensed-vgpu"
+    assert [v["secret"]["secretName"] for v in _license_volumes(pod)] == [copy_name]
 
 
 # What virt-handler puts on a node KubeVirt may run VMs on (its labeller and device plugins),

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from gpuclass.shared.cli.main import main
-from gpuclass.shared.core.base import collections as api_collections
 from gpuclass.shared.core.base import names
+from gpuclass.shared.kube import apicollections as api_collections
 from tests.controlplane.cluster import ControlPlane
 from tests.e2e_reconciler_helpers import (
     KUBEVIRT_NAMESPACE,

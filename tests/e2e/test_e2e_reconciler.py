@@ -1,7 +1,7 @@
 """The reconciler end to end: `gpuclass-reconciler` against a real kube-apiserver.
 
 The reconciler runs as a subprocess, as in production, with the *chart's* rights:
-the chart's ServiceAccount RBAC (rendered with the licence sources the tests use as
+the chart's ServiceAccount RBAC (rendered with the license sources the tests use as
 `settings.licenseSecretNames`) and ValidatingAdmissionPolicies are applied, and the
 process uses a client certificate of that service account with the chart's arguments
 (`--license-secret-names`, its own namespace for the Lease and the copy record;
@@ -12,7 +12,7 @@ No kubelet, scheduler or KubeVirt runs: the tests write what they would (Nodes w
 a Ready condition and allocatable through the status subresource, Pods bound by
 `spec.nodeName` with a phase, VMIs as admission stores them, virt-launcher Pods created
 as KubeVirt's controller and bound through the binding subresource) and assert on the
-objects the reconciler writes back: class statuses, licence copies, the in-use
+objects the reconciler writes back: class statuses, license copies, the in-use
 finalizer, the Lease, Events.
 
 Section 8 attacks what the reconciler may read: a tenant's flood of Secrets labelled as
@@ -206,11 +206,11 @@ class World:
         return name
 
     def source(self, token: str = "token-1") -> RawObject:
-        """A licence source Secret, under the next of this module's licence source names."""
+        """A license source Secret, under the next of this module's license source names."""
         return self.create(secret(next(self.sources), LICENSE_NAMESPACE, {TOKEN_KEY: token}))
 
     def shared_source(self) -> RawObject:
-        """The module's licence source with token-1, for classes whose tests never change it."""
+        """The module's license source with token-1, for classes whose tests never change it."""
         if self._shared_source is None:
             self._shared_source = self.source()
         return self._shared_source
@@ -227,7 +227,7 @@ class World:
     def cleanup(self) -> None:
         admin = self.admin
         delete_created(admin, self.created)
-        # the licence copies the reconciler made in this module's namespaces
+        # the license copies the reconciler made in this module's namespaces
         copies = admin.call("GET", "/api/v1/secrets", params={"labelSelector": MANAGED_SELECTOR})
         for copy in copies["items"]:
             if self.suffix in copy["metadata"]["namespace"]:
@@ -566,7 +566,7 @@ def test_capacity_and_schedulable_are_written_and_shown_with_o_wide(world: World
     assert {e.get("type") for e in sold_out} == {"Normal"}
 
 
-# -- 3. licence copies ----------------------------------------------------------------------------
+# -- 3. license copies ----------------------------------------------------------------------------
 
 
 def licensed_setup(
@@ -990,7 +990,7 @@ def test_replicas_run_with_the_charts_rights_only(
         assert not may("update", "virtualmachineinstances", "kubevirt.io")
         assert may("create", "secrets")  # RBAC cannot narrow this; the chart's policy does:
         assert refused(api, secret(unique_name("not-a-copy"), world.tenant, {"k": "v"}))
-        # No Secret read anywhere (the licence sources are granted by name: section 8), and
+        # No Secret read anywhere (the license sources are granted by name: section 8), and
         # copies are written by create, a label-tested JSON patch and delete only.
         assert not any(may(verb, "secrets") for verb in ("get", "list", "watch", "update"))
         assert may("patch", "secrets") and may("delete", "secrets")
@@ -1042,9 +1042,9 @@ def test_a_flood_of_secrets_labelled_as_ours_never_enters_the_reconciler(world: 
 
     The reconciler once listed and watched every Secret with that label cluster-wide and
     kept each one's data (about 380 took it past the chart's 512Mi; every re-list brought
-    them back). Now its rights read no Secret but the licence sources, by name, so the
+    them back). Now its rights read no Secret but the license sources, by name, so the
     flood cannot reach it: a fresh replica started after the flood gets ready and works
-    (status, licence copy) with no list error, and the API refuses its account every read
+    (status, license copy) with no list error, and the API refuses its account every read
     of those Secrets. Its memory is a figure of benchmarks/bench_reconciler_memory.py, not
     asserted here. On the code before the change (babfa80) this fails: that chart granted
     get, list and watch on Secrets cluster-wide, so the refusals below are answered 200.
@@ -1056,7 +1056,7 @@ def test_a_flood_of_secrets_labelled_as_ours_never_enters_the_reconciler(world: 
     fresh = world.fleet.start(unique_name("e2e-replica-flood"))
     eventually(lambda: fresh.metric("gpuclass_leader") == 1.0, timeout=SETTLE, what="leader")
 
-    res = world.resource("flood")  # it keeps working: a status and a licence copy
+    res = world.resource("flood")  # it keeps working: a status and a license copy
     status_class = world.new_class(gpuclass(unique_name("rec-flood"), res))
     world.node({res: 3})
     expect_figures(world, status_class, (3, 3, 3))
@@ -1097,14 +1097,14 @@ def test_a_flood_of_secrets_labelled_as_ours_never_enters_the_reconciler(world: 
     )
 
 
-def test_the_reconciler_reads_no_secret_but_the_named_licence_sources(world: World) -> None:
+def test_the_reconciler_reads_no_secret_but_the_named_license_sources(world: World) -> None:
     """The webhook's TLS Secret and every other Secret of the platform's namespace are beyond
-    the reconciler's account; a licence source on the chart's list is readable (the positive
+    the reconciler's account; a license source on the chart's list is readable (the positive
     control), by name and by a metadata.name list or watch, as the reconciler reads it. A class
     naming a Secret not on the list reports LicenseSecretMissing although the Secret exists:
     the list is an allow-list the hoster reviews, not something a class widens. On the code
     before the change (babfa80) this fails: its chart let the account get every Secret, and
-    its reconciler read the whole licence namespace (the unlisted class was Ready)."""
+    its reconciler read the whole license namespace (the unlisted class was Ready)."""
     from tests.chart_helpers import of_kind, render_objects  # helm: imported only when needed
 
     [tls] = of_kind(render_objects(), "Secret")  # the webhook's serving Secret (mode "webhook")

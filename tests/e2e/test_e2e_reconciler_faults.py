@@ -4,7 +4,7 @@
 talks to kube-apiserver through :class:`tests.controlplane.faultproxy.FaultProxy`,
 which holds chosen lists, cuts watches, and records every request it forwards.
 Each test starts from a cluster a previous replica left behind — classes holding
-the in-use finalizer for VMIs that use them, a licence copy a started VM mounts (its
+the in-use finalizer for VMIs that use them, a license copy a started VM mounts (its
 virt-launcher Pod bound to a node), both copies in the copy record — plus one class
 nobody uses and one recorded copy nobody mounts (the deletions a complete view does
 make). The faults:
@@ -90,7 +90,7 @@ class Faulty:
     node: str
     """Where the launcher Pods are bound."""
     source: str
-    """The licence source every licensed class here names (token-1, never changed)."""
+    """The license source every licensed class here names (token-1, never changed)."""
     suffix: str = field(default_factory=lambda: secrets.token_hex(3))
     permitted: PermittedDevices = field(default_factory=PermittedDevices)
     created: list[RawObject] = field(default_factory=list, repr=False)  # holds test tokens

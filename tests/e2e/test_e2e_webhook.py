@@ -319,7 +319,7 @@ def test_chart_match_conditions_send_secret_reference_updates_to_the_webhook(
     control_plane: ControlPlane, world: tuple[World, WebhookProcess], change: Any, field: str
 ) -> None:
     """The chart's matchConditions, evaluated by the real API server: a metadata-only UPDATE is
-    not sent to the webhook, an UPDATE naming a licence copy outside spec.volumes is, and refused."""
+    not sent to the webhook, an UPDATE naming a license copy outside spec.volumes is, and refused."""
     w, server = world
     api = control_plane.admin
     stored = api.create(vmi("tenant-e2e", [{"className": w.byol}]))

@@ -95,6 +95,12 @@ def tree_copy(tmp_path: Path) -> Path:
             id="state-imports-adapter",
         ),
         pytest.param(
+            "shared/kube/apicollections.py",
+            "import asyncio",
+            "pure-edge-tables",
+            id="edge-table-io",
+        ),
+        pytest.param(
             "webhook/app.py",
             "from gpuclass.reconciler import metrics",
             "shells-independent",

@@ -3,7 +3,7 @@
 The fake checks what the API server checks for our writes (resourceVersion
 preconditions, AlreadyExists, the Secret admission policy) and takes injected
 failures, so these tests cover the loop's contract: one write per change and none
-in steady state, 410/dropped watch re-lists, the Lease gating every write, licence
+in steady state, 410/dropped watch re-lists, the Lease gating every write, license
 copies, foreign Secrets, refused writes without a retry storm, the in-use
 finalizer, and read-your-writes: the watch is the view's only writer, and an object
 the worker wrote (or met a 409 on) waits until the watch brings it.
@@ -24,7 +24,7 @@ from gpuclass.reconciler.settings import ReconcilerSettings
 from gpuclass.reconciler.state.licenses import copy_digest, parse_record
 from gpuclass.reconciler.state.sources import Source
 from gpuclass.shared.core.base import names
-from gpuclass.shared.core.model.snapshot import Redacted
+from gpuclass.shared.core.model.secrets import Redacted
 from tests.builders import (
     TOKEN,
     gpuclass,
@@ -536,7 +536,7 @@ def test_two_replicas_never_both_lead_and_hand_over_on_stop() -> None:
     run(scenario)
 
 
-# -- licence copies ----------------------------------------------------------------------------------
+# -- license copies ----------------------------------------------------------------------------------
 
 
 def licensed_vmi(namespace_: str = "tenant-a", name: str = "vm") -> dict[str, Any]:

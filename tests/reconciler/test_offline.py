@@ -1,7 +1,7 @@
 """The offline twin: `gpuclass-reconciler --objects PATH --once` and the file-backed server.
 
 It runs the ordinary loop against the files (never a cluster) and prints what it
-would write: every class's status (the same as `gpuclass status`), the licence
+would write: every class's status (the same as `gpuclass status`), the license
 copies without token payloads, finalizer changes and Events.
 """
 
@@ -73,7 +73,7 @@ def test_once_on_examples_prints_the_statuses_of_gpuclass_status(
         ("example-whole-gpu", 2, 2, 8),
     ]
     assert report["statusWrites"] == sorted(expected)
-    assert report["licenceCopies"] == [] and report["finalizers"] == []
+    assert report["licenseCopies"] == [] and report["finalizers"] == []
     assert [e["reason"] for e in report["events"]] == ["Ready"] * 4  # one per example class
 
 
@@ -120,7 +120,7 @@ def test_once_with_vmis_prints_copies_and_finalizers(
     capsys: pytest.CaptureFixture[str], vmis: Path
 ) -> None:
     report = once(capsys, "--objects", str(vmis), "--vgpu-entitled")
-    assert report["licenceCopies"] == [
+    assert report["licenseCopies"] == [
         {
             "action": "create",
             "namespace": "tenant-a",
@@ -128,11 +128,11 @@ def test_once_with_vmis_prints_copies_and_finalizers(
             "labels": {names.MANAGED_BY_LABEL: names.MANAGED_BY_VALUE},
             "data": {
                 names.GRIDD_KEY: "FeatureType=1\n",
-                names.TOKEN_KEY: report["licenceCopies"][0]["data"][names.TOKEN_KEY],
+                names.TOKEN_KEY: report["licenseCopies"][0]["data"][names.TOKEN_KEY],
             },
         }
     ]
-    assert report["licenceCopies"][0]["data"][names.TOKEN_KEY].startswith("<redacted sha256:")
+    assert report["licenseCopies"][0]["data"][names.TOKEN_KEY].startswith("<redacted sha256:")
     assert report["finalizers"] == [
         {"name": LICENSED, "finalizers": [names.IN_USE_FINALIZER]},
         {"name": "example-whole-gpu", "finalizers": [names.IN_USE_FINALIZER]},
@@ -142,7 +142,7 @@ def test_once_with_vmis_prints_copies_and_finalizers(
 def test_once_without_platform_entitlement_makes_no_copy(
     capsys: pytest.CaptureFixture[str], vmis: Path
 ) -> None:
-    assert once(capsys, "--objects", str(vmis))["licenceCopies"] == []
+    assert once(capsys, "--objects", str(vmis))["licenseCopies"] == []
 
 
 def test_dry_run_prints_the_same(capsys: pytest.CaptureFixture[str], vmis: Path) -> None:
@@ -152,7 +152,7 @@ def test_dry_run_prints_the_same(capsys: pytest.CaptureFixture[str], vmis: Path)
         without_times(i["status"]) for i in dry["items"]
     ]
     assert (
-        plain["licenceCopies"] == dry["licenceCopies"] and plain["finalizers"] == dry["finalizers"]
+        plain["licenseCopies"] == dry["licenseCopies"] and plain["finalizers"] == dry["finalizers"]
     )
 
 

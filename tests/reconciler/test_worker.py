@@ -1,7 +1,7 @@
 """Acting only on a complete view: no write before every first list, no release on a partial view.
 
 The cluster below is what a previous replica leaves behind: classes holding the
-in-use finalizer for VMIs that use them, a licence copy a running VM mounts, plus
+in-use finalizer for VMIs that use them, a license copy a running VM mounts, plus
 one stale copy and one class nobody uses (the legitimate deletions). A new
 replica whose VMI or Namespace list is slow must not see "no VMI" and release
 what the VMs hold. The property test drives list pages, watch failures and a VMI
@@ -29,7 +29,7 @@ from gpuclass.reconciler.state.licenses import copy_digest, record_body
 from gpuclass.reconciler.state.sources import SOURCES, Source
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.syncview import SourceSync, SyncView, version_reached
-from gpuclass.shared.core.model.snapshot import Redacted
+from gpuclass.shared.core.model.secrets import Redacted
 from tests.builders import gpuclass, kubevirt, launcher, namespace, node, pod, secret, vmi
 
 R = "example.com/gpu"

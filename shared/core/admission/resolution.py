@@ -11,26 +11,28 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from gpuclass.shared.core.admission.licensing import (
+    catalog_licensed_classes,
+    license_reference_causes,
+    own_license_volume_refs,
+    selected_licensed_classes,
+)
 from gpuclass.shared.core.admission.rules import (
     GPUS,
     UnitPlan,
     _is_vgpu,
-    _list,
     annotation,
     capacity_warnings,
-    catalog_licensed_classes,
     class_causes,
     gpu_operations,
-    license_reference_causes,
     limit_causes,
-    own_license_volume_refs,
     policy_causes,
     quota_warnings,
     raw_request_causes,
-    selected_licensed_classes,
 )
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.causes import Cause
+from gpuclass.shared.core.base.raw import list_at
 from gpuclass.shared.core.model.selection import MAX_SELECTION_BYTES, Selection, parse_selection
 from gpuclass.shared.core.status.catalog import Catalog
 
@@ -47,7 +49,7 @@ class Judgement(NamedTuple):
     """What `spec.domain.devices.gpus` holds once resolved; None without class entries, or while
     a class does not resolve (the request is refused then)."""
     licensed: str | None = None
-    """The selected class whose licence volume and disk rule 6 adds, if any."""
+    """The selected class whose license volume and disk rule 6 adds, if any."""
     gpus_unjudged: bool = False
     """`spec.domain.devices.gpus` holds entries beside classes that were not judged, because a
     class does not resolve (what resolution would write is unknown): a VMI is refused for the
@@ -73,7 +75,7 @@ class Resolution(NamedTuple):
     annotation text gives the same answer until the catalog changes (:func:`resolve`)."""
 
     licensed: list[str]
-    """Classes whose licence volume the object may carry (rule 8)."""
+    """Classes whose license volume the object may carry (rule 8)."""
     causes: list[Cause]
     """Rule 3's causes, then rule 4's."""
     plan: UnitPlan
@@ -146,8 +148,8 @@ def judge_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> Ju
     whose className is valid even when its count is not (a sum of the valid counts is
     a lower bound). An annotation that cannot be read (not JSON, over the caps of
     :mod:`shared.core.model.selection`) leaves only the checks that do not depend on it: raw vGPU
-    requests need entitlement (rule 5), and a licence copy named anywhere but the
-    exact licence volume of a licensed class is refused (rule 8). What depends on the selection
+    requests need entitlement (rule 5), and a license copy named anywhere but the
+    exact license volume of a licensed class is refused (rule 8). What depends on the selection
     alone comes from :func:`resolve`; what depends on the object is judged here, every time.
     """
     raw = annotation(obj)
@@ -168,9 +170,9 @@ def judge_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> Ju
     wanted = resolution.wanted
     if wanted:  # the remembered entries stay the catalog's: the answer carries its own copies
         wanted = [dict(entry) for entry in wanted]
-    own_licence = licensed[0] if licensed else None
+    own_license = licensed[0] if licensed else None
     operations, op_causes = gpu_operations(
-        obj, resolution.tolerations, licensed=own_licence, wanted=wanted
+        obj, resolution.tolerations, licensed=own_license, wanted=wanted
     )
     causes += op_causes
     return Judgement(
@@ -178,6 +180,6 @@ def judge_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> Ju
         tuple(operations),
         resolution.warnings + tuple(quota_warnings(resolution.plan, namespace, catalog)),
         gpus=None if wanted is None else tuple(wanted),
-        licensed=own_licence,
-        gpus_unjudged=wanted is None and bool(_list(obj, *GPUS)),
+        licensed=own_license,
+        gpus_unjudged=wanted is None and bool(list_at(obj, *GPUS)),
     )

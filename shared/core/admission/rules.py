@@ -5,8 +5,9 @@ Each function judges one rule on an object that carries a selection and returns 
 :func:`shared.core.admission.resolution.judge_create` runs them all, for the VMI admitter
 (:mod:`shared.core.admission.mutate_vmi`) and for a VirtualMachine's template
 (:mod:`shared.core.admission.validate_vm`) alike, and remembers what depends on the selection
-alone. Rule 6 emits narrow patches: the GPU entries, the class tolerations and the licence
-volume and disk; applying its result again yields nothing (webhooks are reinvoked). Pure.
+alone. Rule 6 emits narrow patches: the GPU entries, the class tolerations and the license
+volume and disk; applying its result again yields nothing (webhooks are reinvoked). The
+license volume itself and rule 8 are :mod:`shared.core.admission.licensing`. Pure.
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from gpuclass.shared.core.admission.licensing import VOLUMES, license_disk, license_volume
 from gpuclass.shared.core.admission.patches import PatchBuilder
-from gpuclass.shared.core.admission.secretrefs import find_secret_refs
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.causes import Cause, CauseCode, forbidden, invalid
 from gpuclass.shared.core.base.fieldpath import FieldPath
+from gpuclass.shared.core.base.raw import dig, list_at
 from gpuclass.shared.core.model.selection import (
-    ANNOTATION_PATH,
     MAX_INT_DIGITS,
+    SELECTION_PATH,
     ClassEntry,
     entry_path,
 )
@@ -31,47 +33,14 @@ GPUS = ("spec", "domain", "devices", "gpus")
 HOST_DEVICES = ("spec", "domain", "devices", "hostDevices")
 DEVICES = FieldPath.of("spec", "domain", "devices")
 DISKS = ("spec", "domain", "devices", "disks")
-VOLUMES = ("spec", "volumes")
 TOLERATIONS = ("spec", "tolerations")
-
-
-def _dig(obj: object, *path: str) -> Any:
-    for part in path:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(part)
-    return obj
-
-
-def _list(obj: object, *path: str) -> list[Any]:
-    value = _dig(obj, *path)
-    return value if isinstance(value, list) else []
 
 
 def annotation(obj: object) -> str | None:
     """The selection annotation as written, None when the object has none (or a non-string one):
     what the parser reads and what UPDATE compares old with new."""
-    value = _dig(obj, "metadata", "annotations", names.SELECTION_ANNOTATION)
+    value = dig(obj, "metadata", "annotations", names.SELECTION_ANNOTATION)
     return value if isinstance(value, str) else None
-
-
-def license_volume(class_name: str) -> dict[str, Any]:
-    """The licence volume of contract section 1 for `class_name`: the class's copy mounted with the
-    GPULICENSE label (never `optional`), exactly what rule 6 appends and rule 8 recognises as the
-    VMI's own."""
-    return {
-        "name": names.LICENSE_VOLUME,
-        "secret": {
-            "secretName": names.license_copy_name(class_name),
-            "volumeLabel": names.LICENSE_SERIAL,
-        },
-    }
-
-
-def license_disk() -> dict[str, Any]:
-    """The disk that exposes the licence volume to the guest (serial GPULICENSE, virtio), appended
-    beside :func:`license_volume`."""
-    return {"name": names.LICENSE_VOLUME, "serial": names.LICENSE_SERIAL, "disk": {"bus": "virtio"}}
 
 
 class UnitPlan(NamedTuple):
@@ -182,7 +151,7 @@ def limit_causes(
     if grand > names.MAX_UNITS_PER_VMI:
         causes.append(
             invalid(
-                ANNOTATION_PATH,
+                SELECTION_PATH,
                 f"requests {_units(grand)} GPU units; at most {names.MAX_UNITS_PER_VMI} per VMI",
                 CauseCode.TOO_MANY_UNITS,
             )
@@ -193,7 +162,7 @@ def limit_causes(
         if limit is not None and total > limit:
             causes.append(
                 invalid(
-                    ANNOTATION_PATH,
+                    SELECTION_PATH,
                     f"class {name}: {_units(total)} units requested, at most {limit} per VM",
                     CauseCode.MAX_COUNT_EXCEEDED,
                 )
@@ -202,7 +171,7 @@ def limit_causes(
     if len(vgpu) > 1:
         causes.append(
             invalid(
-                ANNOTATION_PATH,
+                SELECTION_PATH,
                 f"a VM may take vGPUs from only one class (got {', '.join(vgpu)})",
                 CauseCode.MULTIPLE_VGPU_CLASSES,
             )
@@ -230,7 +199,7 @@ def policy_causes(
     vgpu = [e for e in entries if (o := offers.get(e.class_name)) and _is_vgpu(o)]
     if not vgpu:  # passthrough only: nothing to judge
         return causes
-    worker_pool = is_worker_pool(_dig(obj, "metadata", "labels"))
+    worker_pool = is_worker_pool(dig(obj, "metadata", "labels"))
     first = {e.class_name: e for e in reversed(vgpu)}  # one cause per class, at its first entry
     for entry in sorted(first.values(), key=lambda e: e.position):
         path = entry_path(entry.position, "className")
@@ -285,102 +254,16 @@ def raw_request_causes(
                     )
                 )
 
-    for i, dev in enumerate(_list(obj, *HOST_DEVICES)):
-        check(DEVICES.child("hostDevices").index(i).child("deviceName"), _dig(dev, "deviceName"))
+    for i, dev in enumerate(list_at(obj, *HOST_DEVICES)):
+        check(DEVICES.child("hostDevices").index(i).child("deviceName"), dig(dev, "deviceName"))
     if not with_classes:
-        for i, gpu in enumerate(_list(obj, *GPUS)):
-            check(DEVICES.child("gpus").index(i).child("deviceName"), _dig(gpu, "deviceName"))
+        for i, gpu in enumerate(list_at(obj, *GPUS)):
+            check(DEVICES.child("gpus").index(i).child("deviceName"), dig(gpu, "deviceName"))
     for section in ("requests", "limits"):
-        resources = _dig(obj, "spec", "domain", "resources", section)
+        resources = dig(obj, "spec", "domain", "resources", section)
         if isinstance(resources, dict):
             for key in resources:
                 check(FieldPath.of("spec", "domain", "resources", section).key(key), key)
-    return causes
-
-
-def selected_licensed_classes(entries: tuple[ClassEntry, ...], catalog: Catalog) -> list[str]:
-    """Classes of the selection that deliver the platform licence (whatever their state now)."""
-    licensed: list[str] = []
-    for name in dict.fromkeys(entry.class_name for entry in entries):
-        offer = catalog.offers.get(name)
-        spec = offer.record.spec if offer else None
-        if spec and spec.license:
-            licensed.append(name)
-    return licensed
-
-
-def catalog_licensed_classes(catalog: Catalog) -> list[str]:
-    """Every class that delivers the platform licence: what an unreadable selection might name."""
-    return [
-        name
-        for name, offer in catalog.offers.items()
-        if offer.record.spec and offer.record.spec.license
-    ]
-
-
-def own_license_volume_refs(obj: Mapping[str, Any], licensed: list[str]) -> set[tuple[str, str]]:
-    """The references that are exactly the licence volume one of `licensed` adds (section 1).
-
-    One look per volume: a volume can only be the licence volume of the class its Secret's name
-    names, so the work is O(volumes + classes), not their product (`benchmarks/bench_decision.py`
-    measures a 1 MB VMI against 256 licensed classes; docs/performance.md has the figure before).
-    """
-    by_copy = {names.license_copy_name(name): name for name in licensed}
-    refs: set[tuple[str, str]] = set()
-    for i, volume in enumerate(_list(obj, *VOLUMES)):
-        secret = volume.get("secret") if isinstance(volume, dict) else None
-        copy = secret.get("secretName") if isinstance(secret, dict) else None
-        if not isinstance(copy, str):
-            continue
-        name = by_copy.get(copy)
-        if name is not None and volume == license_volume(name):
-            refs.add((f"spec.volumes[{i}].secret.secretName", copy))
-    return refs
-
-
-LICENCE_REFERENCE_CAUSES = 64
-"""Rule 8 causes one spec can make, one per reference to a licence copy, beyond which the rest
-are counted in one more cause: a reference deep in `domain.clock` has a path as long as its
-depth, and a 3 MiB spec can hold 100,000 of them."""
-
-
-def license_reference_causes(
-    obj: Mapping[str, Any], permitted: set[tuple[str, str]]
-) -> list[Cause]:
-    """Rule 8: a licence copy reaches a guest only as the licence volume of its own licensed class.
-
-    Every Secret reference of the spec counts (volumes, cloud-init, sysprep, image pull
-    Secrets, access credentials: :mod:`shared.core.admission.secretrefs`), not only volumes.
-    The first LICENCE_REFERENCE_CAUSES references to licence copies get a cause each; the rest
-    are counted in one cause on `spec` (they were not checked against `permitted`, so the count
-    may include the few permitted licence volumes found after them).
-    """
-    refs, more = find_secret_refs(
-        obj.get("spec"),
-        named=names.LICENSE_COPY_PREFIX,
-        limit=LICENCE_REFERENCE_CAUSES + len(permitted),
-    )
-    foreign = [ref for ref in refs if (ref.path, ref.name) not in permitted]
-    causes = [
-        forbidden(
-            ref.field_path(),
-            f"names Secret {ref.name}: a licence copy reaches a VM only as the licence volume "
-            "of its licensed class",
-            CauseCode.LICENCE_HAND_MOUNTED,
-        )
-        for ref in foreign[:LICENCE_REFERENCE_CAUSES]
-    ]
-    more += max(0, len(foreign) - LICENCE_REFERENCE_CAUSES)
-    if more:
-        causes.append(
-            forbidden(
-                "spec",
-                f"names {more} more licence copies beyond the {LICENCE_REFERENCE_CAUSES} "
-                "listed: a licence copy reaches a VM only as the licence volume of its "
-                "licensed class",
-                CauseCode.LICENCE_HAND_MOUNTED,
-            )
-        )
     return causes
 
 
@@ -391,45 +274,46 @@ def gpu_operations(
     licensed: str | None,
     wanted: list[dict[str, Any]] | None,
 ) -> tuple[list[dict[str, Any]], list[Cause]]:
-    """Rule 6: GPU entries, the classes' `tolerations` and the licence volume/disk, as narrow appends.
+    """Rule 6: GPU entries, the classes' `tolerations` and the license volume/disk, as narrow appends.
 
     `wanted` is what `spec.domain.devices.gpus` must hold (:func:`wanted_gpus`): the
     resolved entries, `[]` when resolution never writes any, or None when that is
     unknown (a class could not be resolved: the request is refused anyway, and
-    existing `gpus` are not judged). The reserved licence names are judged either
+    existing `gpus` are not judged). The reserved license names are judged either
     way, so that every input cause is reported and the code is right (422).
     """
     builder = PatchBuilder(obj)
     causes: list[Cause] = []
-    existing = _list(obj, *GPUS)
+    existing = list_at(obj, *GPUS)
     if not existing:
         builder.append(GPUS, wanted or [])
     elif wanted is not None and existing != wanted:
         causes.append(raw_gpus_beside_classes())
-    present = _list(obj, *TOLERATIONS)
+    present = list_at(obj, *TOLERATIONS)
     for tol in tolerations:
         if tol not in present:
             builder.append(TOLERATIONS, [tol])  # one operation each, as rule 6 always wrote them
     if licensed:
-        causes += _append_named(builder, VOLUMES, license_volume(licensed), "spec.volumes")
-        causes += _append_named(builder, DISKS, license_disk(), "spec.domain.devices.disks")
+        causes += _append_named(builder, VOLUMES, license_volume(licensed))
+        causes += _append_named(builder, DISKS, license_disk())
     return builder.operations, causes
 
 
 def raw_gpus_beside_classes() -> Cause:
     """Rule 2: `spec.domain.devices.gpus` beside class entries holds what we did not write."""
     return invalid(
-        "spec.domain.devices.gpus",
+        FieldPath.of("spec", "domain", "devices", "gpus"),
         "must be empty when GPU classes are selected: the admission integration adds the entries",
         CauseCode.RAW_REQUEST_BESIDE_CLASSES,
     )
 
 
 def _append_named(
-    builder: PatchBuilder, path: tuple[str, ...], item: dict[str, Any], where: str
+    builder: PatchBuilder, path: tuple[str, ...], item: dict[str, Any]
 ) -> list[Cause]:
-    """Add the licence volume or disk once; a different item of that name is a clash, and a
+    """Add the license volume or disk once; a different item of that name is a clash, and a
     value there that is not a list (the schema is checked only after mutation) is refused."""
+    where = FieldPath.of(*path)
     present = builder.get(path)
     if present is not None and not isinstance(present, list):
         return [invalid(where, "must be a list: the class licence is added to it")]
@@ -439,7 +323,7 @@ def _append_named(
                 return []
             return [
                 invalid(
-                    f"{where}[{i}]",
+                    where.index(i),
                     f"the name {item['name']} is reserved for the class licence",
                     CauseCode.RESERVED_NAME,
                 )

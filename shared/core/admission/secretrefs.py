@@ -48,7 +48,7 @@ NAME_KEYS = frozenset({"secretName", "imagePullSecret"})
 @dataclass(frozen=True, slots=True)
 class SecretRef:
     """One Secret a VMI spec names: its field path (for the cause that refuses it) and the Secret's
-    name (to tell a licence copy from a tenant's own Secret)."""
+    name (to tell a license copy from a tenant's own Secret)."""
 
     path: str
     name: str
@@ -83,7 +83,7 @@ def find_secret_refs(
     600 levels down (inside `domain.clock`, which KubeVirt's schema keeps as it is) must not
     cost 600 steps of text each, nor its neighbours. So the walk keeps its steps, and a level's
     path text is made only when a reference below it is kept, once; the admitters ask only for
-    the names of licence copies, so the tenant's other references cost the walk alone.
+    the names of license copies, so the tenant's other references cost the walk alone.
     """
     if not _may_reference(spec):
         return (), 0

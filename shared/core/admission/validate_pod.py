@@ -36,7 +36,7 @@ def admit(request: AdmissionRequest, catalog: Catalog) -> Decision:
     if request.username == catalog.policy.kubevirt_controller_user:
         return Allowed()  # launcher Pods: their VMI was judged by rule 4.5 already
     if request.object is None:
-        return Denied((invalid("object", "the request carries no Pod object"),))
+        return Denied((invalid(FieldPath.of("object"), "the request carries no Pod object"),))
     return judge_pod(request.object, request.namespace, catalog)
 
 

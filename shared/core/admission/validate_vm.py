@@ -8,7 +8,7 @@ what would be refused at every start:
 
 - what cannot change before the VM starts (annotation syntax, mixing, counts and
   per-VM limits, one vGPU class, worker pools passthrough-only, entitlement, a hand-
-  mounted licence, raw GPU requests beside classes) is refused;
+  mounted license, raw GPU requests beside classes) is refused;
 - what can (a class missing, invalid, deleting, losing its resource name, not
   permitted, and capacity) is a warning: the VMI admitter checks it again at start.
 
@@ -34,6 +34,7 @@ from gpuclass.shared.core.admission.vmtemplate import (
     tenant_path,
 )
 from gpuclass.shared.core.base.causes import invalid
+from gpuclass.shared.core.base.fieldpath import FieldPath
 from gpuclass.shared.core.status.catalog import Catalog
 
 RECHECKED = "the classes are checked again when the VM starts: the VM is stored"
@@ -47,7 +48,9 @@ def admit(request: AdmissionRequest, catalog: Catalog) -> Decision:
     if request.operation not in ("CREATE", "UPDATE"):
         return Allowed()
     if obj is None:
-        return Denied((invalid("object", "the request carries no VirtualMachine object"),))
+        return Denied(
+            (invalid(FieldPath.of("object"), "the request carries no VirtualMachine object"),)
+        )
     old = request.old_object if request.operation == "UPDATE" else None
     if old is not None and template_of(obj) == template_of(old):
         return Allowed()  # KubeVirt's own updates (finalizers, run strategy) pass untouched

@@ -7,8 +7,8 @@ one, on the final object, so this admitter, served at `/validate/virtualmachinei
 judges what will really be stored. It runs the same rules
 (:func:`shared.core.admission.resolution.judge_create`) and reads rule 6 back instead of
 patching: the GPU entries must be exactly what the selection resolves to under the current
-catalog, and a licensed class's licence volume and disk must be there. Every cause of rules
-1 to 5 and 8 holds as on the mutating call (a raw GPU request beside classes, a licence copy
+catalog, and a licensed class's license volume and disk must be there. Every cause of rules
+1 to 5 and 8 holds as on the mutating call (a raw GPU request beside classes, a license copy
 not from the VMI's own licensed class, entitlement).
 
 Not read back: the class tolerations. The launcher Pod gets them again from
@@ -24,11 +24,13 @@ from typing import Any
 
 from gpuclass.shared.core.admission.decisions import Allowed, Decision, Denied
 from gpuclass.shared.core.admission.envelope import AdmissionRequest
+from gpuclass.shared.core.admission.licensing import VOLUMES, license_disk, license_volume
 from gpuclass.shared.core.admission.resolution import Judgement, judge_create
-from gpuclass.shared.core.admission.rules import DISKS, GPUS, VOLUMES, license_disk, license_volume
+from gpuclass.shared.core.admission.rules import DISKS, GPUS
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.causes import Cause, CauseCode, invalid
 from gpuclass.shared.core.base.fieldpath import FieldPath
+from gpuclass.shared.core.base.raw import list_at
 from gpuclass.shared.core.status.catalog import Catalog
 
 GPUS_PATH = FieldPath.of(*GPUS)
@@ -43,7 +45,13 @@ def admit(request: AdmissionRequest, catalog: Catalog) -> Decision:
         return Allowed()
     obj = request.object
     if obj is None:
-        return Denied((invalid("object", "the request carries no VirtualMachineInstance object"),))
+        return Denied(
+            (
+                invalid(
+                    FieldPath.of("object"), "the request carries no VirtualMachineInstance object"
+                ),
+            )
+        )
     causes = final_causes(obj, request.namespace, catalog)
     return Denied(causes) if causes else Allowed()
 
@@ -59,14 +67,8 @@ def final_causes(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> tu
         if not (c.path == GPUS_PATH and c.code == CauseCode.RAW_REQUEST_BESIDE_CLASSES)
     ]
     causes += gpu_entry_causes(obj, judged)
-    causes += licence_causes(obj, judged)
+    causes += license_causes(obj, judged)
     return tuple(causes)
-
-
-def _list(obj: object, path: Sequence[str]) -> list[Any]:
-    for part in path:
-        obj = obj.get(part) if isinstance(obj, dict) else None
-    return obj if isinstance(obj, list) else []
 
 
 def describe(entries: Sequence[Any]) -> str:
@@ -90,7 +92,7 @@ def gpu_entry_causes(obj: Mapping[str, Any], judged: Judgement) -> list[Cause]:
     or while a class does not resolve (refused by rule 3 already)."""
     if judged.gpus is None:
         return []
-    found = _list(obj, GPUS)
+    found = list_at(obj, *GPUS)
     if found == list(judged.gpus):
         return []
     return [
@@ -104,8 +106,8 @@ def gpu_entry_causes(obj: Mapping[str, Any], judged: Judgement) -> list[Cause]:
     ]
 
 
-def licence_causes(obj: Mapping[str, Any], judged: Judgement) -> list[Cause]:
-    """A licensed class's licence volume and disk are there (rule 6). A different volume or disk
+def license_causes(obj: Mapping[str, Any], judged: Judgement) -> list[Cause]:
+    """A licensed class's license volume and disk are there (rule 6). A different volume or disk
     holding the reserved name is judge_create's cause (`ReservedName`); this is the absent one."""
     if judged.licensed is None:
         return []
@@ -116,7 +118,7 @@ def licence_causes(obj: Mapping[str, Any], judged: Judgement) -> list[Cause]:
         (DISKS, license_disk(), "the licence disk"),
     )
     for path, item, what in wanted:
-        present = _list(obj, path)
+        present = list_at(obj, *path)
         if item in present or any(
             isinstance(e, dict) and e.get("name") == item["name"] for e in present
         ):
@@ -126,7 +128,7 @@ def licence_causes(obj: Mapping[str, Any], judged: Judgement) -> list[Cause]:
                 FieldPath.of(*path),
                 f"lacks {what} of class {judged.licensed}: the selection was not resolved, or "
                 "another mutating webhook removed it; the guest would start unlicensed",
-                CauseCode.LICENCE_VOLUME_MISSING,
+                CauseCode.LICENSE_VOLUME_MISSING,
             )
         )
     return causes

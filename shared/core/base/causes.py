@@ -33,7 +33,9 @@ class CauseCode(StrEnum):
       webhook's denial metric (`cause` label), its decision log and alert runbooks select on
       them. docs/webhook.md, "Cause codes", lists them with their rule.
 
-    The values are part of the wire format: a member may be added, never renamed.
+    The values are part of the wire format: a member may be added, never renamed, except to
+    the wire's one spelling of a word (`LicenceHandMounted` became `LicenseHandMounted`; the old
+    word is still read as input for one release, :data:`DEPRECATED_REASONS`).
     Logic that depends on a cause's meaning asks a property of the code (`is_class_state`),
     never compares the word.
     """
@@ -47,7 +49,7 @@ class CauseCode(StrEnum):
     SELECTION_TOO_LARGE = "SelectionTooLarge"
     RAW_REQUEST_BESIDE_CLASSES = "RawRequestBesideClasses"
     RESERVED_NAME = "ReservedName"
-    LICENCE_HAND_MOUNTED = "LicenceHandMounted"
+    LICENSE_HAND_MOUNTED = "LicenseHandMounted"
     # the classes a selection names (4.3)
     CLASS_NOT_FOUND = "ClassNotFound"
     CLASS_INVALID = "ClassInvalid"
@@ -63,7 +65,17 @@ class CauseCode(StrEnum):
     # updates (4.7) and the check after every mutation (4.11)
     SELECTION_IMMUTABLE = "SelectionImmutable"
     GPU_ENTRIES_MISMATCH = "GPUEntriesMismatch"
-    LICENCE_VOLUME_MISSING = "LicenceVolumeMissing"
+    LICENSE_VOLUME_MISSING = "LicenseVolumeMissing"
+    # Deprecated Python names, for one release (CHANGELOG): the same members, the new words.
+    LICENCE_HAND_MOUNTED = "LicenseHandMounted"
+    LICENCE_VOLUME_MISSING = "LicenseVolumeMissing"
+
+    @classmethod
+    def _missing_(cls, value: object) -> CauseCode | None:
+        """Read a reason of the previous release's spelling as today's member (one release):
+        `CauseCode("LicenceHandMounted")` is :attr:`LICENSE_HAND_MOUNTED`."""
+        renamed = DEPRECATED_REASONS.get(value) if isinstance(value, str) else None
+        return cls(renamed) if renamed is not None else None
 
     @property
     def is_kubernetes(self) -> bool:
@@ -77,6 +89,13 @@ class CauseCode(StrEnum):
         so a VirtualMachine only warns about it (contract 4.10)."""
         return self in _CLASS_STATE
 
+
+DEPRECATED_REASONS: dict[str, str] = {
+    "LicenceHandMounted": "LicenseHandMounted",
+    "LicenceVolumeMissing": "LicenseVolumeMissing",
+}
+"""Reasons renamed to the wire's spelling, old word to new: accepted where a reason is read as
+input (CauseCode lookups, golden expectations) for one release (CHANGELOG, Unreleased)."""
 
 _KUBERNETES_WORDS = frozenset(
     {
@@ -124,17 +143,13 @@ class Cause(NamedTuple):
         return Cause(self.path.rebase(prefix, new), self.message, self.kind, self.code)
 
 
-def invalid(path: FieldPath | str, message: str, code: CauseCode = CauseCode.INVALID) -> Cause:
+def invalid(path: FieldPath, message: str, code: CauseCode = CauseCode.INVALID) -> Cause:
     """A cause the client can fix in its input (a 422 when it refuses)."""
-    if not isinstance(path, FieldPath):
-        path = FieldPath.parse(path)
     return _made(Cause, (path, message, "invalid", code))
 
 
-def forbidden(path: FieldPath | str, message: str, code: CauseCode = CauseCode.FORBIDDEN) -> Cause:
+def forbidden(path: FieldPath, message: str, code: CauseCode = CauseCode.FORBIDDEN) -> Cause:
     """A cause that is policy, not a malformed input (a 403 when every cause is one)."""
-    if not isinstance(path, FieldPath):
-        path = FieldPath.parse(path)
     return _made(Cause, (path, message, "forbidden", code))
 
 

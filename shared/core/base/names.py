@@ -39,7 +39,7 @@ MANAGED_BY_VALUE: Final = "gpuclass"
 LICENSE_VOLUME: Final = "gpulicense"
 LICENSE_SERIAL: Final = "GPULICENSE"
 COPY_RECORD_NAME: Final = "gpuclass-license-copies"
-"""The ConfigMap, in the reconciler's namespace, that records every licence copy it may have written."""
+"""The ConfigMap, in the reconciler's namespace, that records every license copy it may have written."""
 COPY_RECORD_KEY: Final = "copies.json"
 
 DEFAULT_KUBEVIRT_NAMESPACE: Final = "cozy-kubevirt"

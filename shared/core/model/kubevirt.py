@@ -30,6 +30,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from gpuclass.shared.core.base.k8s import parse_quantity
+from gpuclass.shared.core.base.raw import dict_at, list_at
 
 SCHEDULABLE_LABEL = "kubevirt.io/schedulable"
 """virt-handler's label on a node it runs on: "true" while its heartbeat is fresh."""
@@ -61,21 +62,13 @@ def kubevirt_devices(allocatable: Mapping[str, int]) -> frozenset[str]:
     return frozenset(k for k, v in allocatable.items() if v > 0 and k.startswith(DEVICE_PREFIX))
 
 
-def _dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
 def _host_device_names(obj: Mapping[str, Any], *keys: str) -> frozenset[str]:
-    permitted = _dict(
-        _dict(_dict(obj.get("spec")).get("configuration")).get("permittedHostDevices")
+    permitted = dict_at(
+        dict_at(dict_at(obj.get("spec")).get("configuration")).get("permittedHostDevices")
     )
     found: set[str] = set()
     for key in keys:
-        for entry in _list(permitted.get(key)):
+        for entry in list_at(permitted.get(key)):
             if isinstance(entry, dict) and isinstance(entry.get("resourceName"), str):
                 found.add(entry["resourceName"])
     return frozenset(found)
@@ -94,13 +87,13 @@ def mediated_resources(obj: Mapping[str, Any]) -> frozenset[str]:
 
 def launcher_devices(obj: Mapping[str, Any]) -> tuple[str, ...]:
     """The KubeVirt devices the default VM's launcher requests under this CR (module docstring)."""
-    config = _dict(_dict(obj.get("spec")).get("configuration"))
-    developer = _dict(config.get("developerConfiguration"))
+    config = dict_at(dict_at(obj.get("spec")).get("configuration"))
+    developer = dict_at(config.get("developerConfiguration"))
     if developer.get("useEmulation") is True:
         return (TUN,)
-    gates = _list(developer.get("featureGates"))
-    hypervisors = _list(config.get("hypervisors"))
-    first = _dict(hypervisors[0]) if hypervisors else {}
+    gates = list_at(developer.get("featureGates"))
+    hypervisors = list_at(config.get("hypervisors"))
+    first = dict_at(hypervisors[0]) if hypervisors else {}
     hypervisor = (
         MSHV if CONFIGURABLE_HYPERVISOR in gates and first.get("name") == HYPERV_DIRECT else KVM
     )
@@ -149,21 +142,21 @@ class KubeVirtConfig:
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
-    meta = _dict(obj.get("metadata"))
+    meta = dict_at(obj.get("metadata"))
     created = meta.get("creationTimestamp")
     name = meta.get("name")
     return (created if isinstance(created, str) else "", name if isinstance(name, str) else "")
 
 
 def _label(obj: Mapping[str, Any]) -> str:
-    meta = _dict(obj.get("metadata"))
+    meta = dict_at(obj.get("metadata"))
     return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
 
 
 def is_deployed(obj: Mapping[str, Any]) -> bool:
     """KubeVirt reads this CR: not being deleted, and virt-operator has given it a phase."""
-    meta = _dict(obj.get("metadata"))
-    phase = _dict(obj.get("status")).get("phase")
+    meta = dict_at(obj.get("metadata"))
+    phase = dict_at(obj.get("status")).get("phase")
     return not meta.get("deletionTimestamp") and isinstance(phase, str) and bool(phase)
 
 
@@ -179,22 +172,22 @@ def read_kubevirt(crs: Iterable[Mapping[str, Any]]) -> KubeVirtConfig:
     if not deployed:
         return KubeVirtConfig(present=tuple(sorted(_label(obj) for obj in listed)))
     chosen = deployed[0]
-    config = _dict(_dict(chosen.get("spec")).get("configuration"))
-    developer = _dict(config.get("developerConfiguration"))
-    architectures = _dict(config.get("architectureConfiguration"))
+    config = dict_at(dict_at(chosen.get("spec")).get("configuration"))
+    developer = dict_at(config.get("developerConfiguration"))
+    architectures = dict_at(config.get("architectureConfiguration"))
     return KubeVirtConfig(
         deployed=_label(chosen),
         permitted=permitted_resources(chosen),
         mediated=mediated_resources(chosen),
         launcher_devices=launcher_devices(chosen),
         default_architecture=_text(architectures.get("defaultArchitecture"))
-        or _text(_dict(chosen.get("status")).get("defaultArchitecture"))
+        or _text(dict_at(chosen.get("status")).get("defaultArchitecture"))
         or "amd64",
         machine_type=_text(config.get("machineType")),
         machine_types={
             arch: machine
             for arch in ("amd64", "arm64", "s390x")
-            if (machine := _text(_dict(architectures.get(arch)).get("machineType")))
+            if (machine := _text(dict_at(architectures.get(arch)).get("machineType")))
         },
         cpu_model=_text(config.get("cpuModel")),
         cpu_allocation_ratio=_positive(developer.get("cpuAllocationRatio"), 10),
@@ -203,10 +196,10 @@ def read_kubevirt(crs: Iterable[Mapping[str, Any]]) -> KubeVirtConfig:
         overhead_ratio=_ratio(config.get("additionalGuestMemoryOverheadRatio")),
         node_selectors={
             k: v
-            for k, v in _dict(developer.get("nodeSelectors")).items()
+            for k, v in dict_at(developer.get("nodeSelectors")).items()
             if isinstance(k, str) and isinstance(v, str)
         },
-        serial_console_log_disabled=_dict(config.get("virtualMachineOptions")).get(
+        serial_console_log_disabled=dict_at(config.get("virtualMachineOptions")).get(
             "disableSerialConsoleLog"
         )
         is not None,

@@ -32,6 +32,7 @@ from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from gpuclass.shared.core.base.k8s import parse_quantity
+from gpuclass.shared.core.base.raw import dict_at, list_at
 from gpuclass.shared.core.model.detail import CPU, EPHEMERAL, MEMORY, NodeDetail
 from gpuclass.shared.core.model.kubevirt import (
     KVM,
@@ -81,14 +82,6 @@ class LauncherAsk:
     """Parts of the VM this rendering leaves out (hugepages, probes, ...): the figures may be low."""
 
 
-def _dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
 def _quantity(value: object) -> Decimal | None:
     if isinstance(value, bool) or value is None:
         return None
@@ -109,16 +102,16 @@ def _count(value: object) -> int:
 def vcpus(domain: Mapping[str, Any]) -> int:
     """The guest's vCPUs: sockets x cores x threads as set, else the defaults' topology (sockets
     from the CPU limit, else the request, rounded up), at least one."""
-    cpu = _dict(domain.get("cpu"))
+    cpu = dict_at(domain.get("cpu"))
     cores, sockets, threads = (_count(cpu.get(k)) for k in ("cores", "sockets", "threads"))
     if cores or sockets or threads:
         total = 1
         for part in (cores, sockets, threads):
             total *= part or 1
         return total
-    resources = _dict(domain.get("resources"))
+    resources = dict_at(domain.get("resources"))
     for source in ("limits", "requests"):
-        found = _quantity(_dict(resources.get(source)).get("cpu"))
+        found = _quantity(dict_at(resources.get(source)).get("cpu"))
         if found is not None:
             return max(_ceil(found), 1)
     return 1
@@ -126,7 +119,7 @@ def vcpus(domain: Mapping[str, Any]) -> int:
 
 def _interfaces_need(spec: Mapping[str, Any], devices: Mapping[str, Any]) -> tuple[bool, bool]:
     """(tun, virtio): the default pod interface counts unless autoattachPodInterface is false."""
-    interfaces = [i for i in _list(devices.get("interfaces")) if isinstance(i, dict)]
+    interfaces = [i for i in list_at(devices.get("interfaces")) if isinstance(i, dict)]
     autoattach = devices.get("autoattachPodInterface") is not False
     if not interfaces and autoattach:
         return True, True  # the mutator adds one pod interface of the default model, virtio
@@ -141,7 +134,7 @@ def _memory_overhead(
     count: int,
     config: KubeVirtConfig,
 ) -> Decimal:
-    devices = _dict(domain.get("devices"))
+    devices = dict_at(domain.get("devices"))
     # pagetables: one byte per 512 of the memory *request* (in kilo units, rounded up)
     pagetables = Decimal((_ceil(requested / 1000) * 1000) // 512) if requested else Decimal(0)
     overhead = pagetables + FIXED_OVERHEAD + PER_VCPU_OVERHEAD * count + IOTHREAD_OVERHEAD
@@ -149,10 +142,10 @@ def _memory_overhead(
         overhead += VIDEO_OVERHEAD
     if arch == "arm64":
         overhead += ARM64_FIRMWARE_OVERHEAD
-    sriov = any(isinstance(i, dict) and "sriov" in i for i in _list(devices.get("interfaces")))
-    if _list(devices.get("gpus")) or _list(devices.get("hostDevices")) or sriov:
+    sriov = any(isinstance(i, dict) and "sriov" in i for i in list_at(devices.get("interfaces")))
+    if list_at(devices.get("gpus")) or list_at(devices.get("hostDevices")) or sriov:
         overhead += VFIO_OVERHEAD
-    if _dict(domain.get("cpu")).get("dedicatedCpuPlacement") is True:
+    if dict_at(domain.get("cpu")).get("dedicatedCpuPlacement") is True:
         overhead += DEDICATED_OVERHEAD
     if config.overhead_ratio is not None:  # MultiplyMemory: in kilo units, the addition truncated
         addition = int(float(_ceil(overhead / 1000)) * (config.overhead_ratio - 1.0))
@@ -163,15 +156,15 @@ def _memory_overhead(
 def launcher_ask(vmi: Mapping[str, Any], config: KubeVirtConfig) -> LauncherAsk:
     """The launcher Pod's node requirements for `vmi` (a VMI, or a VM's template as the VMI it
     becomes, with its GPU entries) under the deployed KubeVirt configuration."""
-    spec = _dict(vmi.get("spec"))
-    domain = _dict(spec.get("domain"))
-    devices = _dict(domain.get("devices"))
-    resources = _dict(domain.get("resources"))
-    requests, limits = _dict(resources.get("requests")), _dict(resources.get("limits"))
-    cpu = _dict(domain.get("cpu"))
+    spec = dict_at(vmi.get("spec"))
+    domain = dict_at(spec.get("domain"))
+    devices = dict_at(domain.get("devices"))
+    resources = dict_at(domain.get("resources"))
+    requests, limits = dict_at(resources.get("requests")), dict_at(resources.get("limits"))
+    cpu = dict_at(domain.get("cpu"))
     arch = str(spec.get("architecture") or config.default_architecture)
     machine = str(
-        _dict(domain.get("machine")).get("type")
+        dict_at(domain.get("machine")).get("type")
         or config.machine_type
         or config.machine_types.get(arch)
         or DEFAULT_MACHINE_TYPES.get(arch, "")
@@ -181,7 +174,7 @@ def launcher_ask(vmi: Mapping[str, Any], config: KubeVirtConfig) -> LauncherAsk:
     selector: dict[str, str] = {SCHEDULABLE_LABEL: "true", "kubernetes.io/arch": arch.lower()}
     selector.update(config.node_selectors)
     selector.update(
-        {k: v for k, v in _dict(spec.get("nodeSelector")).items() if isinstance(v, str)}
+        {k: v for k, v in dict_at(spec.get("nodeSelector")).items() if isinstance(v, str)}
     )
     if dedicated:
         selector["cpumanager"] = "true"
@@ -202,7 +195,7 @@ def launcher_ask(vmi: Mapping[str, Any], config: KubeVirtConfig) -> LauncherAsk:
     memory_request = _quantity(requests.get("memory"))
     memory = memory_request or _quantity(limits.get("memory"))
     if memory is None:
-        guest = _quantity(_dict(domain.get("memory")).get("guest"))
+        guest = _quantity(dict_at(domain.get("memory")).get("guest"))
         memory = guest * 100 / config.memory_overcommit if guest else Decimal(0)
     if resources.get("overcommitGuestOverhead") is not True:
         memory += _memory_overhead(domain, memory_request, arch, count, config)
@@ -216,12 +209,12 @@ def launcher_ask(vmi: Mapping[str, Any], config: KubeVirtConfig) -> LauncherAsk:
     if not emulation:
         hypervisor = next((d for d in config.launcher_devices if d not in (TUN, VHOST_NET)), KVM)
         wanted[hypervisor] = 1
-    for gpu in _list(devices.get("gpus")):
-        name = _dict(gpu).get("deviceName")
+    for gpu in list_at(devices.get("gpus")):
+        name = dict_at(gpu).get("deviceName")
         if isinstance(name, str) and name:
             wanted[name] = wanted.get(name, 0) + 1
-    for host in _list(devices.get("hostDevices")):
-        name = _dict(host).get("deviceName")
+    for host in list_at(devices.get("hostDevices")):
+        name = dict_at(host).get("deviceName")
         if isinstance(name, str) and name:
             wanted[name] = wanted.get(name, 0) + 1
     cpu_total, memory_total = cpu_millis, _ceil(memory)

@@ -68,7 +68,7 @@ class Source(_Strict):
 
 
 class License(_Strict):
-    """`spec.license`: the platform licence. `secretName` names the source Secret in the licence
+    """`spec.license`: the platform license. `secretName` names the source Secret in the license
     namespace; `featureType` (1 or 4) becomes the copy's gridd.conf line (contract 5.4)."""
 
     secret_name: NonEmpty
@@ -77,7 +77,7 @@ class License(_Strict):
 
 class GPUClassSpec(_Strict):
     """`spec` of a GPUClass (contract section 5); cross-field rules (vgpu needs a profile,
-    passthrough no licence) are checked in :mod:`shared.core.model.validation`, not here."""
+    passthrough no license) are checked in :mod:`shared.core.model.validation`, not here."""
 
     display_name: str | None = None
     vendor: NonEmpty

@@ -28,7 +28,6 @@ from gpuclass.shared.core.base.fieldpath import FieldPath
 
 SELECTION_PATH = FieldPath.of("metadata", "annotations").key(names.SELECTION_ANNOTATION)
 """Where the selection is, on a VMI or a Pod (a VM's template puts `spec.template.` before it)."""
-ANNOTATION_PATH = str(SELECTION_PATH)
 _KNOWN_KEYS = frozenset({"className", "name", "count"})
 
 
@@ -269,7 +268,7 @@ def _no_constant(name: str) -> object:
 
 
 def _unreadable(message: str) -> Selection:
-    return Selection((), (invalid(ANNOTATION_PATH, message),), readable=False)
+    return Selection((), (invalid(SELECTION_PATH, message),), readable=False)
 
 
 def _utf8_length(raw: str) -> int:
@@ -286,7 +285,7 @@ def size_cause(raw: str) -> Cause | None:
     # Exact for ASCII (the size is known for free); never encode a long string to say how long.
     size = f"{len(raw)} bytes" if raw.isascii() else f"over {MAX_SELECTION_BYTES} bytes"
     return invalid(
-        ANNOTATION_PATH,
+        SELECTION_PATH,
         f"is {size}; at most {MAX_SELECTION_BYTES} are read: list each class once with its "
         f'count, e.g. [{{"className": "x", "count": 2}}]; {UNCHECKED}',
         CauseCode.SELECTION_TOO_LARGE,
@@ -298,7 +297,7 @@ def entries_cause(length: int) -> Cause | None:
     if length <= MAX_SELECTION_ENTRIES:
         return None
     return invalid(
-        ANNOTATION_PATH,
+        SELECTION_PATH,
         f"has {length} entries; at most {MAX_SELECTION_ENTRIES}: list each class once with its "
         f'count, e.g. [{{"className": "x", "count": 2}}]; {UNCHECKED}',
         CauseCode.SELECTION_TOO_LARGE,
@@ -373,13 +372,13 @@ def _judge_entries(value: list[object]) -> Selection:
     if kinds == {"class", "raw"}:
         causes.append(
             invalid(
-                ANNOTATION_PATH, "a gpus list holds class entries or raw name entries, never both"
+                SELECTION_PATH, "a gpus list holds class entries or raw name entries, never both"
             )
         )
     elif kinds == {"raw"}:
         causes.append(
             invalid(
-                ANNOTATION_PATH,
+                SELECTION_PATH,
                 "raw name entries belong in spec.domain.devices.gpus, not in this annotation",
             )
         )

@@ -3,20 +3,20 @@
 Raw API objects go in through :class:`SnapshotBuilder.add`; what stays is a few
 small records per object, so a 150,000-pod cluster fits in a fraction of its
 JSON. The builder is pure (dicts in, records out); reading files or watches is
-the caller's business. Secret payloads are wrapped in :class:`Redacted` so that
-no repr, log line or traceback can print a token.
+the caller's business. What a Pod holds is :mod:`shared.core.model.podrequests`; Secrets,
+their payloads never printed, :mod:`shared.core.model.secrets`.
 """
 
 from __future__ import annotations
 
-import base64
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
-from gpuclass.shared.core.base.k8s import Taint, quantity_units
+from gpuclass.shared.core.base.k8s import Taint
+from gpuclass.shared.core.base.raw import dict_at, list_at, metadata, str_map
 from gpuclass.shared.core.model.detail import (
     ClusterDetail,
     Quota,
@@ -26,42 +26,23 @@ from gpuclass.shared.core.model.detail import (
     read_compute,
 )
 from gpuclass.shared.core.model.kubevirt import (
-    DEFAULT_LAUNCHER_DEVICES,
     Handler,
     KubeVirtConfig,
     handler_state,
     read_kubevirt,
 )
 from gpuclass.shared.core.model.models import GPUClassSpec, GPUClassStatus
+from gpuclass.shared.core.model.podrequests import (
+    ACTIVE_POD_PHASES,
+    PodRecord,
+    add_amounts,
+    compact_pod,
+    extended_units,
+    pod_requests,
+)
+from gpuclass.shared.core.model.secrets import SecretRecord, compact_secret
 from gpuclass.shared.core.model.validation import validate_class
 from gpuclass.shared.core.model.vmiuse import VMIUse, compact_vmi_use
-
-ACTIVE_POD_PHASES = frozenset({"Pending", "Running"})
-
-
-class Redacted:
-    """A secret value that never shows itself in repr or str."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        """The secret itself, for the few places that must use it (the licence check, the copy's
-        body and fingerprint); never for a message or a log."""
-        return self._value
-
-    def __repr__(self) -> str:
-        return "<redacted>"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Redacted) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,46 +107,21 @@ class NodeRecord:
     handler: Handler = "ready"
 
 
-@dataclass(frozen=True, slots=True)
-class PodRecord:
-    """A Pod that holds units: its node and its effective request per extended resource
-    (:func:`pod_requests`), nothing else."""
-
-    node: str
-    requests: Mapping[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class SecretRecord:
-    """A Secret as a record: its labels and every data value wrapped in :class:`Redacted`."""
-
-    namespace: str
-    name: str
-    labels: Mapping[str, str]
-    data: Mapping[str, Redacted]
-
-
 @dataclass(slots=True)
 class Snapshot:
     """The cluster as the pure rules see it, one value for the CLI, the webhook and the reconciler.
 
-    `permitted` is the deployed KubeVirt CR's permittedHostDevices, None when no CR is deployed
-    (the classes then say NoKubeVirt, with `kubevirt_problem`'s words);
-    `launcher_devices` the KubeVirt devices its launcher Pods request
-    (:func:`shared.core.model.kubevirt.read_kubevirt`); `secrets` are keyed by (namespace, name).
+    What KubeVirt configures is held once, in `kubevirt`; `permitted`, `mediated`,
+    `launcher_devices` and `kubevirt_problem` are read from it. `secrets` are keyed by
+    (namespace, name).
     """
 
     classes: dict[str, ClassRecord] = field(default_factory=dict)
     nodes: list[NodeRecord] = field(default_factory=list)
     pods: list[PodRecord] = field(default_factory=list)
-    permitted: frozenset[str] | None = None
-    mediated: frozenset[str] = frozenset()
-    """The KubeVirt CR's mediated-device resourceNames: every one is a vGPU, class or not."""
     namespaces: dict[str, Mapping[str, str]] = field(default_factory=dict)
     secrets: dict[tuple[str, str], SecretRecord] = field(default_factory=dict)
     vmis: list[VMIUse] = field(default_factory=list)
-    launcher_devices: tuple[str, ...] = DEFAULT_LAUNCHER_DEVICES
-    kubevirt_problem: str | None = None
     kubevirt: KubeVirtConfig = field(default_factory=KubeVirtConfig)
     """The deployed KubeVirt CR's configuration as a whole (what one VM's launcher asks)."""
     detail: ClusterDetail | None = None
@@ -177,41 +133,29 @@ class Snapshot:
     def use_kubevirt(self, config: KubeVirtConfig) -> None:
         """Take the KubeVirt configuration KubeVirt reads from the CRs of its namespace
         (:func:`read_kubevirt`): the deployed CR's; none deployed: nothing permitted."""
-        self.permitted = config.permitted if config.deployed is not None else None
-        self.mediated = config.mediated
-        self.launcher_devices = config.launcher_devices
-        self.kubevirt_problem = config.problem()
         self.kubevirt = config
 
+    @property
+    def permitted(self) -> frozenset[str] | None:
+        """The deployed KubeVirt CR's permittedHostDevices, None when no CR is deployed (the
+        classes then say NoKubeVirt, with :attr:`kubevirt_problem`'s words)."""
+        config = self.kubevirt
+        return config.permitted if config.deployed is not None else None
 
-def _dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
+    @property
+    def mediated(self) -> frozenset[str]:
+        """The KubeVirt CR's mediated-device resourceNames: every one is a vGPU, class or not."""
+        return self.kubevirt.mediated
 
+    @property
+    def launcher_devices(self) -> tuple[str, ...]:
+        """The KubeVirt devices its launcher Pods request (:func:`read_kubevirt`)."""
+        return self.kubevirt.launcher_devices
 
-def _items(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
-    return _dict(obj.get("metadata"))
-
-
-def _str_map(value: object) -> dict[str, str]:
-    if not isinstance(value, dict):
-        return {}
-    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
-
-
-def _extended(resources: object) -> dict[str, int]:
-    """Extended resources (names with a '/') as whole units."""
-    if not isinstance(resources, dict):
-        return {}
-    try:  # most maps name only cpu and memory: one C-speed look at all their keys at once
-        if "/" not in "".join(resources):
-            return {}
-    except TypeError:  # a key that is not a string: look at each
-        pass
-    return {k: quantity_units(v) for k, v in resources.items() if isinstance(k, str) and "/" in k}
+    @property
+    def kubevirt_problem(self) -> str | None:
+        """Why KubeVirt permits nothing, None when a CR is deployed (:meth:`KubeVirtConfig.problem`)."""
+        return self.kubevirt.problem()
 
 
 def compact_class(
@@ -225,7 +169,7 @@ def compact_class(
     equal this object's, its verdict is kept (`validate_class` reads nothing else), so a status
     or metadata change (the reconciler's own status writes coming back) is not validated again.
     """
-    meta = _meta(obj)
+    meta = metadata(obj)
     name = meta.get("name")
     if not isinstance(name, str):
         return None
@@ -264,131 +208,28 @@ def compact_class(
 def compact_node(obj: Mapping[str, Any]) -> NodeRecord | None:
     """A node's record: Ready condition, unschedulable flag, taints, extended allocatable and
     virt-handler's label. None when the object has no name."""
-    name = _meta(obj).get("name")
+    name = metadata(obj).get("name")
     if not isinstance(name, str):
         return None
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    spec = dict_at(obj, "spec")
+    status = dict_at(obj, "status")
     ready = any(
         isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
-        for c in _items(status.get("conditions"))  # type: ignore[union-attr]
+        for c in list_at(status.get("conditions"))
     )
     taints = tuple(
         Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
-        for t in _items(spec.get("taints"))  # type: ignore[union-attr]
+        for t in list_at(spec.get("taints"))
         if isinstance(t, dict)
     )
     return NodeRecord(
         name=name,
         ready=ready,
-        unschedulable=bool(spec.get("unschedulable")),  # type: ignore[union-attr]
+        unschedulable=bool(spec.get("unschedulable")),
         taints=taints,
-        allocatable=_extended(status.get("allocatable")),  # type: ignore[union-attr]
-        handler=handler_state(_meta(obj).get("labels")),
+        allocatable=extended_units(status.get("allocatable")),
+        handler=handler_state(metadata(obj).get("labels")),
     )
-
-
-def pod_requests(
-    spec: Mapping[str, Any], read: Callable[[object], dict[str, int]] | None = None
-) -> dict[str, int]:
-    """Effective Pod request per extended resource, exactly as the kube-scheduler counts it.
-
-    The rule of k8s.io/component-helpers `resource.PodRequests` (docs/decisions.md, "Status"):
-    sidecars (init containers with `restartPolicy: Always`) keep running beside the regular
-    containers, so they add to their sum; an ordinary init container runs alone beside the
-    sidecars started before it. The Pod holds the larger of the two, plus `spec.overhead`:
-
-        max(sum(containers) + sum(sidecars), max_i(init_i + sum(sidecars before i))) + overhead
-
-    `read` turns a resource list into amounts: extended resources as whole units by default
-    (`gpuclass explain` passes one that reads CPU and memory, :mod:`shared.core.model.detail`).
-    """
-    read = read or _extended
-    containers = spec.get("containers")
-    if (  # most pods: one container, no init containers, no overhead
-        "initContainers" not in spec
-        and "overhead" not in spec
-        and isinstance(containers, list)
-        and len(containers) == 1
-        and isinstance(containers[0], dict)
-    ):
-        only = _container_requests(containers[0], read)
-        return {k: v for k, v in only.items() if v > 0} if only else only
-    total: dict[str, int] = {}
-    for container in _items(containers):
-        if isinstance(container, dict):
-            _add(total, _container_requests(container, read))
-    sidecars: dict[str, int] = {}
-    init_peak: dict[str, int] = {}
-    for container in _items(spec.get("initContainers")):
-        if not isinstance(container, dict):
-            continue
-        own = _container_requests(container, read)
-        if container.get("restartPolicy") == "Always":
-            _add(total, own)
-            _add(sidecars, own)
-            # While a sidecar starts, the sidecars so far run: never more than `total`, which
-            # holds them all and the containers too (units are never negative).
-            continue
-        # An init container runs beside the sidecars started before it. Only its own resources
-        # can peak above `total` (any other is a sidecar sum): one pass over them, not a copy of
-        # every sidecar resource per init container (a tenant's Pod of thousands was quadratic).
-        for key, units in own.items():
-            peak = units + sidecars.get(key, 0)
-            if peak > init_peak.get(key, 0):
-                init_peak[key] = peak
-    for key, units in init_peak.items():
-        total[key] = max(total.get(key, 0), units)
-    _add(total, read(spec.get("overhead")))
-    return {k: v for k, v in total.items() if v > 0}
-
-
-def _add(total: dict[str, int], more: Mapping[str, int]) -> None:
-    for key, units in more.items():
-        total[key] = total.get(key, 0) + units
-
-
-def _container_requests(
-    container: Mapping[str, Any], read: Callable[[object], dict[str, int]]
-) -> dict[str, int]:
-    resources = container.get("resources")
-    if not isinstance(resources, dict):
-        return {}
-    # A limit alone implies an equal request (extended resources cannot be overcommitted; for
-    # CPU and memory the API server defaults the request to the limit).
-    merged = read(resources.get("limits"))
-    merged.update(read(resources.get("requests")))
-    return merged
-
-
-def compact_pod(obj: Mapping[str, Any]) -> PodRecord | None:
-    """A pod that holds units: bound to a node, Pending or Running, requesting any extended resource."""
-    spec = obj.get("spec")
-    status = obj.get("status")
-    if not isinstance(spec, dict):
-        return None
-    node = spec.get("nodeName")
-    phase = status.get("phase") if isinstance(status, dict) else None
-    if not isinstance(node, str) or not node or not isinstance(phase, str):
-        return None
-    if phase not in ACTIVE_POD_PHASES:
-        return None
-    requests = pod_requests(spec)
-    return PodRecord(node, requests) if requests else None
-
-
-def compact_secret(obj: Mapping[str, Any]) -> SecretRecord | None:
-    """A Secret's record, values wrapped in :class:`Redacted`; `stringData` (only hand-written files
-    carry it) is folded into `data` as the API server would. None without a name and a namespace."""
-    meta = _meta(obj)
-    name, namespace = meta.get("name"), meta.get("namespace")
-    if not isinstance(name, str) or not isinstance(namespace, str):
-        return None
-    data = {k: Redacted(v) for k, v in _str_map(obj.get("data")).items()}
-    # stringData is write-only in the API (merged into data); hand-written files may still use it.
-    for key, text in _str_map(obj.get("stringData")).items():
-        data[key] = Redacted(base64.b64encode(text.encode()).decode())
-    return SecretRecord(namespace, name, _str_map(meta.get("labels")), data)
 
 
 ObjectKey = tuple[str, str]
@@ -396,7 +237,7 @@ ObjectKey = tuple[str, str]
 
 
 def _object_key(obj: Mapping[str, Any], *, namespaced: bool) -> ObjectKey | None:
-    meta = _meta(obj)
+    meta = metadata(obj)
     name, namespace = meta.get("name"), meta.get("namespace")
     if not isinstance(name, str) or not name:
         return None
@@ -451,7 +292,7 @@ class SnapshotBuilder:
         if self._detail is not None:
             used: dict[str, dict[str, int]] = {}
             for node, amounts in self._pod_compute.values():
-                _add(used.setdefault(node, {}), amounts)
+                add_amounts(used.setdefault(node, {}), amounts)
             self._detail.used = used
             snap.detail = self._detail
         snap.quotas = group_quotas(self._quotas.values())
@@ -492,9 +333,9 @@ class SnapshotBuilder:
             if secret:
                 snap.secrets[(secret.namespace, secret.name)] = secret
         elif kind == "Namespace":
-            name = _meta(obj).get("name")
+            name = metadata(obj).get("name")
             if isinstance(name, str):
-                snap.namespaces[name] = _str_map(_meta(obj).get("labels"))
+                snap.namespaces[name] = str_map(metadata(obj).get("labels"))
         elif kind == "VirtualMachineInstance":
             self._vmis[self._key(obj, namespaced=True)] = compact_vmi_use(obj)
         elif kind == "ResourceQuota":
@@ -519,3 +360,20 @@ class SnapshotBuilder:
         for obj in objects:
             self.add(obj)
         return self.snapshot
+
+
+# Deprecated homes, for one release: reconciler/state/cache.py (being restructured beside this
+# change) still imports these four from here; their modules are podrequests and secrets.
+__all__ = [
+    "ClassRecord",
+    "NodeRecord",
+    "ObjectKey",
+    "PodRecord",
+    "SecretRecord",
+    "Snapshot",
+    "SnapshotBuilder",
+    "compact_class",
+    "compact_node",
+    "compact_pod",
+    "compact_secret",
+]

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from gpuclass.shared.core.base import k8s
 from gpuclass.shared.core.base.causes import Cause, CauseCode, clip_warning, invalid, json_kind
 from gpuclass.shared.core.base.fieldpath import FieldPath
+from gpuclass.shared.core.base.raw import str_at
 from gpuclass.shared.core.model.models import IDENTITY_FIELDS, GPUClassSpec
 
 _TYPE_MESSAGES = {
@@ -73,10 +74,6 @@ def _model_causes(spec: Mapping[str, Any]) -> tuple[GPUClassSpec | None, list[Ca
         return None, causes
 
 
-def _str(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 def _toleration_causes(tolerations: object) -> tuple[list[Cause], list[str]]:
     causes: list[Cause] = []
     warnings: list[str] = []
@@ -86,7 +83,7 @@ def _toleration_causes(tolerations: object) -> tuple[list[Cause], list[str]]:
         if not isinstance(tol, dict):
             continue
         path = FieldPath.of("spec", "tolerations").index(i)
-        key, value = _str(tol.get("key")) or "", _str(tol.get("value")) or ""
+        key, value = str_at(tol.get("key")) or "", str_at(tol.get("value")) or ""
         operator = tol.get("operator") or "Equal"
         if key:
             error = k8s.qualified_name_error(key)
@@ -116,41 +113,49 @@ def _format_causes(spec: Mapping[str, Any]) -> list[Cause]:
     mode = spec.get("mode")
     if mode == "vgpu" and not spec.get("profile"):
         causes.append(
-            invalid("spec.profile", "required for mode vgpu: name the vGPU profile the host offers")
+            invalid(
+                FieldPath.of("spec", "profile"),
+                "required for mode vgpu: name the vGPU profile the host offers",
+            )
         )
     if mode == "passthrough":
         for name in ("profile", "license"):
             if name in spec:
                 causes.append(
                     invalid(
-                        f"spec.{name}",
+                        FieldPath.of("spec", name),
                         "not permitted for mode passthrough: remove it, or use mode vgpu",
                     )
                 )
     source = spec.get("source")
     device_plugin = source.get("devicePlugin") if isinstance(source, dict) else None
-    resource = _str(device_plugin.get("resourceName")) if isinstance(device_plugin, dict) else None
+    resource = (
+        str_at(device_plugin.get("resourceName")) if isinstance(device_plugin, dict) else None
+    )
     if resource is not None:
         error = k8s.extended_resource_error(resource)
         if error:
-            causes.append(invalid("spec.source.devicePlugin.resourceName", error))
+            causes.append(
+                invalid(FieldPath.of("spec", "source", "devicePlugin", "resourceName"), error)
+            )
     license_ = spec.get("license")
-    secret = _str(license_.get("secretName")) if isinstance(license_, dict) else None
+    secret = str_at(license_.get("secretName")) if isinstance(license_, dict) else None
     if secret is not None:
         error = k8s.dns_subdomain_error(secret)
         if error:
-            causes.append(invalid("spec.license.secretName", error))
-    memory = _str(spec.get("memory"))
+            causes.append(invalid(FieldPath.of("spec", "license", "secretName"), error))
+    memory = str_at(spec.get("memory"))
     if memory is not None:
         try:
             if k8s.parse_quantity(memory) <= 0:
                 causes.append(
                     invalid(
-                        "spec.memory", f"must be a positive quantity such as 16Gi (got {memory!r})"
+                        FieldPath.of("spec", "memory"),
+                        f"must be a positive quantity such as 16Gi (got {memory!r})",
                     )
                 )
         except ValueError as exc:
-            causes.append(invalid("spec.memory", str(exc)))
+            causes.append(invalid(FieldPath.of("spec", "memory"), str(exc)))
     return causes
 
 
@@ -160,7 +165,7 @@ def _immutability_causes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list
         if old.get(name) != new.get(name) or (name in old) != (name in new):
             causes.append(
                 invalid(
-                    f"spec.{name}",
+                    FieldPath.of("spec", name),
                     f"is immutable (was {_shown(old, name)}, now {_shown(new, name)}): create a new class for a different offer",
                     CauseCode.FIELD_VALUE_FORBIDDEN,
                 )
@@ -168,7 +173,7 @@ def _immutability_causes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list
     if ("license" in old) != ("license" in new):
         causes.append(
             invalid(
-                "spec.license",
+                FieldPath.of("spec", "license"),
                 "adding or removing license changes the licensing mode, which is immutable: create a new class",
                 CauseCode.FIELD_VALUE_FORBIDDEN,
             )
@@ -224,7 +229,7 @@ def validate_class(
     """
     if not isinstance(obj, dict):
         return Verdict(
-            (invalid("", f"a GPUClass must be a JSON object (got {json_kind(obj)})"),), ()
+            (invalid(FieldPath(), f"a GPUClass must be a JSON object (got {json_kind(obj)})"),), ()
         )
     if _metadata_only_update(obj, old):
         return Verdict((), ())
@@ -234,21 +239,30 @@ def validate_class(
     name = metadata.get("name") if isinstance(metadata, dict) else None
     if not isinstance(name, str) or not name:
         causes.append(
-            invalid("metadata.name", "required: the tenant-facing class name, a DNS label")
+            invalid(
+                FieldPath.of("metadata", "name"),
+                "required: the tenant-facing class name, a DNS label",
+            )
         )
     else:
         error = k8s.dns_label_error(name)
         if error:
-            causes.append(invalid("metadata.name", error))
+            causes.append(invalid(FieldPath.of("metadata", "name"), error))
     if manifest and "status" in obj:
         causes.append(
-            invalid("status", "do not put status in catalog manifests: the controller reports it")
+            invalid(
+                FieldPath.of("status"),
+                "do not put status in catalog manifests: the controller reports it",
+            )
         )
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         got = "" if spec is None else f" (got {json_kind(spec)})"
         causes.append(
-            invalid("spec", f"required: an object with vendor, model, mode and source{got}")
+            invalid(
+                FieldPath.of("spec"),
+                f"required: an object with vendor, model, mode and source{got}",
+            )
         )
         return Verdict(tuple(causes), ())
     model, model_causes = _model_causes(spec)

@@ -1,6 +1,6 @@
-"""What the reconciler needs to know about one VMI: which classes it uses and which licence it mounts.
+"""What the reconciler needs to know about one VMI: which classes it uses and which license it mounts.
 
-Admission reads the raw VMI itself (any Secret reference to a licence copy counts,
+Admission reads the raw VMI itself (any Secret reference to a license copy counts,
 see :mod:`shared.core.admission.secretrefs`). The reconciler and offline snapshots
 ask two narrower questions, and this record answers them from the raw object
 once, at event time:
@@ -8,7 +8,7 @@ once, at event time:
 - which classes the VMI *uses* (docs/contract.md section 6, in-use finalizer): the
   classes its selection annotation names — parsed, so a VMI is not re-parsed on
   every reconcile — and the device names of its GPU entries;
-- which licence copy it mounts *through the licence volume* of section 1 (volume
+- which license copy it mounts *through the license volume* of section 1 (volume
   `gpulicense`, `secret.secretName: gpuclass-license-<class>`): only that volume
   triggers a copy; annotations alone never do.
 
@@ -22,12 +22,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuclass.shared.core.base import names
+from gpuclass.shared.core.base.raw import dict_at, list_at
 from gpuclass.shared.core.model.selection import parse_selection
 
 
 @dataclass(frozen=True, slots=True)
 class VMIUse:
-    """One VMI reduced to what holds a class and a licence copy, and the units it takes; built once
+    """One VMI reduced to what holds a class and a license copy, and the units it takes; built once
     per event by :func:`compact_vmi_use`, so the reconciler never keeps the raw VMI."""
 
     namespace: str
@@ -37,7 +38,7 @@ class VMIUse:
     device_names: frozenset[str]
     """deviceName of every `spec.domain.devices.gpus` entry."""
     license_secret: str | None
-    """secretName of the `gpulicense` volume when it names a licence copy, else None."""
+    """secretName of the `gpulicense` volume when it names a license copy, else None."""
     admitted: frozenset[str] = frozenset()
     """Classes this VMI passed admission with (:func:`admitted_classes`): what holds a class."""
     units: tuple[tuple[str, int], ...] = ()
@@ -52,14 +53,6 @@ class VMIUse:
             and self.phase != other.phase
             and self == replace(other, phase=self.phase)
         )
-
-
-def _dict(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 def selected_classes(annotation: object) -> tuple[str, ...]:
@@ -101,8 +94,8 @@ def admitted_units(
     position = 0
     for count in counts.values():
         block = gpus[position : position + count]
-        devices = [_dict(g).get("deviceName") for g in block]
-        named = all(_dict(g).get("name") == f"gpu{position + i + 1}" for i, g in enumerate(block))
+        devices = [dict_at(g).get("deviceName") for g in block]
+        named = all(dict_at(g).get("name") == f"gpu{position + i + 1}" for i, g in enumerate(block))
         position += count
         same = all(isinstance(d, str) and d for d in devices) and len(set(devices)) == 1
         if not named or not same:  # (a name of the wrong type is not hashed)
@@ -116,12 +109,12 @@ def admitted_classes(annotation: object, gpus: list[Any], namespace: str) -> fro
 
 
 def license_volume_secret(spec: Mapping[str, Any]) -> str | None:
-    """The copy the licence volume mounts: volume `gpulicense` whose secretName is a licence copy."""
-    for volume in _list(spec.get("volumes")):
-        volume = _dict(volume)
+    """The copy the license volume mounts: volume `gpulicense` whose secretName is a license copy."""
+    for volume in list_at(spec.get("volumes")):
+        volume = dict_at(volume)
         if volume.get("name") != names.LICENSE_VOLUME:
             continue
-        secret_name = _dict(volume.get("secret")).get("secretName")
+        secret_name = dict_at(volume.get("secret")).get("secretName")
         if isinstance(secret_name, str) and secret_name.startswith(names.LICENSE_COPY_PREFIX):
             return secret_name
     return None
@@ -129,20 +122,20 @@ def license_volume_secret(spec: Mapping[str, Any]) -> str | None:
 
 def compact_vmi_use(obj: Mapping[str, Any]) -> VMIUse | None:
     """The record of a raw VMI; None when it has no name or namespace."""
-    meta = _dict(obj.get("metadata"))
+    meta = dict_at(obj.get("metadata"))
     name, namespace = meta.get("name"), meta.get("namespace")
     if not isinstance(name, str) or not isinstance(namespace, str):
         return None
-    spec = _dict(obj.get("spec"))
-    gpus = _list(_dict(_dict(spec.get("domain")).get("devices")).get("gpus"))
+    spec = dict_at(obj.get("spec"))
+    gpus = list_at(dict_at(dict_at(spec.get("domain")).get("devices")).get("gpus"))
     devices = frozenset(
         g["deviceName"]
         for g in gpus
         if isinstance(g, dict) and isinstance(g.get("deviceName"), str)
     )
-    annotation = _dict(meta.get("annotations")).get(names.SELECTION_ANNOTATION)
+    annotation = dict_at(meta.get("annotations")).get(names.SELECTION_ANNOTATION)
     units = admitted_units(annotation, gpus, namespace)
-    phase = _dict(obj.get("status")).get("phase")
+    phase = dict_at(obj.get("status")).get("phase")
     return VMIUse(
         namespace=namespace,
         name=name,

@@ -16,14 +16,8 @@ from typing import Any, Protocol
 
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.model.snapshot import ClassRecord, NodeRecord, Snapshot
-from gpuclass.shared.core.status.capacity import (
-    Capacity,
-    Needs,
-    Survey,
-    schedulable,
-    survey_nodes,
-    surveyed,
-)
+from gpuclass.shared.core.status.capacity import Capacity, Needs, Survey, survey_nodes, surveyed
+from gpuclass.shared.core.status.schedulable import schedulable
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +280,7 @@ class ClassState:
 def class_state(
     record: ClassRecord, snapshot: Snapshot, winners: Mapping[str, str], license_namespace: str
 ) -> ClassState:
-    """The class's conflict winner, permission and licence problem, for the conditions and the
+    """The class's conflict winner, permission and license problem, for the conditions and the
     admission catalog alike."""
     resource = record.resource_name
     winner = winners.get(resource) if resource else None

@@ -3,7 +3,7 @@
 What is checked is what the loop relies on: paginated lists with the server-side
 selectors, watch lines split across chunks, bookmarks, an in-stream 410 raised as
 `ApiError.gone`, error bodies mapped to status and reason, merge patches with
-their content type, the label-tested JSON patch of a licence copy, licence sources read one
+their content type, the label-tested JSON patch of a license copy, license sources read one
 name at a time (lists and merged watches), and a missing Lease read as None. The
 real API server drives the same adapter in the control-plane tests.
 """
@@ -77,7 +77,7 @@ def build_app(seen: Seen) -> web.Application:
         )
 
     async def secrets(request: web.Request) -> web.StreamResponse:
-        """The licence namespace's Secrets: only by name (as RBAC with resourceNames allows)."""
+        """The license namespace's Secrets: only by name (as RBAC with resourceNames allows)."""
         query = dict(request.query)
         seen.append({"path": request.path, "query": query})
         name = query.get("fieldSelector", "").removeprefix("metadata.name=")
@@ -230,8 +230,8 @@ def test_a_page_of_too_many_values_is_asked_for_again_with_fewer_objects() -> No
     run(test)
 
 
-def test_licence_sources_are_read_one_name_at_a_time() -> None:
-    """No request for the licence namespace's Secrets goes without a metadata.name selector."""
+def test_license_sources_are_read_one_name_at_a_time() -> None:
+    """No request for the license namespace's Secrets goes without a metadata.name selector."""
 
     async def test(kube: KubeAdapter, seen: Seen) -> None:
         pages = [page async for page in kube.list_pages("licence-secrets")]

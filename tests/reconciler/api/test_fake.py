@@ -2,9 +2,9 @@
 
 `reconciler/api/fake.py` is the offline twin and the unit tests' API server; this test
 keeps it honest. The same script — creates, stale-resourceVersion updates (409),
-deletion of a class held by a finalizer, licence copies written as the reconciler
+deletion of a class held by a finalizer, license copies written as the reconciler
 writes them (create, a label-tested JSON patch, delete), every refusal of the chart's
-licence-copy ValidatingAdmissionPolicy, the copy record ConfigMap (create, replace
+license-copy ValidatingAdmissionPolicy, the copy record ConfigMap (create, replace
 pinned to its resourceVersion), 404, and a watch from a compacted resourceVersion
 (410) — runs through :class:`reconciler.api.port.KubeAPI` twice: against `MemoryKube`,
 and against a real kube-apiserver as the reconciler's service account with the
@@ -25,7 +25,7 @@ import pytest
 from gpuclass.reconciler.api.fake import MemoryKube
 from gpuclass.reconciler.api.port import ApiError, KubeAPI, RawObject
 from gpuclass.reconciler.state.licenses import DesiredCopy, copy_patch
-from gpuclass.shared.core.model.snapshot import Redacted
+from gpuclass.shared.core.model.secrets import Redacted
 from tests.builders import STORED_STATUS as STATUS
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
 from tests.e2e_reconciler_helpers import (
@@ -260,7 +260,7 @@ async def _first_event(api: KubeAPI, since: str) -> object:
 
 def test_the_fake_answers_as_kubernetes_does() -> None:
     suffix = unique_name("m").split("-")[-1]
-    ns = f"tenant-contract-{suffix}"  # licence copies live in tenant namespaces only
+    ns = f"tenant-contract-{suffix}"  # license copies live in tenant namespaces only
     kube = MemoryKube([namespace(ns), namespace(LICENSE_NAMESPACE)])
 
     async def connect() -> KubeAPI:
@@ -286,7 +286,7 @@ def _ref(obj: RawObject) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def as_reconciler(control_plane: ControlPlane) -> Iterator[tuple[ControlPlane, Any]]:
-    """The reconciler's service account with the chart's RBAC and licence-copy policy in force."""
+    """The reconciler's service account with the chart's RBAC and license-copy policy in force."""
     user = control_plane.user(SERVICE_ACCOUNT, list(SERVICE_ACCOUNT_GROUPS))
     admin = control_plane.admin
     admin.apply([namespace(n) for n in (LICENSE_NAMESPACE, KUBEVIRT_NAMESPACE)])
@@ -317,7 +317,7 @@ def test_the_real_api_server_answers_the_same(as_reconciler: tuple[ControlPlane,
 
     control_plane, user = as_reconciler
     suffix = unique_name("r").split("-")[-1]
-    ns = f"tenant-contract-{suffix}"  # licence copies live in tenant namespaces only
+    ns = f"tenant-contract-{suffix}"  # license copies live in tenant namespaces only
     made: list[RawObject] = [namespace(ns)]
     control_plane.admin.apply(made)
     settings = ReconcilerSettings(kubeconfig=str(user.kubeconfig), vgpu_entitled=True)

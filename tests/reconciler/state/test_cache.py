@@ -585,7 +585,7 @@ def test_a_pods_map_of_many_resources_is_not_interned() -> None:
 
 def test_a_relist_forgets_a_launcher_that_holds_no_units() -> None:
     """A bound virt-launcher Pod that requests no extended resource is kept only as a launcher;
-    when it went away while the watch was down, the re-list must forget it too, or its licence
+    when it went away while the watch was down, the re-list must forget it too, or its license
     copy is kept for a VMI that no longer runs."""
     licensed = gpuclass("c", R, license="src")
     state = state_with(

@@ -2,11 +2,11 @@
 
 A Hypothesis state machine puts, edits (one field at a time, so that the small
 changes that are easy to miss come up often) and deletes classes, nodes, pods, the
-KubeVirt CR, the licence source Secret, namespaces and VMIs, feeding each change to
+KubeVirt CR, the license source Secret, namespaces and VMIs, feeding each change to
 :class:`reconciler.state.cache.ClusterCache`. After every step:
 
 - every class whose status, or in-use verdict, changed was marked dirty, and the
-  licence copies were marked whenever the copy plan changed (the affected-class
+  license copies were marked whenever the copy plan changed (the affected-class
   index misses nothing);
 - the statuses equal `shared.core.status.availability.compute_all` over a snapshot built from
   scratch (`SnapshotBuilder`) from the surviving raw objects, the in-use verdicts
@@ -24,7 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from gpuclass.reconciler.state.cache import ClusterCache
 from gpuclass.reconciler.state.inuse import classes_in_use
-from gpuclass.reconciler.state.licenses import desired_copies, launcher_licence, plan_copies
+from gpuclass.reconciler.state.licenses import desired_copies, launcher_license, plan_copies
 from gpuclass.reconciler.state.sources import Source
 from gpuclass.shared.core.base.meta import object_key
 from gpuclass.shared.core.model.snapshot import SnapshotBuilder
@@ -298,7 +298,7 @@ class StateMachine(RuleBasedStateMachine):
                 (o["metadata"]["namespace"], *mount)
                 for o in self.objects.values()
                 if o["kind"] == "Pod"
-                if (mount := launcher_licence(o))
+                if (mount := launcher_license(o))
             },
         )
         assert copies == plan_copies(plan, {})

@@ -1,4 +1,4 @@
-"""Licence copies as data (docs/contract.md sections 1 and 6): which copies, held or deleted, and how;
+"""License copies as data (docs/contract.md sections 1 and 6): which copies, held or deleted, and how;
 the record of copies; and what says a VMI is really starting (its bound launcher Pod)."""
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ from gpuclass.reconciler.state.licenses import (
     copy_digest,
     desired_copies,
     gridd_conf,
-    launcher_licence,
+    launcher_license,
     parse_record,
     plan_copies,
     record_body,
     secret_body,
 )
 from gpuclass.shared.core.base import names
-from gpuclass.shared.core.model.snapshot import Redacted, SecretRecord, compact_class
+from gpuclass.shared.core.model.secrets import Redacted, SecretRecord
+from gpuclass.shared.core.model.snapshot import compact_class
 from gpuclass.shared.core.model.vmiuse import (
     VMIUse,
     admitted_units,
@@ -77,7 +78,7 @@ def vmi(namespace: str, secret: str | None = "gpuclass-license-lic", name: str =
 
 
 def launched(vmis: list[VMIUse]) -> set[Started]:
-    """Every VMI's launcher Pod bound and mounting the VMI's licence copy."""
+    """Every VMI's launcher Pod bound and mounting the VMI's license copy."""
     return {(v.namespace, v.name, v.license_secret) for v in vmis if v.license_secret}
 
 
@@ -349,13 +350,13 @@ COPY_VOLUME = {"name": "gpulicense", "secret": {"secretName": "gpuclass-license-
         pytest.param([OWNER], 5, None, id="volumes-a-number"),
     ],
 )
-def test_launcher_licence(owners: object, volumes: object, expected: object) -> None:
+def test_launcher_license(owners: object, volumes: object, expected: object) -> None:
     pod = {
         "metadata": {"name": "p", "ownerReferences": owners},
         "spec": {"volumes": volumes, "nodeName": "n1"},
         "status": {"phase": "Pending"},
     }
-    assert launcher_licence(pod) == expected
+    assert launcher_license(pod) == expected
 
 
 @pytest.mark.parametrize(
@@ -373,7 +374,7 @@ def test_launcher_that_is_not_starting_counts_for_nothing(node: object, phase: s
         "spec": {"volumes": [COPY_VOLUME], "nodeName": node},
         "status": {"phase": phase},
     }
-    assert launcher_licence(pod) is None
+    assert launcher_license(pod) is None
 
 
 def test_token_never_in_repr() -> None:

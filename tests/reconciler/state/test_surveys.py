@@ -20,13 +20,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 from gpuclass.reconciler.state.usage import UsageCounters
 from gpuclass.shared.core.base.k8s import Taint
 from gpuclass.shared.core.model.kubevirt import DEFAULT_LAUNCHER_DEVICES
-from gpuclass.shared.core.model.snapshot import (
-    ClassRecord,
-    NodeRecord,
-    PodRecord,
-    Snapshot,
-    compact_class,
-)
+from gpuclass.shared.core.model.podrequests import PodRecord
+from gpuclass.shared.core.model.snapshot import ClassRecord, NodeRecord, Snapshot, compact_class
 from gpuclass.shared.core.status.availability import UsageIndex
 from tests.builders import gpuclass
 

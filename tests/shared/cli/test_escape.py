@@ -208,10 +208,10 @@ DECODED = "example-not-a-real-token"
 
 
 @pytest.mark.parametrize("fmt", ["text", "json", "markdown", "github"])
-def test_the_licence_token_never_reaches_a_plan(
+def test_the_license_token_never_reaches_a_plan(
     fmt: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`gpuclass plan` over the examples, whose licence source Secret holds a token, and a
+    """`gpuclass plan` over the examples, whose license source Secret holds a token, and a
     proposed catalog that changes the licensed class: no format prints the token."""
     from pathlib import Path
 
@@ -238,7 +238,7 @@ def test_the_licence_token_never_reaches_a_plan(
     ],
     ids=lambda argv: "-".join(a for a in argv[:4] if not a.startswith("examples")),
 )
-def test_the_licence_token_never_reaches_any_other_output(
+def test_the_license_token_never_reaches_any_other_output(
     argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from pathlib import Path

@@ -19,6 +19,7 @@ from gpuclass.shared.core.admission.decisions import (
 )
 from gpuclass.shared.core.admission.review import POD, VMI, MalformedReview, review
 from gpuclass.shared.core.base.causes import Cause, CauseCode, clip_warning, forbidden, invalid
+from gpuclass.shared.core.base.fieldpath import FieldPath
 from gpuclass.shared.core.status.catalog import Catalog, Policy
 from tests.conftest import OBJECTS
 
@@ -57,16 +58,25 @@ def test_patch_is_base64_json_of_the_operations() -> None:
 @pytest.mark.parametrize(
     ("causes", "code", "reason"),
     [
-        pytest.param((invalid("a", "x"),), 422, "Invalid", id="one-invalid"),
-        pytest.param((forbidden("a", "x"),), 403, "Forbidden", id="one-forbidden"),
+        pytest.param((invalid(FieldPath.of("a"), "x"),), 422, "Invalid", id="one-invalid"),
+        pytest.param((forbidden(FieldPath.of("a"), "x"),), 403, "Forbidden", id="one-forbidden"),
         pytest.param(
-            (forbidden("a", "x"), forbidden("b", "y")), 403, "Forbidden", id="all-forbidden"
+            (forbidden(FieldPath.of("a"), "x"), forbidden(FieldPath.of("b"), "y")),
+            403,
+            "Forbidden",
+            id="all-forbidden",
         ),
         pytest.param(
-            (forbidden("a", "x"), invalid("b", "y")), 422, "Invalid", id="any-invalid-wins"
+            (forbidden(FieldPath.of("a"), "x"), invalid(FieldPath.of("b"), "y")),
+            422,
+            "Invalid",
+            id="any-invalid-wins",
         ),
         pytest.param(
-            (invalid("a", "x"), forbidden("b", "y")), 422, "Invalid", id="order-does-not-matter"
+            (invalid(FieldPath.of("a"), "x"), forbidden(FieldPath.of("b"), "y")),
+            422,
+            "Invalid",
+            id="order-does-not-matter",
         ),
     ],
 )
@@ -81,9 +91,9 @@ def test_denial_code(causes: tuple[Cause, ...], code: int, reason: str) -> None:
 
 def test_denial_message_and_details_name_every_cause_with_its_path() -> None:
     causes = (
-        invalid("spec.a", "must be x", CauseCode.FIELD_VALUE_INVALID),
-        forbidden("spec.b", "is not allowed", CauseCode.NOT_ENTITLED),
-        invalid("", "whole object is wrong"),
+        invalid(FieldPath.of("spec", "a"), "must be x", CauseCode.FIELD_VALUE_INVALID),
+        forbidden(FieldPath.of("spec", "b"), "is not allowed", CauseCode.NOT_ENTITLED),
+        invalid(FieldPath(), "whole object is wrong"),
     )
     status = render(Denied(causes))["response"]["status"]
     assert status["message"] == "spec.a: must be x; spec.b: is not allowed; whole object is wrong"
@@ -104,7 +114,7 @@ def test_denial_message_and_details_name_every_cause_with_its_path() -> None:
     ],
 )
 def test_after_twenty_causes_and_n_more(count: int, suffix: str | None) -> None:
-    causes = tuple(invalid(f"f{i}", f"m{i}") for i in range(count))
+    causes = tuple(invalid(FieldPath.of(f"f{i}"), f"m{i}") for i in range(count))
     status = render(Denied(causes))["response"]["status"]
     listed = "; ".join(f"f{i}: m{i}" for i in range(min(count, 20)))
     assert status["message"] == listed + (suffix or "")
@@ -138,7 +148,9 @@ def test_warnings_clipped_and_deduplicated_in_order() -> None:
 
 
 def test_denial_carries_its_warnings() -> None:
-    response = render(Denied((invalid("a", "x"),), ("careful", "careful")))["response"]
+    response = render(Denied((invalid(FieldPath.of("a"), "x"),), ("careful", "careful")))[
+        "response"
+    ]
     assert response["warnings"] == ["careful"]
 
 

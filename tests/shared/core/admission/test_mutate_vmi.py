@@ -71,7 +71,7 @@ def test_update_new_license_copy_reference_refused(
     change(new["spec"])
     decision = update(new, old)
     if paths:
-        assert causes_of(decision) == [(p, "forbidden", "LicenceHandMounted") for p in paths]
+        assert causes_of(decision) == [(p, "forbidden", "LicenseHandMounted") for p in paths]
     else:
         assert decision == Allowed()
 
@@ -93,7 +93,7 @@ def test_update_pointing_an_existing_reference_at_a_copy_refused() -> None:
         (
             "spec.accessCredentials[0].sshPublicKey.source.secret.secretName",
             "forbidden",
-            "LicenceHandMounted",
+            "LicenseHandMounted",
         )
     ]
 
@@ -112,7 +112,7 @@ def test_update_keeps_the_license_it_was_admitted_with_even_if_class_is_gone() -
 
 
 def test_update_of_a_vmi_stored_before_the_caps_passes() -> None:
-    """A VMI admitted with 17 entries before docs/contract.md 4.1 capped them keeps its licence."""
+    """A VMI admitted with 17 entries before docs/contract.md 4.1 capped them keeps its license."""
     old = vmi(raw=json.dumps([cls("lic")] * 17))
     old["spec"]["volumes"].append(copy.deepcopy(LICENSE_VOLUME))
     new = copy.deepcopy(old)
@@ -121,7 +121,7 @@ def test_update_of_a_vmi_stored_before_the_caps_passes() -> None:
     moved = copy.deepcopy(new)
     moved["spec"]["volumes"].append({"name": "x", "secret": {"secretName": "gpuclass-license-lic"}})
     assert causes_of(update(moved, old)) == [
-        ("spec.volumes[2].secret.secretName", "forbidden", "LicenceHandMounted")
+        ("spec.volumes[2].secret.secretName", "forbidden", "LicenseHandMounted")
     ]
 
 

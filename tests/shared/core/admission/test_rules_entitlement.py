@@ -39,7 +39,7 @@ from tests.shared.core.admission.vmi_admission import (
 )
 def test_4_5_vgpu_entitlement(namespace: str, entitled: bool, allowed: bool) -> None:
     decision = create(vmi([cls("byol")], namespace=namespace), catalog(vgpu_entitled=entitled))
-    if allowed:  # byol: one vGPU entry, no tolerations, no licence (4.6)
+    if allowed:  # byol: one vGPU entry, no tolerations, no license (4.6)
         assert decision == Allowed((gpus_op(RES["byol"]),))
     else:
         assert causes_of(decision) == [(f"{ANN}[0].className", "forbidden", "NotEntitled")]

@@ -74,7 +74,7 @@ def _hand_mount(obj: dict[str, Any]) -> None:
             _hand_mount,
             [
                 (f"{ANN}[0].count", "invalid", "Invalid"),
-                ("spec.volumes[1].secret.secretName", "forbidden", "LicenceHandMounted"),
+                ("spec.volumes[1].secret.secretName", "forbidden", "LicenseHandMounted"),
             ],
             422,
             id="bad-count-and-hand-mount",
@@ -85,7 +85,7 @@ def _hand_mount(obj: dict[str, Any]) -> None:
             _hand_mount,
             [
                 (f"{ANN}[0].className", "forbidden", "NotEntitled"),
-                ("spec.volumes[1].secret.secretName", "forbidden", "LicenceHandMounted"),
+                ("spec.volumes[1].secret.secretName", "forbidden", "LicenseHandMounted"),
             ],
             403,
             id="all-policy-is-403",
@@ -121,13 +121,13 @@ def _host_device(resource: str) -> Any:
     return change
 
 
-def _cloud_init_licence(obj: dict[str, Any]) -> None:
+def _cloud_init_license(obj: dict[str, Any]) -> None:
     obj["spec"]["volumes"].append(
         {"name": "ci", "cloudInitNoCloud": {"secretRef": {"name": "gpuclass-license-lic"}}}
     )
 
 
-def _own_licence_volume(obj: dict[str, Any]) -> None:
+def _own_license_volume(obj: dict[str, Any]) -> None:
     obj["spec"]["volumes"].append(copy.deepcopy(LICENSE_VOLUME))
 
 
@@ -241,7 +241,7 @@ EVERY_CAUSE_ROWS = [
     pytest.param(
         json.dumps([cls("lic", 0)]),
         "tenant-a",
-        _own_licence_volume,
+        _own_license_volume,
         [(f"{ANN}[0].count", "invalid", "Invalid")],
         id="bad-count-keeps-its-own-licence-volume",
     ),
@@ -268,18 +268,18 @@ EVERY_CAUSE_ROWS = [
     pytest.param(
         "[{className: whole",
         "tenant-c",
-        _compose(_host_device(RES["byol"]), _cloud_init_licence),
+        _compose(_host_device(RES["byol"]), _cloud_init_license),
         [
             (ANN, "invalid", "Invalid"),
             ("spec.domain.devices.hostDevices[0].deviceName", "forbidden", "NotEntitled"),
-            ("spec.volumes[1].cloudInitNoCloud.secretRef.name", "forbidden", "LicenceHandMounted"),
+            ("spec.volumes[1].cloudInitNoCloud.secretRef.name", "forbidden", "LicenseHandMounted"),
         ],
         id="not-json-raw-vgpu-and-hand-mount-still-judged",
     ),
     pytest.param(
         "[{className: lic",
         "tenant-a",
-        _own_licence_volume,
+        _own_license_volume,
         [(ANN, "invalid", "Invalid")],
         id="not-json-licence-volume-of-a-licensed-class-not-judged",
     ),
@@ -290,7 +290,7 @@ EVERY_CAUSE_ROWS = [
         [
             (ANN, "invalid", "SelectionTooLarge"),
             ("spec.domain.devices.hostDevices[0].deviceName", "forbidden", "NotEntitled"),
-            ("spec.volumes[1].secret.secretName", "forbidden", "LicenceHandMounted"),
+            ("spec.volumes[1].secret.secretName", "forbidden", "LicenseHandMounted"),
         ],
         id="over-byte-cap-raw-vgpu-and-hand-mount-still-judged",
     ),

@@ -1,4 +1,4 @@
-"""Rule 4.8 (docs/contract.md section 4): no licence copy reaches a guest except as the licence
+"""Rule 4.8 (docs/contract.md section 4): no license copy reaches a guest except as the license
 volume of its own licensed class. Every place KubeVirt resolves a Secret from
 (shared/core/admission/secretrefs.py lists them) is one row of `REFERENCE_ROWS`.
 """
@@ -30,9 +30,9 @@ def test_4_8_license_copy_references(selection: Any, change: Any, paths: list[st
     change(obj["spec"])
     decision = create(obj)
     if paths:
-        assert causes_of(decision) == [(p, "forbidden", "LicenceHandMounted") for p in paths]
+        assert causes_of(decision) == [(p, "forbidden", "LicenseHandMounted") for p in paths]
         assert isinstance(decision, Denied) and decision.code == 403
-    elif selection:  # the own licence volume is there: rule 4.6 adds the GPU and the disk only
+    elif selection:  # the own license volume is there: rule 4.6 adds the GPU and the disk only
         assert decision == Allowed((gpus_op(RES["lic"]), LICENSE_DISK_OP))
     else:  # no selection: nothing to add
         assert decision == Allowed()
@@ -43,7 +43,7 @@ def test_4_8_license_volume_not_exactly_ours_is_invalid_and_forbidden() -> None:
     obj["spec"]["volumes"].append({**LICENSE_VOLUME, "secret": {"secretName": COPY}})
     decision = create(obj)
     assert causes_of(decision) == [
-        ("spec.volumes[1].secret.secretName", "forbidden", "LicenceHandMounted"),
+        ("spec.volumes[1].secret.secretName", "forbidden", "LicenseHandMounted"),
         ("spec.volumes[1]", "invalid", "ReservedName"),
     ]
     assert isinstance(decision, Denied) and decision.code == 422

@@ -1,5 +1,5 @@
 """Rule 4.6 (docs/contract.md section 4): the patch. GPU entries per class in first-appearance
-order named gpu1..gpuN, the class tolerations appended once, the licence volume and disk of
+order named gpu1..gpuN, the class tolerations appended once, the license volume and disk of
 section 1; nothing removed or reordered, and applying the result again yields nothing.
 """
 
@@ -145,9 +145,9 @@ def test_4_6_license_volume_already_there_added_once() -> None:
         pytest.param(("spec", "domain", "devices", "disks"), {"name": "x"}, id="disks-object"),
     ],
 )
-def test_a_licence_list_that_is_not_a_list_is_refused(where: tuple[str, ...], value: Any) -> None:
+def test_a_license_list_that_is_not_a_list_is_refused(where: tuple[str, ...], value: Any) -> None:
     """The VMI schema is checked only after mutating admission, so the webhook meets these;
-    the licence volume and disk are appended to lists (section 4, rule 8), never in place of a
+    the license volume and disk are appended to lists (section 4, rule 8), never in place of a
     tenant's value."""
     obj = vmi([cls("lic")])
     parent = obj

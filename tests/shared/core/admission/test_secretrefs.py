@@ -13,12 +13,15 @@ from typing import Any
 import orjson
 import pytest
 
-from gpuclass.shared.core.admission.rules import LICENCE_REFERENCE_CAUSES, license_reference_causes
+from gpuclass.shared.core.admission.licensing import (
+    LICENSE_REFERENCE_CAUSES,
+    license_reference_causes,
+)
 from gpuclass.shared.core.admission.secretrefs import SecretRef, find_secret_refs
 from gpuclass.shared.core.base.causes import CauseCode
 from gpuclass.shared.core.base.fieldpath import FieldPath
 
-COPY = "gpuclass-license-lic"  # a licence copy's name (contract section 1)
+COPY = "gpuclass-license-lic"  # a license copy's name (contract section 1)
 
 
 def _nested(depth: int, leaf: dict[str, Any]) -> dict[str, Any]:
@@ -123,10 +126,10 @@ def test_past_the_limit_references_are_counted_not_made() -> None:
     assert more == 6
 
 
-def test_thousands_of_deep_licence_references_cost_a_bounded_refusal() -> None:
-    """2,000 references to a licence copy 400 lists down (about 60 KB of JSON): each would
+def test_thousands_of_deep_license_references_cost_a_bounded_refusal() -> None:
+    """2,000 references to a license copy 400 lists down (about 60 KB of JSON): each would
     be a cause with a 1.6 KB path and 400 parsed steps (over 50 MB once made). The VMI is refused
-    with one cause each for the first LICENCE_REFERENCE_CAUSES and one counting the rest."""
+    with one cause each for the first LICENSE_REFERENCE_CAUSES and one counting the rest."""
     total, depth = 2000, 400
     obj = {
         "apiVersion": "kubevirt.io/v1",
@@ -140,10 +143,10 @@ def test_thousands_of_deep_licence_references_cost_a_bounded_refusal() -> None:
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert len(causes) == LICENCE_REFERENCE_CAUSES + 1
-    assert all(c.code == CauseCode.LICENCE_HAND_MOUNTED for c in causes)
+    assert len(causes) == LICENSE_REFERENCE_CAUSES + 1
+    assert all(c.code == CauseCode.LICENSE_HAND_MOUNTED for c in causes)
     first = "spec.domain.clock.x" + "[0]" * depth + ".imagePullSecrets[0].name"
     assert str(causes[0].path) == first
     assert str(causes[-1].path) == "spec"
-    assert f"names {total - LICENCE_REFERENCE_CAUSES} more licence copies" in causes[-1].message
+    assert f"names {total - LICENSE_REFERENCE_CAUSES} more licence copies" in causes[-1].message
     assert peak < 8 * 2**20, f"{peak / 2**20:.1f} MiB traced for one spec's rule 8"

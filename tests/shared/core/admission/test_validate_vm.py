@@ -108,8 +108,8 @@ def test_a_vm_template_gets_the_vmi_answer_in_the_tenants_terms(case: Any) -> No
         assert set(vmi_answer.get("warnings") or []) <= set(warnings)
 
 
-# Policy refusals (403) among the reasons of section 4: entitlement, worker pools, licence by hand.
-_POLICY_REASONS = {"NotEntitled", "WorkerPoolVGPU", "LicenceHandMounted", "Forbidden"}
+# Policy refusals (403) among the reasons of section 4: entitlement, worker pools, license by hand.
+_POLICY_REASONS = {"NotEntitled", "WorkerPoolVGPU", "LicenseHandMounted", "Forbidden"}
 
 
 def test_the_mapping_reached_every_kind_of_answer() -> None:

@@ -4,7 +4,7 @@ The golden fixtures `vmi-4.11-*` hold the table of verdicts; here:
 
 - the property the rule rests on: every VMI our mutating webhook allows, once its patch is
   applied, passes the check (over every golden VMI CREATE and over generated VMIs), and what a
-  later mutating webhook may add (a raw GPU entry, a licence copy of another class) is refused;
+  later mutating webhook may add (a raw GPU entry, a license copy of another class) is refused;
 - what the rule leaves alone (operations other than CREATE, the class tolerations) and how its
   messages read.
 
@@ -34,7 +34,7 @@ FINAL = "/validate/virtualmachineinstances"
 MUTATE = "/mutate/virtualmachineinstances"
 ANN = "gpu.cozystack.io/classes"
 GPUS = "spec.domain.devices.gpus"
-LICENCE_COPY = "gpuclass-license-example-licensed-vgpu"
+LICENSE_COPY = "gpuclass-license-example-licensed-vgpu"
 CATALOGS = {
     entitled: offline_catalog(OBJECTS, Policy(vgpu_entitled=entitled)) for entitled in (True, False)
 }
@@ -165,22 +165,22 @@ def test_a_raw_gpu_added_after_our_mutation_is_refused(case: GoldenCase) -> None
 
 
 @pytest.mark.parametrize("case", ALLOWED, ids=[c.name for c in ALLOWED])
-def test_a_foreign_licence_volume_added_after_our_mutation_is_refused(case: GoldenCase) -> None:
-    """Rule 4.8 on the final object: a licence copy named by a volume that is not the exact
-    licence volume of the VMI's own licensed class (here under another volume name)."""
+def test_a_foreign_license_volume_added_after_our_mutation_is_refused(case: GoldenCase) -> None:
+    """Rule 4.8 on the final object: a license copy named by a volume that is not the exact
+    license volume of the VMI's own licensed class (here under another volume name)."""
     body = _patched(case)
     obj = body["request"]["object"]
     obj.setdefault("spec", {}).setdefault("volumes", []).append(
-        {"name": "stolen", "secret": {"secretName": LICENCE_COPY}}
+        {"name": "stolen", "secret": {"secretName": LICENSE_COPY}}
     )
     response = review(body, CATALOGS[case.vgpu_entitled], endpoint=FINAL)["response"]
     assert response["allowed"] is False
     reasons = {c["reason"] for c in response["status"]["details"]["causes"]}
-    assert reasons == {"LicenceHandMounted"}
+    assert reasons == {"LicenseHandMounted"}
     assert response["status"]["code"] == 403
 
 
-# Generated VMIs: selections of every catalog class (usable or not), raw entries, licence
+# Generated VMIs: selections of every catalog class (usable or not), raw entries, license
 # volumes and disks, tolerations, in entitled and unentitled namespaces.
 CLASS_NAMES = sorted(CATALOGS[True].offers)
 RESOURCES = sorted(CATALOGS[True].resources)
@@ -201,7 +201,7 @@ devices = st.fixed_dictionaries(
 volumes = st.sampled_from(
     [
         {"name": "data", "emptyDisk": {"capacity": "1Gi"}},
-        {"name": "stolen", "secret": {"secretName": LICENCE_COPY}},
+        {"name": "stolen", "secret": {"secretName": LICENSE_COPY}},
         *(
             {
                 "name": "gpulicense",
@@ -350,9 +350,9 @@ def test_one_cause_for_the_gpu_entries_not_two() -> None:
     assert "an entry that is not an object" in causes[0]["message"]
 
 
-def test_a_licence_volume_of_another_shape_under_the_reserved_name_is_one_cause() -> None:
-    """A volume named `gpulicense` that is not the licence volume: judge_create's ReservedName
-    (and rule 4.8 for the copy it names), not also a missing licence volume."""
+def test_a_license_volume_of_another_shape_under_the_reserved_name_is_one_cause() -> None:
+    """A volume named `gpulicense` that is not the license volume: judge_create's ReservedName
+    (and rule 4.8 for the copy it names), not also a missing license volume."""
     obj = _vmi([{"className": "example-licensed-vgpu"}])
     obj["spec"]["domain"]["devices"]["gpus"] = [
         {"name": "gpu1", "deviceName": "example.com/licensed-vgpu"}
@@ -360,11 +360,11 @@ def test_a_licence_volume_of_another_shape_under_the_reserved_name_is_one_cause(
     obj["spec"]["domain"]["devices"]["disks"].append(
         {"name": "gpulicense", "serial": "GPULICENSE", "disk": {"bus": "virtio"}}
     )
-    obj["spec"]["volumes"].append({"name": "gpulicense", "secret": {"secretName": LICENCE_COPY}})
+    obj["spec"]["volumes"].append({"name": "gpulicense", "secret": {"secretName": LICENSE_COPY}})
     causes = _answer(obj, FINAL)["status"]["details"]["causes"]
     assert sorted((c["field"], c["reason"]) for c in causes) == [
         ("spec.volumes[1]", "ReservedName"),
-        ("spec.volumes[1].secret.secretName", "LicenceHandMounted"),
+        ("spec.volumes[1].secret.secretName", "LicenseHandMounted"),
     ]
 
 

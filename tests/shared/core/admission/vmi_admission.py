@@ -226,7 +226,7 @@ def tolerations_op(toleration: dict[str, Any], *, first: bool = True) -> dict[st
 
 
 LICENSE_DISK_OP = {"op": "add", "path": "/spec/domain/devices/disks/-", "value": LICENSE_DISK}
-"""Rule 4.6's licence disk appended beside the VMI's own disk (section 1's disk)."""
+"""Rule 4.6's license disk appended beside the VMI's own disk (section 1's disk)."""
 
 
 def ops_of(decision: Decision) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuclass.shared.core.base.causes import CauseCode, forbidden, invalid
+from gpuclass.shared.core.base.fieldpath import FieldPath
 
 ROOT = Path(__file__).resolve().parents[4]
 ROW = re.compile(r"^\s*\| `(?P<reason>\w+)` \| (?P<whose>Kubernetes|ours) \| (?P<rule>[^|]+) \|$")
@@ -56,7 +57,7 @@ def test_a_code_is_written_as_its_word() -> None:
     """The wire carries the word, not the enum's name (orjson, str() and f-strings alike)."""
     import orjson
 
-    cause = forbidden("spec", "no", CauseCode.NOT_ENTITLED)
+    cause = forbidden(FieldPath.of("spec"), "no", CauseCode.NOT_ENTITLED)
     assert orjson.dumps({"reason": cause.code}) == b'{"reason":"NotEntitled"}'
     assert f"{cause.code}" == str(cause.code) == "NotEntitled"
-    assert invalid("spec", "no").code == "Invalid"
+    assert invalid(FieldPath.of("spec"), "no").code == "Invalid"

@@ -42,7 +42,7 @@ def test_a_selection_entry_is_renamed_on_its_parts_not_its_text() -> None:
 def test_causes_keep_the_path_and_render_the_field() -> None:
     cause = invalid(FieldPath.of("spec").child("memory"), "too big")
     assert cause.field == "spec.memory" and cause.render() == "spec.memory: too big"
-    assert invalid("", "not an object").render() == "not an object"
+    assert invalid(FieldPath(), "not an object").render() == "not an object"
 
 
 names = st.text(st.characters(whitelist_categories=("Ll", "Lu", "Nd")), min_size=1).filter(

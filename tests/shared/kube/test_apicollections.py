@@ -1,9 +1,9 @@
-"""The one table of API collections (shared/core/base/collections.py), as Kubernetes spells them."""
+"""The one table of API collections (shared/kube/apicollections.py), as Kubernetes spells them."""
 
 from __future__ import annotations
 
 from gpuclass.reconciler.state.sources import Scope, collections
-from gpuclass.shared.core.base.collections import (
+from gpuclass.shared.kube.apicollections import (
     BOUND_PODS,
     GPUCLASSES,
     KUBEVIRTS,

@@ -1,4 +1,4 @@
-"""The functions of `shared/core/admission/rules.py` called one by one. Each rule of
+"""The functions of `shared/core/admission/licensing.py` called one by one. Each rule of
 docs/contract.md section 4 is tested through the admitter in its own file beside this one:
 `test_rules_selection.py` (4.1), `test_rules_raw_requests.py` (4.2),
 `test_rules_class_usable.py` (4.3), `test_rules_limits.py` (4.4),
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpuclass.shared.core.admission import rules
+from gpuclass.shared.core.admission import licensing
 
 
 @pytest.mark.parametrize(
@@ -40,12 +40,12 @@ from gpuclass.shared.core.admission import rules
 def test_license_volume_is_the_one_of_section_1(class_name: str, volume: dict[str, Any]) -> None:
     """docs/contract.md section 1: volume `gpulicense`, its Secret the class's copy
     `gpuclass-license-<class>`, `volumeLabel: GPULICENSE`, never `optional`."""
-    assert rules.license_volume(class_name) == volume
+    assert licensing.license_volume(class_name) == volume
 
 
 def test_license_disk_is_the_one_of_section_1() -> None:
     """docs/contract.md section 1: disk `gpulicense`, `serial: GPULICENSE`, `disk.bus: virtio`."""
-    assert rules.license_disk() == {
+    assert licensing.license_disk() == {
         "name": "gpulicense",
         "serial": "GPULICENSE",
         "disk": {"bus": "virtio"},
@@ -55,23 +55,23 @@ def test_license_disk_is_the_one_of_section_1() -> None:
 def test_rule_8_looks_at_each_volume_once_whatever_the_licensed_classes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """O(volumes + classes): the licence volume a volume could be is the one its Secret names.
+    """O(volumes + classes): the license volume a volume could be is the one its Secret names.
     A 1 MB VMI against 256 licensed classes compared every volume with every class (1.6 s per
     decision, in the webhook too); the comparisons are counted here, not timed."""
     built: list[str] = []
-    real = rules.license_volume
+    real = licensing.license_volume
 
     def counted(name: str) -> dict[str, Any]:
         built.append(name)
         return real(name)
 
-    monkeypatch.setattr(rules, "license_volume", counted)
+    monkeypatch.setattr(licensing, "license_volume", counted)
     licensed = [f"lic-{i}" for i in range(256)]
     volumes = [
         {"name": f"v{i}", "secret": {"secretName": f"gpuclass-license-lic-{i % 300}"}}
         for i in range(1000)
     ]
-    volumes.append(real("lic-7"))  # the one exact licence volume
-    refs = rules.own_license_volume_refs({"spec": {"volumes": volumes}}, licensed)
+    volumes.append(real("lic-7"))  # the one exact license volume
+    refs = licensing.own_license_volume_refs({"spec": {"volumes": volumes}}, licensed)
     assert refs == {("spec.volumes[1000].secret.secretName", "gpuclass-license-lic-7")}
-    assert len(built) <= len(volumes), f"{len(built)} licence volumes built for {len(volumes)}"
+    assert len(built) <= len(volumes), f"{len(built)} license volumes built for {len(volumes)}"

@@ -20,7 +20,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuclass.shared.core.model.snapshot import pod_requests
+from gpuclass.shared.core.model.podrequests import pod_requests
 
 NAMES = ("example.com/gpu", "example.com/vgpu", "other.io/fpga")
 
@@ -102,16 +102,16 @@ def _pod(size: int) -> dict[str, Any]:
 
 
 def _lines_run(spec: dict[str, Any]) -> int:
-    """Python lines `pod_requests` executes in the snapshot module for `spec`: its work, counted,
+    """Python lines `pod_requests` executes in its module for `spec`: its work, counted,
     not timed (a timing ratio failed under a loaded machine; docs/conventions.md rule 16 keeps
     speed to benchmarks)."""
-    from gpuclass.shared.core.model import snapshot
+    from gpuclass.shared.core.model import podrequests
 
     count = 0
 
     def tracer(frame: Any, event: str, arg: Any) -> Any:
         nonlocal count
-        if frame.f_code.co_filename != snapshot.__file__:
+        if frame.f_code.co_filename != podrequests.__file__:
             return None
         if event == "line":
             count += 1
