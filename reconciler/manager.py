@@ -2,7 +2,7 @@
 
 As controller-runtime's manager, it wires the pieces — one informer (list/watch
 loop, :class:`~shared.kube.listwatch.Reflector`) per source of
-:data:`~reconciler.state.sources.SPECS` into the :class:`~reconciler.state.cache.ClusterCache`,
+:data:`~reconciler.state.sources.SPECS` into the :class:`~reconciler.state.store.ClusterStore`,
 the :class:`~reconciler.worker.Worker`, the Lease, and the HTTP endpoints, each a
 task by name — and tears them down in order: on
 cancellation or :meth:`Manager.stop` it stops writing, releases the Lease and
@@ -23,10 +23,11 @@ from gpuclass.reconciler.api.port import KubeAPI
 from gpuclass.reconciler.events import EventRecorder
 from gpuclass.reconciler.leader import AlwaysLeader, LeaderElector, Leadership
 from gpuclass.reconciler.metrics import ReconcilerMetrics
+from gpuclass.reconciler.outcomes import WriterDeps
 from gpuclass.reconciler.settings import ReconcilerSettings
-from gpuclass.reconciler.state.cache import ClusterCache
 from gpuclass.reconciler.state.sources import SOURCES, Source
-from gpuclass.reconciler.worker import Worker
+from gpuclass.reconciler.state.store import ClusterStore
+from gpuclass.reconciler.worker import Worker, WorkerDeps
 from gpuclass.shared.core.base.syncview import SyncView
 from gpuclass.shared.kube.clock import now_rfc3339
 from gpuclass.shared.kube.http import OwnerStops, Probes, Server, health_app, server_config
@@ -36,7 +37,7 @@ log = logging.getLogger("gpuclass.reconciler")
 
 
 class Manager:
-    """One reconciler: the cache and sync view, the worker, one informer per source, the Lease, the
+    """One reconciler: the store and its sync view, the worker, one informer per source, the Lease, the
     probes and the resync, run by :meth:`run` and stopped in order. `api` and `leadership` are
     injected by the offline twin and tests; `serve_http=False` for in-process use."""
 
@@ -51,7 +52,7 @@ class Manager:
     ) -> None:
         self.settings, self.now, self.serve_http = settings, now, serve_http
         self.metrics = ReconcilerMetrics()
-        self.state = ClusterCache(license_namespace=settings.license_namespace)
+        self.store = ClusterStore(license_namespace=settings.license_namespace)
         self.api: KubeAPI | None = api
         self.leadership: Leadership | None = leadership
         self.elector: LeaderElector | None = None
@@ -109,28 +110,23 @@ class Manager:
                 self.leadership = AlwaysLeader()
         if self.elector is None:
             self.metrics.leader.set(1 if self.leadership.is_leader() else 0)
-        events = EventRecorder(api, self.state, now=self.now, instance=s.identity())
-        self.worker = Worker(
-            api,
-            self.state,
-            self.leadership,
-            self.metrics,
-            events=events,
-            vgpu_entitled=s.vgpu_entitled,
-            record_namespace=s.lease_namespace(),
-            now=self.now,
-            coalesce_seconds=s.coalesce_seconds,
-            on_pass=self._pass_done,
+        events = EventRecorder(api, self.store, now=self.now, instance=s.identity())
+        deps = WorkerDeps(
+            store=self.store,
+            writers=WriterDeps(api=api, events=events, metrics=self.metrics, dry_run=s.dry_run),
+            leadership=self.leadership,
             sync=self.sync,
             request_relist=self._request_relist,
-            dry_run=s.dry_run,
+            now=self.now,
+            on_pass=self._pass_done,
         )
+        self.worker = Worker(deps, s.worker_settings())
         return self.worker
 
     def _informers(self, api: KubeAPI, worker: Worker) -> Reflector[Source]:
         self.informers = Reflector(
             api,
-            self.state,
+            self.store,
             sync=self.sync,
             on_change=worker.wake,
             on_restart=lambda source, reason: self.metrics.watch_restarts.labels(source).inc(),
@@ -154,7 +150,7 @@ class Manager:
     def _leadership_changed(self, leading: bool) -> None:
         self.metrics.leader.set(1 if leading else 0)
         if leading and self.worker is not None:
-            self.state.mark_all()  # writes held back while following must happen now
+            self.store.mark_all()  # writes held back while following must happen now
             self.worker.wake()
 
     def _pass_done(self) -> None:
@@ -244,7 +240,7 @@ class Manager:
         """
         while True:
             await asyncio.sleep(self.settings.resync_seconds)
-            self.state.mark_all()
+            self.store.mark_all()
             if self.worker is not None:
                 self.worker.wake()
 
@@ -307,7 +303,7 @@ class Manager:
                 await self.elector.release()
 
     async def load(self) -> None:
-        """Connect and list every source once into the state (no watch): `--once` and the benchmark."""
+        """Connect and list every source once into the store (no watch): `--once` and the benchmark."""
         api = await self._connect()
         worker = self.worker or self._build(api)
         informers = self._informers(api, worker)
@@ -316,13 +312,13 @@ class Manager:
 
     async def reconcile_pending(self, passes: int = 5) -> None:
         """Reconcile until nothing is dirty or waits. With no watch to bring the worker's own writes
-        into the view, the sources it waits on (`Worker.sources_behind`) are listed again between
+        into the store, the sources it waits on (`Worker.sources_behind`) are listed again between
         passes, through the reflector like every change, and the work that waited runs then."""
         assert self.worker is not None and self.informers is not None, "load() first"
         for _ in range(passes):
             for source in sorted(self.worker.sources_behind()):
                 await self.informers.relist(source)
-            self.worker.view_arrived()
-            if not self.state.dirty:
+            self.worker.store_arrived()
+            if not self.store.dirty:
                 break
             await self.worker.reconcile_once()

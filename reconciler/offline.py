@@ -24,6 +24,7 @@ from gpuclass.reconciler.api.fake import MemoryKube
 from gpuclass.reconciler.leader import AlwaysLeader
 from gpuclass.reconciler.manager import Manager
 from gpuclass.reconciler.settings import ReconcilerSettings
+from gpuclass.reconciler.state.decisions import class_status, status_context
 from gpuclass.shared.kube.backoff import exponential
 from gpuclass.shared.kube.filesource import Stamp, stamp_of
 from gpuclass.shared.kube.loader import LoadError, iter_stored_objects
@@ -59,8 +60,8 @@ def once_report(reconciler: Manager, recorder: RecordingKube) -> dict[str, Any]:
     """The `--once` report: each class's computed status, and what the pass wrote (status writes by
     class, licence copies with their content fingerprinted, finalizer patches, Events), taken
     from the recorder."""
-    state = reconciler.state
-    context = state.status_context()
+    store = reconciler.store
+    context = status_context(store)
     now = reconciler.now()
     writes = recorder.writes
 
@@ -69,8 +70,8 @@ def once_report(reconciler: Manager, recorder: RecordingKube) -> dict[str, Any]:
 
     return {
         "items": [
-            {"name": n, "status": state.compute_status(n, context, now=now)}
-            for n in sorted(state.classes)
+            {"name": n, "status": class_status(store, n, context=context, now=now)}
+            for n in sorted(store.classes)
         ],
         "statusWrites": sorted({w["name"] for w in writes if w["kind"] == "status"}),
         "licenceCopies": of("licence-copy"),

@@ -1,19 +1,19 @@
-"""Read-your-writes: what the view must show before the worker acts on an object it wrote.
+"""Read-your-writes: what the store must show before the worker acts on an object it wrote.
 
-The reconciler's view (:class:`reconciler.state.cache.ClusterCache`) has one writer, the
+The reconciler's store (:class:`reconciler.state.store.ClusterStore`) has one writer, the
 reflector. A write's response is not put into it; as controller-runtime's controllers do,
 the worker waits for its informer instead. Per object (source and key) it records here the
-resourceVersion the view must show before the object is acted on again:
+resourceVersion the store must show before the object is acted on again:
 
-- after a write the server took, the version the write returned: the view must reach it;
-- after a 409, the version the write was pinned to: the view must move past it (the
+- after a write the server took, the version the write returned: the store must reach it;
+- after a 409, the version the write was pinned to: the store must move past it (the
   server holds a newer object, whose version the 409 does not say).
 
-Until then the worker leaves that object alone. An expectation is met when the view's
-copy of the object shows it; when the object has left the view after its source reached
+Until then the worker leaves that object alone. An expectation is met when the store's
+copy of the object shows it; when the object has left the store after its source reached
 the version (it came and was deleted); or when a list of the source begun after the
 expectation has completed (a list is a consistent read of the server, so nothing older
-than the expectation is left in the view, whatever the object's version says).
+than the expectation is left in the store, whatever the object's version says).
 
 Pure: versions, the source's sync state and the time (`now`, in seconds of the caller's
 clock) come in as arguments.
@@ -30,7 +30,7 @@ from gpuclass.shared.core.base.syncview import SourceSync
 
 @dataclass(frozen=True, slots=True)
 class Expectation:
-    """What the view must show of one object: `version`, or past it when `newer` (a 409).
+    """What the store must show of one object: `version`, or past it when `newer` (a 409).
 
     `since` is when it was recorded (the caller's clock, for the re-list deadline) and `lists`
     the number of lists of its source begun by then (:attr:`SourceSync.lists`).
@@ -41,16 +41,16 @@ class Expectation:
     since: float
     lists: int
 
-    def met(self, *, held: str, view: SourceSync) -> bool:
-        """Whether a view holding the object at `held` ("" when it holds none), with its source
-        at `view`, shows what this expectation asks."""
-        if view.synced and view.lists > self.lists:
-            return True  # a list begun after the write is in: the view is as new as the server was
+    def met(self, *, held: str, sync: SourceSync) -> bool:
+        """Whether a store holding the object at `held` ("" when it holds none), with its source's
+        sync state `sync`, shows what this expectation asks."""
+        if sync.synced and sync.lists > self.lists:
+            return True  # a list begun after the write is in: the store is as new as the server was
         if held:
             return version_reached(held, self.version) and not (self.newer and held == self.version)
         if not self.version:
             return not self.newer  # a create's 409 names no version: wait until the object shows
-        return version_reached(view.version, self.version)  # the object came and was deleted
+        return version_reached(sync.version, self.version)  # the object came and was deleted
 
 
 class Expectations:
@@ -64,25 +64,25 @@ class Expectations:
         return len(self._by_object)
 
     def written(self, source: Source, key: Key, version: str, *, now: float, lists: int) -> None:
-        """A write the server took returned the object at `version`: the view must reach it."""
+        """A write the server took returned the object at `version`: the store must reach it."""
         self._by_object[(source, key)] = Expectation(version, False, now, lists)
 
     def conflicted(self, source: Source, key: Key, stale: str, *, now: float, lists: int) -> None:
         """A write pinned to `stale` met a 409 (or a create met AlreadyExists, `stale` ""): the
-        view must move past it."""
+        store must move past it."""
         self._by_object[(source, key)] = Expectation(stale, True, now, lists)
 
-    def unmet(self, source: Source, key: Key, *, held: str, view: SourceSync) -> Expectation | None:
-        """The object's expectation while the view does not yet show it; None when there is none
+    def unmet(self, source: Source, key: Key, *, held: str, sync: SourceSync) -> Expectation | None:
+        """The object's expectation while the store does not yet show it; None when there is none
         (one that is met now is dropped)."""
         expectation = self._by_object.get((source, key))
         if expectation is None:
             return None
-        if expectation.met(held=held, view=view):
+        if expectation.met(held=held, sync=sync):
             del self._by_object[(source, key)]
             return None
         return expectation
 
     def drop(self, source: Source, key: Key) -> None:
-        """Forget the object's expectation: the object is gone from the view."""
+        """Forget the object's expectation: the object is gone from the store."""
         self._by_object.pop((source, key), None)

@@ -1,7 +1,7 @@
 """The watched sources, in one table: name, kind, API path and selectors, and the cache store each feeds.
 
 Every part of the reconciler that needs to know what it watches reads :data:`SPECS`:
-the cache (:mod:`reconciler.state.cache`) has one handler per source name and keeps
+the store (:mod:`reconciler.state.store`) has one handler per source name and keeps
 its records in the attribute named by `store`; the HTTP adapter (:mod:`reconciler.api.client`) lists and watches `path` with the
 selectors; the in-memory API (:mod:`reconciler.api.fake`) serves objects of `kind`
 and filters them with :func:`selected`, the same selectors evaluated locally.
@@ -72,7 +72,7 @@ class SourceSpec:
     collection: api.Collection
     """Kind, path and the collection's own field selector (shared/core/base/collections.py)."""
     store: str
-    """The `ClusterCache` attribute holding the source's records."""
+    """The `ClusterStore` attribute holding the source's records."""
     cluster_scoped: bool = False
     """Cluster-scoped kinds are stored by name alone; the others by (namespace, name)."""
     namespace: Literal["", "licence", "kubevirt", "record"] = ""

@@ -78,7 +78,7 @@ class Store(Protocol[R_contra]):
 
     The reflector is the store's only writer, as an informer is its cache's in client-go and
     controller-runtime. The webhook's catalog cache has no other; nor has the reconciler's
-    `reconciler.state.cache.ClusterCache`: the responses to its own writes are not put into it
+    `reconciler.state.store.ClusterStore`: the responses to its own writes are not put into it
     (so a late response cannot roll it back), and the worker waits until the watch brings the
     version a write returned (`reconciler.state.expect`).
     """

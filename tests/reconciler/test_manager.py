@@ -102,7 +102,7 @@ class Running:
         calm = 0
         for _ in range(500):
             await asyncio.sleep(0.01)
-            busy = bool(self.reconciler.state.dirty) or (
+            busy = bool(self.reconciler.store.dirty) or (
                 worker is not None and worker._wake.is_set()
             )
             calm = 0 if busy else calm + 1
@@ -256,7 +256,7 @@ def test_only_the_watch_moves_the_view_never_a_write_response() -> None:
     async def scenario() -> None:
         kube = HeldWatch(world(), source="gpuclasses")
         async with Running(kube) as r:
-            state = r.reconciler.state
+            state = r.reconciler.store
             before = state.classes["c"]
             kube.holding = True
             kube.apply(pod("q", "n1", {R: 2}))
@@ -350,12 +350,12 @@ def test_the_second_record_write_of_a_pass_is_pinned_to_the_first_ones_version()
             await meanwhile()
             key = ("cozy-system", names.COPY_RECORD_NAME)
             first = next(c.version for c in kube.history if c.kind == "ConfigMap" and not c.old)
-            assert r.reconciler.state.copy_records == {}  # the view has seen neither write
+            assert r.reconciler.store.copy_records == {}  # the view has seen neither write
             assert kube.record_writes == [("create", ""), ("replace", str(first))]
             assert record(kube) == {("tenant-a", COPY): copy_digest_of(kube, "tenant-a")}
             kube.let_through()
             await r.settle()
-            assert r.reconciler.state.copy_record.resource_version == stored_version(
+            assert r.reconciler.store.copy_record.resource_version == stored_version(
                 kube, "ConfigMap", key
             )
             assert len(kube.record_writes) == 2
@@ -373,7 +373,7 @@ def test_410_relists_from_scratch() -> None:
             # a deletion the watch never reports: only a re-list can see it
             del kube.store["Pod"][("tenant-a", "p")]
             kube.expire_watches()
-            await until(lambda: ("tenant-a", "p") not in r.reconciler.state.pods)
+            await until(lambda: ("tenant-a", "p") not in r.reconciler.store.pods)
             await r.settle()
             assert r.status("c")["free"] == 4
             assert r.sample("gpuclass_watch_restarts_total", resource="pods") == 1
@@ -689,7 +689,7 @@ def test_a_copy_removed_by_hand_comes_back_on_resync() -> None:
             kube.remove("Secret", "tenant-a", COPY)  # the tenant deletes its copy
             await r.settle()
             assert ("tenant-a", COPY) not in kube.store["Secret"]  # nothing watches it ...
-            r.reconciler.state.mark_all()  # ... until the periodic resync
+            r.reconciler.store.mark_all()  # ... until the periodic resync
             assert r.reconciler.worker is not None
             r.reconciler.worker.wake()
             await r.settle()
@@ -873,7 +873,7 @@ def test_periodic_resync_repairs_what_no_event_marked() -> None:
     async def scenario() -> None:
         kube = MemoryKube(world())
         async with Running(kube, resync_seconds=0.3) as r:
-            state = r.reconciler.state
+            state = r.reconciler.store
             stored = kube.store[names.KIND][("", "c")]
             stored["status"] = {**stored["status"], "free": 999}  # behind the watch's back
             state.upsert("gpuclasses", stored)

@@ -91,7 +91,7 @@ async def settle(manager: Manager) -> None:
     for _ in range(50):
         await asyncio.sleep(0.02)
         worker = manager.worker
-        if manager.ready and not manager.state.dirty and worker and not worker._wake.is_set():
+        if manager.ready and not manager.store.dirty and worker and not worker._wake.is_set():
             await asyncio.sleep(0.05)
             return
     raise AssertionError("never settled")
