@@ -61,12 +61,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.gencluster import DEDICATED, iter_cluster, pod
 from benchmarks.gencluster import resource as resource_name
-from gpuclass.reconciler import worker as worker_module
 from gpuclass.reconciler.api.fake import apply_merge_patch
 from gpuclass.reconciler.api.port import ListPage, RawObject, WatchEvent
 from gpuclass.reconciler.leader import AlwaysLeader
 from gpuclass.reconciler.manager import Manager
 from gpuclass.reconciler.settings import ReconcilerSettings
+from gpuclass.reconciler.state import decisions
 from gpuclass.reconciler.state.decisions import StatusContext
 from gpuclass.reconciler.state.sources import SPECS, Scope, Source, selected
 from gpuclass.reconciler.state.store import ClusterStore
@@ -105,7 +105,7 @@ SCOPE = Scope(license_secret_names=frozenset({"vgpu-licence"}))
 
 def served(source: Source, obj: RawObject) -> bool:
     """The server-side scope and selectors of each source (what reconciler/api/client.py asks for)."""
-    return selected(SPECS[source], obj, SCOPE)
+    return selected(SPECS[source], obj, scope=SCOPE)
 
 
 class GeneratedKube:
@@ -345,19 +345,19 @@ def full_recomputation(store: ClusterStore) -> Iterator[None]:
         )
 
     overrides = {"status_context": status_context, "class_status": status, "class_figures": figures}
-    saved = {name: getattr(worker_module, name) for name in overrides}
-    vars(worker_module).update(overrides)
+    saved = {name: getattr(decisions, name) for name in overrides}
+    vars(decisions).update(overrides)
     try:
         yield
     finally:
-        vars(worker_module).update(saved)
+        vars(decisions).update(saved)
 
 
 def statuses(store: ClusterStore) -> dict[str, Any]:
     """Every class's status, computed as the worker computes it now."""
-    context = worker_module.status_context(store)
+    context = decisions.status_context(store)
     return {
-        name: worker_module.class_status(store, name, context=context, now=NOW)
+        name: decisions.class_status(store, name, context=context, now=NOW)
         for name in store.classes
     }
 
@@ -477,10 +477,10 @@ async def main() -> None:
         f"first full computation (one worker pass, {len(store.classes)} classes, writes included): "
         f"{first * 1000:.0f} ms   (goal <= 2 s); writes {kube.writes}"
     )
-    context = worker_module.status_context(store)
+    context = decisions.status_context(store)
     started = time.perf_counter()
     for name in store.classes:
-        worker_module.class_status(store, name, context=context, now=NOW)
+        decisions.class_status(store, name, context=context, now=NOW)
     print(
         f"  of which computing all statuses alone: {(time.perf_counter() - started) * 1000:.1f} ms"
     )

@@ -91,7 +91,7 @@ class ClassWriter:
         gate = ("finalizer", name)
         try:
             answer = await self.deps.api.patch_class_finalizers(
-                name, list(change.finalizers), entry.resource_version
+                name, list(change.finalizers), resource_version=entry.resource_version
             )
         except ApiError as exc:
             metrics.object_writes.labels("finalizer", change.action, "error").inc()

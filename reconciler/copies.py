@@ -124,7 +124,7 @@ class CopyWriter:
         try:
             if record.resource_version:
                 written = await self.api.replace_config_map(
-                    self.record_namespace, names.COPY_RECORD_NAME, body
+                    self.record_namespace, names.COPY_RECORD_NAME, body=body
                 )
             else:
                 written = await self.api.create_config_map(self.record_namespace, body)
@@ -205,12 +205,12 @@ class CopyWriter:
         """The label-tested patch; a Secret whose label test fails (invalid, 422) is reported as
         one that already exists and is not ours (AlreadyExists), as a create of its name is."""
         try:
-            await self.api.patch_secret(copy.namespace, copy.name, copy_patch(copy))
+            await self.api.patch_secret(copy.namespace, copy.name, patch=copy_patch(copy))
         except ApiError as refused:
             if not refused.invalid:
                 raise
             raise ApiError(
-                409, "AlreadyExists", f"not written by gpuclass: {refused.message}"
+                409, "AlreadyExists", message=f"not written by gpuclass: {refused.message}"
             ) from None
 
     async def _report_foreign(self, action: CopyAction) -> None:

@@ -165,7 +165,7 @@ class LeaderElector:
             duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
             if self.clock() - self._observed_at < duration:
                 return False
-        await self._update(lease, holder, now)
+        await self._update(lease, holder, now=now)
         return True
 
     def _spec(self, now: str, *, acquired: str, transitions: int) -> RawObject:
@@ -188,13 +188,13 @@ class LeaderElector:
         }
         await self.api.create_lease(self.namespace, body)
 
-    async def _update(self, lease: RawObject, holder: str, now: str) -> None:
+    async def _update(self, lease: RawObject, holder: str, *, now: str) -> None:
         spec = lease.get("spec") or {}
         ours = holder == self.identity
         transitions = int(spec.get("leaseTransitions") or 0) + (0 if ours else 1)
         acquired = str(spec.get("acquireTime") or now) if ours else now
         body = {**lease, "spec": self._spec(now, acquired=acquired, transitions=transitions)}
-        await self.api.replace_lease(self.namespace, self.name, body)
+        await self.api.replace_lease(self.namespace, self.name, body=body)
 
     async def release(self) -> None:
         """Give the Lease up (holder cleared) if we hold it, so a successor need not wait it out."""
@@ -211,6 +211,6 @@ class LeaderElector:
                 "leaseDurationSeconds": 1,
                 "renewTime": self.wall(),
             }
-            await self.api.replace_lease(self.namespace, self.name, {**lease, "spec": spec})
+            await self.api.replace_lease(self.namespace, self.name, body={**lease, "spec": spec})
         except ApiError as exc:
             log.warning("lease not released", extra={"fields": {"error": str(exc)}})

@@ -167,7 +167,7 @@ class ReconcilerMetrics:
             registry=r,
         )
 
-    def set_class(self, name: str, status: Mapping[str, Any], figures: Figures) -> None:
+    def set_class(self, name: str, status: Mapping[str, Any], *, figures: Figures) -> None:
         """The class's gauges from the status just computed (whether or not it is written, so a
         follower's /metrics is current too): figures, per-condition status series, and the reason
         series.

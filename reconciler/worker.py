@@ -51,14 +51,8 @@ from gpuclass.reconciler.copies import RECORD_GATE, CopyWriter, secret_gate
 from gpuclass.reconciler.leader import Leadership
 from gpuclass.reconciler.outcomes import Conflicted, Failed, Gone, Outcome, WriterDeps, Written
 from gpuclass.reconciler.settings import WorkerSettings
-from gpuclass.reconciler.state.decisions import (
-    StatusContext,
-    class_figures,
-    class_status,
-    copy_actions,
-    in_use,
-    status_context,
-)
+from gpuclass.reconciler.state import decisions
+from gpuclass.reconciler.state.decisions import StatusContext
 from gpuclass.reconciler.state.expect import Expectation, Expectations
 from gpuclass.reconciler.state.inuse import finalizer_change
 from gpuclass.reconciler.state.sources import Source
@@ -165,7 +159,7 @@ class Worker:
         self.metrics.queue_depth.set(0)
         started = time.perf_counter()
         if dirty.statuses:
-            context, now = status_context(self.store), self.deps.now()
+            context, now = decisions.status_context(self.store), self.deps.now()
             for name in sorted(dirty.statuses):
                 await self._status(name, context, now=now)
         for name in sorted(dirty.finalizers):
@@ -187,12 +181,12 @@ class Worker:
             return False  # regaining the Lease marks everything dirty again
         wait = self.backoff.remaining(gate)
         if wait > 0:
-            self._retry_later(gate, wait, retry)
+            self._retry_later(gate, wait, retry=retry)
             return False
         return True
 
     def _may_delete(
-        self, sources: tuple[Source, ...], version: str, retry: Callable[[], None]
+        self, sources: tuple[Source, ...], version: str, *, retry: Callable[[], None]
     ) -> bool:
         """The store of `sources` is synced and has reached `version`; else wait for it."""
         behind = self.sync.behind(sources, version)
@@ -202,13 +196,15 @@ class Worker:
         for source in behind:
             if not self.sync.synced(source):
                 continue  # a list is running: its end wakes us
-            wait = self._relist(source, version, "deletion waits for a newer view; re-listing")
+            wait = self._relist(
+                source, version, message="deletion waits for a newer view; re-listing"
+            )
             if wait:
-                self._retry_later(("relist", source), wait, retry)
+                self._retry_later(("relist", source), wait, retry=retry)
         return False
 
     def _store_caught_up(
-        self, gate: Hashable, source: Source, key: Key, retry: Callable[[], None]
+        self, gate: Hashable, source: Source, *, key: Key, retry: Callable[[], None]
     ) -> bool:
         """The store shows the object's last write (or a version past the one its 409 was pinned
         to); else `gate`'s work waits, and `retry` marks it again when the store catches up."""
@@ -217,7 +213,7 @@ class Worker:
             self._store_waits.pop(gate, None)
             return True
         self._store_waits[gate] = (source, key, retry)
-        self._chase(source, expectation.since, expectation.version)
+        self._chase(source, expectation.since, version=expectation.version)
         return False
 
     # -- outcomes: what the worker does with a writer's answer ------------------------------------
@@ -230,36 +226,33 @@ class Worker:
                 source, key = outcome.watched.resource, outcome.watched.key
                 lists = self.sync.state[source].lists
                 self.expectations.written(
-                    source, key, outcome.version, now=time.monotonic(), lists=lists
+                    source, key, version=outcome.version, now=time.monotonic(), lists=lists
                 )
         elif isinstance(outcome, Conflicted):  # the store must move past the version pinned to
             source, key = outcome.watched.resource, outcome.watched.key
             lists = self.sync.state[source].lists
             self.expectations.conflicted(
-                source, key, outcome.stale, now=time.monotonic(), lists=lists
+                source, key, stale=outcome.stale, now=time.monotonic(), lists=lists
             )
-            self._store_caught_up(outcome.gate, source, key, retry)
+            self._store_caught_up(outcome.gate, source, key=key, retry=retry)
         elif isinstance(outcome, Failed):
-            count = self._failed(outcome.gate, retry, outcome.error)
-            report = outcome.report
-            if count == 1 and report is not None:
-                await self.deps.writers.events.emit(
-                    report.class_name,
-                    reason=report.reason,
-                    type_=report.type_,
-                    message=report.message,
+            count = self._failed(outcome.gate, retry, exc=outcome.error)
+            if count == 1 and (report := outcome.report) is not None:
+                events, why = self.deps.writers.events, report.reason
+                await events.emit(
+                    report.class_name, reason=why, type_=report.type_, message=report.message
                 )
 
-    def _failed(self, gate: Hashable, retry: Callable[[], None], exc: ApiError) -> int:
+    def _failed(self, gate: Hashable, retry: Callable[[], None], *, exc: ApiError) -> int:
         count, delay = self.backoff.failure(gate)
         fields = {"object": str(gate), "error": str(exc), "failures": count, "retry_in": delay}
         log.warning("write failed; backing off", extra={"fields": fields})
-        self._retry_later(gate, delay, retry)
+        self._retry_later(gate, delay, retry=retry)
         return count
 
     # -- requeues -----------------------------------------------------------------------------------
 
-    def _relist(self, source: Source, version: str, message: str) -> float:
+    def _relist(self, source: Source, version: str, *, message: str) -> float:
         """Ask for a re-list of `source` unless one was asked for less than `relist_interval`
         seconds ago; returns 0 when asked now, else the seconds until it may be asked again."""
         now = time.monotonic()
@@ -271,7 +264,7 @@ class Worker:
         self.deps.request_relist(source)
         return 0.0
 
-    def _retry_later(self, key: Hashable, delay: float, retry: Callable[[], None]) -> None:
+    def _retry_later(self, key: Hashable, delay: float, *, retry: Callable[[], None]) -> None:
         if key in self._timers:
             return
 
@@ -292,16 +285,16 @@ class Worker:
                 del self._store_waits[gate]
                 retry()
             else:
-                self._chase(source, expectation.since, expectation.version)
+                self._chase(source, expectation.since, version=expectation.version)
 
-    def _chase(self, source: Source, since: float, version: str) -> None:
+    def _chase(self, source: Source, since: float, *, version: str) -> None:
         """A store still behind a write made at `since` (monotonic seconds): re-list its source
         once `relist_interval` has passed (the watch may be stuck); until then, look again then."""
         due = since + self.relist_interval - time.monotonic()
         if due <= 0 and self.sync.synced(source):  # while a list runs, its end wakes us
-            due = self._relist(source, version, "the view is behind a write; re-listing")
+            due = self._relist(source, version, message="the view is behind a write; re-listing")
         if due > 0:
-            self._retry_later(("view", source), due, lambda: None)
+            self._retry_later(("view", source), due, retry=lambda: None)
 
     def sources_behind(self) -> set[Source]:
         """The sources whose store deferred work still waits for (`--once`, which has no watch,
@@ -314,9 +307,9 @@ class Worker:
 
     # -- the three kinds of work ------------------------------------------------------------------
 
-    def _may_write_class(self, gate: Hashable, name: str, retry: Callable[[], None]) -> bool:
+    def _may_write_class(self, gate: Hashable, name: str, *, retry: Callable[[], None]) -> bool:
         """The store shows the class as our last write left it, and `_may_write`."""
-        caught_up = self._store_caught_up(gate, "gpuclasses", ("", name), retry)
+        caught_up = self._store_caught_up(gate, "gpuclasses", key=("", name), retry=retry)
         return caught_up and self._may_write(gate, retry)
 
     def _result(self, result: str) -> None:
@@ -328,8 +321,9 @@ class Worker:
             self.metrics.forget_class(name)
             self.expectations.drop("gpuclasses", ("", name))
             return
-        status = class_status(self.store, name, context=context, now=now)
-        self.metrics.set_class(name, status, class_figures(self.store, name, context=context))
+        status = decisions.class_status(self.store, name, context=context, now=now)
+        figures = decisions.class_figures(self.store, name, context=context)
+        self.metrics.set_class(name, status, figures=figures)
         patch = status_patch(entry.raw_status, status)
         if patch is None:
             self._result("unchanged")
@@ -339,7 +333,7 @@ class Worker:
         def retry() -> None:
             self.store.dirty.statuses.add(name)
 
-        if not self._may_write_class(gate, name, retry):
+        if not self._may_write_class(gate, name, retry=retry):
             self._result("deferred")
             return
         outcome = await self.classes.write_status(entry, status=status, patch=patch)
@@ -354,7 +348,7 @@ class Worker:
         entry = self.store.classes.get(name)
         if entry is None:
             return
-        change = finalizer_change(entry.record, in_use=in_use(self.store, name))
+        change = finalizer_change(entry.record, in_use=decisions.in_use(self.store, name))
         if change is None:
             return
         gate = ("finalizer", name)
@@ -362,10 +356,10 @@ class Worker:
         def retry() -> None:
             self.store.dirty.finalizers.add(name)
 
-        if not self._may_write_class(gate, name, retry):
+        if not self._may_write_class(gate, name, retry=retry):
             return
         if change.action == "remove" and not self._may_delete(
-            FINALIZER_DEPENDS_ON, entry.hold_version, retry
+            FINALIZER_DEPENDS_ON, entry.hold_version, retry=retry
         ):
             return
         await self._apply(await self.classes.write_finalizers(entry, change), retry)
@@ -380,20 +374,22 @@ class Worker:
         def retry_verify() -> None:
             self.store.dirty.copies = self.store.dirty.verify_copies = True
 
-        record_key = self.copies.record_key
+        again = retry_verify if verify else retry
         if not self._store_caught_up(
-            RECORD_GATE, "copy-record", record_key, retry_verify if verify else retry
+            RECORD_GATE, "copy-record", key=self.copies.record_key, retry=again
         ):
             return  # the store's record is older than our last write of it: plan on the newer one
         record = self.store.copy_record
-        planned = copy_actions(self.store, vgpu_entitled=self.settings.vgpu_entitled, verify=verify)
+        planned = decisions.copy_actions(
+            self.store, vgpu_entitled=self.settings.vgpu_entitled, verify=verify
+        )
         actions = [
             a
             for a in planned
             if self._may_write(secret_gate(a), retry)
             and (
                 a.action != "delete"
-                or self._may_delete(COPY_DELETE_DEPENDS_ON, record.resource_version, retry)
+                or self._may_delete(COPY_DELETE_DEPENDS_ON, record.resource_version, retry=retry)
             )
         ]
         if not actions or not self._may_write(RECORD_GATE, retry):

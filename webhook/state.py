@@ -113,8 +113,8 @@ class CatalogCache:
         self,
         source: ListWatchClient[str],
         policy: Policy,
-        on_restart: Callable[[str, str], None] = lambda resource, reason: None,
         *,
+        on_restart: Callable[[str, str], None] = lambda resource, reason: None,
         on_store_error: Callable[[str], None] = lambda resource: None,
         resources: Sequence[str] = RESOURCES,
     ) -> None:

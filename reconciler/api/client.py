@@ -80,7 +80,7 @@ class KubeAdapter(RawClient):
                 settings.kubeconfig, binary=FIELD_MANAGER, context=settings.context
             )
         except ClusterConfigError as exc:
-            raise ApiError(0, "ConfigError", f"no API client: {exc}") from exc
+            raise ApiError(0, "ConfigError", message=f"no API client: {exc}") from exc
         return cls(
             api,
             scope=settings.scope(),
@@ -134,7 +134,7 @@ class KubeAdapter(RawClient):
         async def pump(name: str) -> None:
             try:
                 async for event in self.watch_collection(
-                    path, name_selector(name), self._name_versions.get(name, "")
+                    path, name_selector(name), resource_version=self._name_versions.get(name, "")
                 ):
                     await queue.put((name, event))
                 await queue.put(None)
@@ -175,7 +175,7 @@ class KubeAdapter(RawClient):
         )
 
     async def patch_class_finalizers(
-        self, name: str, finalizers: list[str], resource_version: str
+        self, name: str, finalizers: list[str], *, resource_version: str
     ) -> RawObject | None:
         """Merge patch of the class's finalizers, with the resourceVersion in the body as the
         precondition."""
@@ -187,7 +187,7 @@ class KubeAdapter(RawClient):
         return await self._json("POST", SECRETS.at(namespace), body=body)
 
     async def patch_secret(
-        self, namespace: str, name: str, patch: list[RawObject]
+        self, namespace: str, name: str, *, patch: list[RawObject]
     ) -> RawObject | None:
         """JSON patch (`application/json-patch+json`) of the copy Secret, its label test first."""
         return await self._json(
@@ -207,7 +207,7 @@ class KubeAdapter(RawClient):
         return await self._json("POST", CONFIGMAPS.at(namespace), body=body)
 
     async def replace_config_map(
-        self, namespace: str, name: str, body: RawObject
+        self, namespace: str, name: str, *, body: RawObject
     ) -> RawObject | None:
         """PUT of the record ConfigMap, its body carrying the resourceVersion read."""
         return await self._json("PUT", CONFIGMAPS.item(name, namespace), body=body)
@@ -232,6 +232,6 @@ class KubeAdapter(RawClient):
         """POST of the Lease."""
         return await self._json("POST", self._lease(namespace), body=body)
 
-    async def replace_lease(self, namespace: str, name: str, body: RawObject) -> RawObject:
+    async def replace_lease(self, namespace: str, name: str, *, body: RawObject) -> RawObject:
         """PUT of the Lease, its body carrying the resourceVersion read."""
         return await self._json("PUT", self._lease(namespace, name), body=body)

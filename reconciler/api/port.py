@@ -47,7 +47,7 @@ class KubeAPI(Protocol):
         ...
 
     async def patch_class_finalizers(
-        self, name: str, finalizers: list[str], resource_version: str
+        self, name: str, finalizers: list[str], *, resource_version: str
     ) -> RawObject | None:
         """Merge patch of the whole `metadata.finalizers` list, pinned to `resource_version` (409
         when stale, 422 when adding one to a deleting class)."""
@@ -58,7 +58,7 @@ class KubeAPI(Protocol):
         ...
 
     async def patch_secret(
-        self, namespace: str, name: str, patch: list[RawObject]
+        self, namespace: str, name: str, *, patch: list[RawObject]
     ) -> RawObject | None:
         """JSON patch of a licence copy (`reconciler.state.licenses.copy_patch`): 404 when it is gone,
         422 when its `test` fails (not labelled ours) or the Secret is immutable."""
@@ -73,7 +73,7 @@ class KubeAPI(Protocol):
         ...
 
     async def replace_config_map(
-        self, namespace: str, name: str, body: RawObject
+        self, namespace: str, name: str, *, body: RawObject
     ) -> RawObject | None:
         """Replace the copy record, pinned to `metadata.resourceVersion` of `body` (409 if stale)."""
         ...
@@ -90,7 +90,7 @@ class KubeAPI(Protocol):
         """Create the Lease (409 AlreadyExists when another replica was first)."""
         ...
 
-    async def replace_lease(self, namespace: str, name: str, body: RawObject) -> RawObject:
+    async def replace_lease(self, namespace: str, name: str, *, body: RawObject) -> RawObject:
         """Replace the Lease, pinned to `metadata.resourceVersion` of `body` (409 when another
         replica wrote it since)."""
         ...

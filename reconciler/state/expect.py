@@ -63,11 +63,11 @@ class Expectations:
     def __len__(self) -> int:
         return len(self._by_object)
 
-    def written(self, source: Source, key: Key, version: str, *, now: float, lists: int) -> None:
+    def written(self, source: Source, key: Key, *, version: str, now: float, lists: int) -> None:
         """A write the server took returned the object at `version`: the store must reach it."""
         self._by_object[(source, key)] = Expectation(version, False, now, lists)
 
-    def conflicted(self, source: Source, key: Key, stale: str, *, now: float, lists: int) -> None:
+    def conflicted(self, source: Source, key: Key, *, stale: str, now: float, lists: int) -> None:
         """A write pinned to `stale` met a 409 (or a create met AlreadyExists, `stale` ""): the
         store must move past it."""
         self._by_object[(source, key)] = Expectation(stale, True, now, lists)

@@ -169,7 +169,7 @@ def launcher_licence(pod: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def copy_content(
-    record: ClassRecord | None, secrets: Mapping[SecretKey, SecretRecord], license_namespace: str
+    record: ClassRecord | None, secrets: Mapping[SecretKey, SecretRecord], *, license_namespace: str
 ) -> dict[str, Redacted] | None:
     """The copy's `data` for a class, or None when it cannot be produced now."""
     if record is None or record.spec is None or record.spec.license is None:
@@ -217,7 +217,7 @@ def desired_copies(
         if not entitled[vmi.namespace]:
             continue
         class_name = name.removeprefix(names.LICENSE_COPY_PREFIX)
-        data = copy_content(classes.get(class_name), secrets, license_namespace)
+        data = copy_content(classes.get(class_name), secrets, license_namespace=license_namespace)
         if data is None:
             held.add(key)
         else:

@@ -139,7 +139,7 @@ def name_selector(name: str) -> dict[str, str]:
     return {"fieldSelector": f"metadata.name={name}"}
 
 
-def selected(spec: SourceSpec, obj: Mapping[str, Any], scope: Scope) -> bool:
+def selected(spec: SourceSpec, obj: Mapping[str, Any], *, scope: Scope) -> bool:
     """Whether the server would return `obj` for the source: its namespace scope and selectors.
 
     The field selectors are the Pods' one (bound, not finished) and `metadata.name`

@@ -221,9 +221,11 @@ class ClusterStore:
                 old.hold_version if same_hold and old is not None else version,
             )
             self.records[name] = record
-        self._class_changed(name, old.record if old else None, record)
+        self._class_changed(name, old.record if old else None, new=record)
 
-    def _class_changed(self, name: str, old: ClassRecord | None, new: ClassRecord | None) -> None:
+    def _class_changed(
+        self, name: str, old: ClassRecord | None, *, new: ClassRecord | None
+    ) -> None:
         self.dirty.statuses.add(name)
         self.dirty.finalizers.add(name)
         before = old.resource_name if old else None
@@ -261,7 +263,7 @@ class ClusterStore:
             del self.nodes[name]
         else:
             self.nodes[name] = record
-        self._mark_resources(self.usage.set_node(name, old, record))
+        self._mark_resources(self.usage.set_node(name, old, new=record))
 
     def _set_pod(self, key: Key, obj: Mapping[str, Any] | None) -> None:
         self._set_launcher(key, obj)

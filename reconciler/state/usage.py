@@ -93,7 +93,7 @@ class UsageCounters:
                 if not per_node:
                     del self.used[resource]
 
-    def set_node(self, name: str, old: NodeRecord | None, new: NodeRecord | None) -> set[str]:
+    def set_node(self, name: str, old: NodeRecord | None, *, new: NodeRecord | None) -> set[str]:
         """Replace node `name`'s record (None: absent); returns the resources it may affect."""
         for resource in {*(old.allocatable if old else ()), *(new.allocatable if new else ())}:
             self.surveys.touch(resource, name, node_changed=True)
@@ -132,16 +132,16 @@ class VMIUsage:
             return
         if vmi.phase in HOLDING_PHASES:
             for class_name, count in vmi.units:
-                _bump(self.units, (vmi.namespace, class_name), sign * count)
+                _bump(self.units, (vmi.namespace, class_name), by=sign * count)
         elif vmi.phase in WAITING_PHASES:
             for class_name, _ in vmi.units:
-                _bump(self.waiting, class_name, sign)
+                _bump(self.waiting, class_name, by=sign)
         else:
             return
         self.changed = True
 
 
-def _bump(counts: dict[Any, int], key: Any, by: int) -> None:
+def _bump(counts: dict[Any, int], key: Any, *, by: int) -> None:
     total = counts.get(key, 0) + by
     if total:
         counts[key] = total

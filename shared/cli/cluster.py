@@ -105,7 +105,7 @@ async def read_cluster(
         await raw.close()
     snapshot = builder.snapshot
     if unreadable:
-        _stored_license_view(snapshot, license_namespace, unreadable)
+        _stored_license_view(snapshot, license_namespace, unreadable=unreadable)
     if quotas_unread and snapshot.detail is not None:
         snapshot.detail.quotas_unread = True
     return snapshot
@@ -123,7 +123,9 @@ def licence_secret_names(snapshot: Snapshot, classes: frozenset[str] | None) -> 
     )
 
 
-def _stored_license_view(snapshot: Snapshot, license_namespace: str, unreadable: set[str]) -> None:
+def _stored_license_view(
+    snapshot: Snapshot, license_namespace: str, *, unreadable: set[str]
+) -> None:
     """Where the caller cannot read a source Secret: a licensed class whose stored status says
     the Secret is usable gets a stand-in record, so the pure rules see what the reconciler saw."""
     for record in snapshot.classes.values():

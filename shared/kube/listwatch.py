@@ -205,15 +205,15 @@ class Reflector(Generic[R]):
                     started = self.clock()
                     version, count = await self._follow_unless_relist(source, version)
                     if count == 0 and self.clock() - started < self.healthy_watch_seconds:
-                        raise ApiError(0, "WatchEnded", "the watch ended at once")
+                        raise ApiError(0, "WatchEnded", message="the watch ended at once")
                     attempt = 0
             except asyncio.CancelledError:
                 raise
             except (ApiError, RelistRequested) as exc:
-                attempt = await self._restart(source, exc, attempt)
+                attempt = await self._restart(source, exc, attempt=attempt)
             except Exception as exc:  # a bug must not stop the loop; log it and re-list
                 log.exception("stream failed", extra={"fields": {"resource": source}})
-                attempt = await self._restart(source, exc, attempt)
+                attempt = await self._restart(source, exc, attempt=attempt)
 
     async def _follow_unless_relist(self, source: R, version: str) -> tuple[str, int]:
         wanted = self._relist_wanted.setdefault(source, asyncio.Event())
@@ -232,7 +232,7 @@ class Reflector(Generic[R]):
             raise follow.exception()  # type: ignore[misc]
         raise RelistRequested("a fresh list was asked for")
 
-    async def _restart(self, source: R, exc: Exception, attempt: int) -> int:
+    async def _restart(self, source: R, exc: Exception, *, attempt: int) -> int:
         self.sync.relisting(source)  # the view stops at the break until a new list completes
         requested = isinstance(exc, RelistRequested)
         expired = requested or (isinstance(exc, ApiError) and exc.gone)

@@ -62,7 +62,7 @@ def test_refusals_are_outcomes_not_retries() -> None:
     kube.errors["patch_class_status"] = [ApiError(403, "Forbidden")]
     failed = asyncio.run(writer.write_status(entry, status=STATUS, patch=STATUS))
     assert isinstance(failed, Failed) and failed.error.forbidden and failed.report is None
-    kube.remove(names.KIND, "", "c")
+    kube.remove(names.KIND, "", name="c")
     change = FinalizerChange("add", (names.IN_USE_FINALIZER,))
     assert asyncio.run(writer.write_finalizers(entry, change)) == Gone(("finalizer", "c"))
     assert kube.calls.get("patch_class_finalizers") == 1  # tried once, never again by itself

@@ -165,7 +165,7 @@ def test_pod_event_moves_free_with_one_write() -> None:
             await r.settle()
             assert r.status("c")["free"] == 1
             assert [w["name"] for w in r.writes()][2:] == ["c"]
-            kube.remove("Pod", "tenant-a", "q")
+            kube.remove("Pod", "tenant-a", name="q")
             await r.settle()
             assert r.status("c")["free"] == 3
             assert r.sample("gpuclass_free_units", **{"class": "c"}) == 3
@@ -217,13 +217,13 @@ class HeldWatch(MemoryKube):
         if self.holding and source == self.held_source:
             self.held.append((queue, change))
         else:
-            super()._offer(source, queue, change)
+            super()._offer(source, queue, change=change)
 
     def let_through(self) -> None:
         self.holding = False
         held, self.held = self.held, []
         for queue, change in held:
-            super()._offer(self.held_source, queue, change)
+            super()._offer(self.held_source, queue, change=change)
 
     async def create_config_map(
         self, namespace: str, body: dict[str, Any]
@@ -235,7 +235,7 @@ class HeldWatch(MemoryKube):
         self, namespace: str, name: str, body: dict[str, Any]
     ) -> dict[str, Any] | None:
         self.record_writes.append(("replace", body["metadata"].get("resourceVersion", "")))
-        return await super().replace_config_map(namespace, name, body)
+        return await super().replace_config_map(namespace, name, body=body)
 
 
 def stored_version(kube: MemoryKube, kind: str, key: tuple[str, str]) -> str:
@@ -413,7 +413,7 @@ def test_dropped_watch_relists() -> None:
 def test_list_failure_backs_off_then_syncs() -> None:
     async def scenario() -> None:
         kube = MemoryKube(world())
-        kube.errors["list"] = [ApiError(0, "ConnectionError", "refused")]
+        kube.errors["list"] = [ApiError(0, "ConnectionError", message="refused")]
         async with Running(kube) as r:
             assert r.reconciler.ready
             assert r.status("c")["free"] == 3
@@ -574,7 +574,7 @@ def test_license_copy_created_updated_deleted() -> None:
                 == "RmVhdHVyZVR5cGU9NAo="
             )
             assert record(kube) == {("tenant-a", COPY): copy_digest_of(kube, "tenant-a")}
-            kube.remove("VirtualMachineInstance", "tenant-a", "vm")
+            kube.remove("VirtualMachineInstance", "tenant-a", name="vm")
             await r.settle()
             assert ("tenant-a", COPY) not in kube.store["Secret"]
             assert record(kube) == {}
@@ -672,7 +672,7 @@ def test_a_full_record_stops_new_copies_but_not_deletions(monkeypatch: Any) -> N
             started(kube, "tenant-root")  # a second entry no longer fits
             await r.settle()
             assert ("tenant-root", COPY) not in kube.store["Secret"]
-            kube.remove("Pod", "tenant-a", "virt-launcher-vm-x1")  # the first VM stops
+            kube.remove("Pod", "tenant-a", name="virt-launcher-vm-x1")  # the first VM stops
             await r.settle()
             assert ("tenant-a", COPY) not in kube.store["Secret"]  # deleted although full
             assert set(record(kube)) == {("tenant-root", COPY)}  # and the room it left is used
@@ -686,7 +686,7 @@ def test_a_copy_removed_by_hand_comes_back_on_resync() -> None:
         async with Running(kube) as r:
             started(kube)
             await r.settle()
-            kube.remove("Secret", "tenant-a", COPY)  # the tenant deletes its copy
+            kube.remove("Secret", "tenant-a", name=COPY)  # the tenant deletes its copy
             await r.settle()
             assert ("tenant-a", COPY) not in kube.store["Secret"]  # nothing watches it ...
             r.reconciler.store.mark_all()  # ... until the periodic resync
@@ -737,7 +737,7 @@ def test_policy_refusal_is_an_event_without_retry_storm() -> None:
     async def scenario() -> None:
         kube = MemoryKube(world())
         kube.errors["create_secret"] = [
-            ApiError(403, "Forbidden", "denied by ValidatingAdmissionPolicy")
+            ApiError(403, "Forbidden", message="denied by ValidatingAdmissionPolicy")
         ] * 100
         async with Running(kube) as r:
             started(kube)
@@ -781,7 +781,7 @@ def test_finalizer_added_while_used_and_removed_after() -> None:
             kube.apply(vmi("vm", "tenant-a", classes=["c"], devices=[R]))
             await r.settle()
             assert finalizers(kube, "c") == [names.IN_USE_FINALIZER]
-            kube.remove("VirtualMachineInstance", "tenant-a", "vm")
+            kube.remove("VirtualMachineInstance", "tenant-a", name="vm")
             await r.settle()
             assert finalizers(kube, "c") == []
             assert [w["finalizers"] for w in r.writes("finalizers")] == [
@@ -807,7 +807,7 @@ def test_deleting_class_released_when_unused_and_series_removed() -> None:
             )
             await r.settle()
             assert finalizers(kube, "c") == [names.IN_USE_FINALIZER]  # still used: held
-            kube.remove("VirtualMachineInstance", "tenant-a", "vm")
+            kube.remove("VirtualMachineInstance", "tenant-a", name="vm")
             await r.settle()
             assert ("", "c") not in kube.store[names.KIND]  # released: the API server deleted it
             assert r.sample("gpuclass_free_units", **{"class": "c"}) is None
@@ -862,7 +862,7 @@ def test_renamed_class_keeps_its_finalizer_while_vms_admitted_under_the_old_name
             kube.apply(renamed)
             await r.settle()
             assert finalizers(kube, "c") == [names.IN_USE_FINALIZER]  # the VM keeps its class
-            kube.remove("VirtualMachineInstance", "tenant-a", "vm")
+            kube.remove("VirtualMachineInstance", "tenant-a", name="vm")
             await r.settle()
             assert finalizers(kube, "c") == []
 

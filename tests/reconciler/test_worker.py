@@ -395,8 +395,8 @@ def test_every_write_is_one_a_complete_view_also_writes() -> None:
             assert worker is not None
             may_delete = worker._may_delete
 
-            def counted(*args: Any) -> bool:
-                go = may_delete(*args)
+            def counted(*args: Any, **kwargs: Any) -> bool:
+                go = may_delete(*args, **kwargs)
                 seen["deletion deferred"] += int(not go)
                 return go
 
@@ -415,7 +415,7 @@ def test_every_write_is_one_a_complete_view_also_writes() -> None:
                 if step in ("page", "pages"):
                     kube.release(arg, 1 if step == "page" else 20)  # type: ignore[arg-type]
                 elif step == "delete-vmi":
-                    kube.remove("VirtualMachineInstance", "tenant-a", arg)
+                    kube.remove("VirtualMachineInstance", "tenant-a", name=arg)
                     truth = [o for o in truth if o["metadata"].get("name") != arg]
                     allowed |= await complete_view_writes(truth)
                 else:

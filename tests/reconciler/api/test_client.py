@@ -333,7 +333,7 @@ def test_errors_and_missing_objects() -> None:
 def test_copy_writes_patch_and_delete() -> None:
     async def test(kube: KubeAdapter, seen: Seen) -> None:
         patch = [{"op": "test", "path": "/metadata/labels/x", "value": "y"}]
-        assert await kube.patch_secret("t", "s", patch) == {
+        assert await kube.patch_secret("t", "s", patch=patch) == {
             "kind": "Secret",
             "metadata": {"name": "s"},
         }

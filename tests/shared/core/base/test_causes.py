@@ -56,7 +56,7 @@ def test_a_code_is_written_as_its_word() -> None:
     """The wire carries the word, not the enum's name (orjson, str() and f-strings alike)."""
     import orjson
 
-    cause = forbidden("spec", "no", CauseCode.NOT_ENTITLED)
+    cause = forbidden("spec", "no", code=CauseCode.NOT_ENTITLED)
     assert orjson.dumps({"reason": cause.code}) == b'{"reason":"NotEntitled"}'
     assert f"{cause.code}" == str(cause.code) == "NotEntitled"
     assert invalid("spec", "no").code == "Invalid"
