@@ -68,7 +68,7 @@ from gpuclass.reconciler.manager import Manager
 from gpuclass.reconciler.settings import ReconcilerSettings
 from gpuclass.reconciler.state import decisions
 from gpuclass.reconciler.state.decisions import StatusContext
-from gpuclass.reconciler.state.sources import SPECS, Scope, Source, selected
+from gpuclass.reconciler.state.resources import SPECS, Resource, Scope, selected
 from gpuclass.reconciler.state.store import ClusterStore
 from gpuclass.shared.core.model.snapshot import Snapshot
 from gpuclass.shared.core.status.availability import (
@@ -103,7 +103,7 @@ SCOPE = Scope(license_secret_names=frozenset({"vgpu-licence"}))
 """As the chart runs it: the licence source read by name (gencluster's one source Secret)."""
 
 
-def served(source: Source, obj: RawObject) -> bool:
+def served(source: Resource, obj: RawObject) -> bool:
     """The server-side scope and selectors of each source (what reconciler/api/client.py asks for)."""
     return selected(SPECS[source], obj, scope=SCOPE)
 
@@ -124,7 +124,7 @@ class GeneratedKube:
     def _count(self, kind: str) -> None:
         self.writes[kind] = self.writes.get(kind, 0) + 1
 
-    async def list_pages(self, source: Source) -> AsyncIterator[ListPage]:
+    async def list_pages(self, source: Resource) -> AsyncIterator[ListPage]:
         if source == "gpuclasses":  # as written so far, like a real server's list
             yield ListPage(
                 [orjson.loads(orjson.dumps(o)) for o in self.classes.values()], str(self.version)
@@ -139,7 +139,7 @@ class GeneratedKube:
                 page = []
         yield ListPage(page, "1", last=True)
 
-    async def watch(self, source: Source, resource_version: str) -> AsyncIterator[WatchEvent]:
+    async def watch(self, source: Resource, resource_version: str) -> AsyncIterator[WatchEvent]:
         await asyncio.Event().wait()
         yield WatchEvent("BOOKMARK")
 

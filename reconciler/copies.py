@@ -51,7 +51,6 @@ from gpuclass.reconciler.state.licenses import (
     PENDING,
     CopyAction,
     DesiredCopy,
-    SecretKey,
     copy_patch,
     record_body,
     render_record,
@@ -111,7 +110,7 @@ class CopyWriter:
             yield outcome
 
     async def _write_record(
-        self, entries: dict[SecretKey, str], record: CopyRecord
+        self, entries: dict[Key, str], record: CopyRecord
     ) -> tuple[CopyRecord | None, Outcome | None]:
         """Bring the record from `record` (its entries and version as the server holds them) to
         `entries`; returns the record as written, to pin the next write of the pass to (None when
@@ -142,7 +141,7 @@ class CopyWriter:
         outcome = Written(RECORD_GATE, Watched("copy-record", self.record_key), version)
         return CopyRecord(dict(entries), version), outcome
 
-    async def _write(self, action: CopyAction, entries: dict[SecretKey, str]) -> Outcome | None:
+    async def _write(self, action: CopyAction, entries: dict[Key, str]) -> Outcome | None:
         """Send one copy's write and bring `entries` up to date with it; None when there is
         nothing to say (a delete that found the Secret gone)."""
         pending = entries.get(action.key) == PENDING

@@ -33,7 +33,7 @@ def event_body(
 ) -> RawObject:
     """A core/v1 Event about the class, in namespace `default` and named by the API server
     (`generateName`); the message is cut to 1,024 characters and `uid` ties it to this
-    incarnation of the class ("" when the view no longer holds it)."""
+    incarnation of the class ("" when the store no longer holds it)."""
     return {
         "apiVersion": "v1",
         "kind": "Event",

@@ -1,8 +1,8 @@
 """The reconciler's manager: `await Manager(settings).run()` until cancelled or stopped.
 
 As controller-runtime's manager, it wires the pieces — one informer (list/watch
-loop, :class:`~shared.kube.listwatch.Reflector`) per source of
-:data:`~reconciler.state.sources.SPECS` into the :class:`~reconciler.state.store.ClusterStore`,
+loop, :class:`~shared.kube.listwatch.Reflector`) per resource of
+:data:`~reconciler.state.resources.SPECS` into the :class:`~reconciler.state.store.ClusterStore`,
 the :class:`~reconciler.worker.Worker`, the Lease, and the HTTP endpoints, each a
 task by name — and tears them down in order: on
 cancellation or :meth:`Manager.stop` it stops writing, releases the Lease and
@@ -25,7 +25,7 @@ from gpuclass.reconciler.leader import AlwaysLeader, LeaderElector, Leadership
 from gpuclass.reconciler.metrics import ReconcilerMetrics
 from gpuclass.reconciler.outcomes import WriterDeps
 from gpuclass.reconciler.settings import ReconcilerSettings
-from gpuclass.reconciler.state.sources import SOURCES, Source
+from gpuclass.reconciler.state.resources import RESOURCES, Resource
 from gpuclass.reconciler.state.store import ClusterStore
 from gpuclass.reconciler.worker import Worker, WorkerDeps
 from gpuclass.shared.core.base.syncview import SyncView
@@ -37,7 +37,7 @@ log = logging.getLogger("gpuclass.reconciler")
 
 
 class Manager:
-    """One reconciler: the store and its sync view, the worker, one informer per source, the Lease, the
+    """One reconciler: the store and its sync view, the worker, one informer per resource, the Lease, the
     probes and the resync, run by :meth:`run` and stopped in order. `api` and `leadership` are
     injected by the offline twin and tests; `serve_http=False` for in-process use."""
 
@@ -58,8 +58,8 @@ class Manager:
         self.elector: LeaderElector | None = None
         self.worker: Worker | None = None
         self.http: Server | None = None
-        self.sync: SyncView[Source] = SyncView(
-            SOURCES,
+        self.sync: SyncView[Resource] = SyncView(
+            RESOURCES,
             clock=time.monotonic,
             stale_after=settings.relist_deadline_seconds,
             on_change=self._sync_changed,
@@ -68,14 +68,14 @@ class Manager:
         self._complete = False
         self.stale_reason: str | None = None
         """Set by the `--objects` reload while the files cannot be read (last good state served)."""
-        self.informers: Reflector[Source] | None = None
+        self.informers: Reflector[Resource] | None = None
         self.metrics.ready.set_function(lambda: 1 if self.ready else 0)
-        for source in SOURCES:
-            self.metrics.synced.labels(source).set_function(
-                lambda source=source: 1 if self.sync.synced(source) else 0  # type: ignore[misc]
+        for resource in RESOURCES:
+            self.metrics.synced.labels(resource).set_function(
+                lambda resource=resource: 1 if self.sync.synced(resource) else 0  # type: ignore[misc]
             )
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        """Running tasks by name: `informer/<source>`, `worker`, `resync`, `leader`, `http`."""
+        """Running tasks by name: `informer/<resource>`, `worker`, `resync`, `leader`, `http`."""
         self._stop = asyncio.Event()
 
     # -- assembly ---------------------------------------------------------------------------------
@@ -123,22 +123,22 @@ class Manager:
         self.worker = Worker(deps, s.worker_settings())
         return self.worker
 
-    def _informers(self, api: KubeAPI, worker: Worker) -> Reflector[Source]:
+    def _informers(self, api: KubeAPI, worker: Worker) -> Reflector[Resource]:
         self.informers = Reflector(
             api,
             self.store,
             sync=self.sync,
             on_change=worker.wake,
-            on_restart=lambda source, reason: self.metrics.watch_restarts.labels(source).inc(),
-            on_store_error=lambda source: self.metrics.store_errors.labels(source).inc(),
+            on_restart=lambda resource, reason: self.metrics.watch_restarts.labels(resource).inc(),
+            on_store_error=lambda resource: self.metrics.store_errors.labels(resource).inc(),
         )
         return self.informers
 
-    def _request_relist(self, source: Source) -> None:
+    def _request_relist(self, resource: Resource) -> None:
         if self.informers is not None:
-            self.informers.request_relist(source)
+            self.informers.request_relist(resource)
 
-    def _sync_changed(self, source: Source) -> None:
+    def _sync_changed(self, resource: Resource) -> None:
         if self.worker is None:
             return
         self.worker.sync_changed()
@@ -162,7 +162,7 @@ class Manager:
 
     @property
     def ready(self) -> bool:
-        """/readyz: every source listed, a pass done, and no source without a list for too long."""
+        """/readyz: every resource listed, a pass done, and no resource without a list for too long."""
         return self.passed and self.sync.all_listed() and not self.sync.stale()
 
     # -- probes -----------------------------------------------------------------------------------
@@ -179,7 +179,7 @@ class Manager:
         """Why /readyz fails, or None when ready."""
         if self.stale_reason is not None:
             return f"objects not reloaded, serving the last good state: {self.stale_reason}"
-        waiting = [s for s in SOURCES if not self.sync.state[s].listed_once]
+        waiting = [s for s in RESOURCES if not self.sync.state[s].listed_once]
         if waiting:
             return "not synced yet: " + ", ".join(waiting)
         stale = self.sync.stale()
@@ -215,7 +215,7 @@ class Manager:
         api = await self._connect()
         worker = self._build(api)
         informers = self._informers(api, worker)
-        coroutines = {f"informer/{source}": informers.run(source) for source in SOURCES}
+        coroutines = {f"informer/{resource}": informers.run(resource) for resource in RESOURCES}
         coroutines |= {"worker": worker.run(), "resync": self._resync()}
         if self.elector is not None:
             coroutines["leader"] = self.elector.run()
@@ -288,7 +288,7 @@ class Manager:
         log.info("reconciler stopped")
 
     async def sync_once(self) -> None:
-        """List every source once and reconcile until nothing is dirty (`--once`)."""
+        """List every resource once and reconcile until nothing is dirty (`--once`)."""
         await self.load()
         if self.elector is not None:
             timeout = 2 * self.elector.lease_duration + self.elector.retry_period
@@ -303,21 +303,21 @@ class Manager:
                 await self.elector.release()
 
     async def load(self) -> None:
-        """Connect and list every source once into the store (no watch): `--once` and the benchmark."""
+        """Connect and list every resource once into the store (no watch): `--once` and the benchmark."""
         api = await self._connect()
         worker = self.worker or self._build(api)
         informers = self._informers(api, worker)
-        for source in SOURCES:
-            await informers.relist(source)
+        for resource in RESOURCES:
+            await informers.relist(resource)
 
     async def reconcile_pending(self, passes: int = 5) -> None:
         """Reconcile until nothing is dirty or waits. With no watch to bring the worker's own writes
-        into the store, the sources it waits on (`Worker.sources_behind`) are listed again between
+        into the store, the resources it waits on (`Worker.reresources_behind`) are listed again between
         passes, through the reflector like every change, and the work that waited runs then."""
         assert self.worker is not None and self.informers is not None, "load() first"
         for _ in range(passes):
-            for source in sorted(self.worker.sources_behind()):
-                await self.informers.relist(source)
+            for resource in sorted(self.worker.reresources_behind()):
+                await self.informers.relist(resource)
             self.worker.store_arrived()
             if not self.store.dirty:
                 break

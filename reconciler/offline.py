@@ -2,7 +2,7 @@
 
 With `--objects`, the files are loaded into a :class:`~reconciler.api.fake.MemoryKube`
 — an API server in a dict — and the ordinary :class:`~reconciler.manager.Manager`
-runs against it: the same informers, cache, worker and writes. Nothing ever contacts
+runs against it: the same informers, store, worker and writes. Nothing ever contacts
 a cluster. `--once` prints what the reconciler wrote into that in-memory cluster
 (what it *would* write to a real one); without `--once` the loop keeps serving
 `/metrics`, `/healthz` and `/readyz`, and the files are re-read when they change.

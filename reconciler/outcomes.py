@@ -25,7 +25,7 @@ from typing import Literal
 from gpuclass.reconciler.api.port import ApiError, KubeAPI
 from gpuclass.reconciler.events import EventRecorder
 from gpuclass.reconciler.metrics import ReconcilerMetrics
-from gpuclass.reconciler.state.sources import Source
+from gpuclass.reconciler.state.resources import Resource
 from gpuclass.shared.core.base.meta import Key
 
 
@@ -33,7 +33,7 @@ from gpuclass.shared.core.base.meta import Key
 class Watched:
     """Where the store shows a written object: its watched resource and key."""
 
-    resource: Source
+    resource: Resource
     key: Key
 
 

@@ -10,7 +10,7 @@ from typing import Annotated, Self
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import NoDecode
 
-from gpuclass.reconciler.state.sources import Scope
+from gpuclass.reconciler.state.resources import Scope
 from gpuclass.shared.kube.settings import CommonSettings
 
 
@@ -128,7 +128,7 @@ class ReconcilerSettings(CommonSettings):
         return self.leader_election_namespace or self.license_namespace
 
     def scope(self) -> Scope:
-        """What the scoped sources read (:class:`reconciler.state.sources.Scope`)."""
+        """What the scoped sources read (:class:`reconciler.state.resources.Scope`)."""
         names = self.license_secret_names
         return Scope(
             license_namespace=self.license_namespace,

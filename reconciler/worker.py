@@ -16,11 +16,11 @@ worker alone gates a write before asking for it and applies its outcome (backoff
 store must show before the object is touched again, a requeue), as a controller-runtime
 controller does with its reconcile handler's result.
 
-Nothing is written before every source has completed its first list (the marks
+Nothing is written before every resource has completed its first list (the marks
 wait). A deletion — a finalizer removal, a licence-copy delete — also needs the
-sources it depends on synced now and at least as recent as the object it
+resources it depends on synced now and at least as recent as the object it
 releases (:meth:`shared.core.base.syncview.SyncView.behind`); otherwise it waits, and a
-source whose watch has not brought it that far is re-listed (at most every
+resource whose watch has not brought it that far is re-listed (at most every
 `relist_interval` seconds).
 
 Every write first asks the Lease (`is_leader`), so a replica that lost it stops at
@@ -33,7 +33,7 @@ their informer: after a write the object is left alone until the store has reach
 version the write returned, and after a 409 until the store has moved past the version
 the write was pinned to (a conflict is not retried at once, nor read again with a GET:
 the watch brings the newer object and marks it again). A store that has not caught up
-after `relist_interval` seconds (a watch that is stuck) has its source re-listed.
+after `relist_interval` seconds (a watch that is stuck) has its resource re-listed.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from gpuclass.reconciler.state import decisions
 from gpuclass.reconciler.state.decisions import StatusContext
 from gpuclass.reconciler.state.expect import Expectation, Expectations
 from gpuclass.reconciler.state.inuse import finalizer_change
-from gpuclass.reconciler.state.sources import Source
+from gpuclass.reconciler.state.resources import Resource
 from gpuclass.reconciler.state.statusdiff import status_patch
 from gpuclass.reconciler.state.store import ClusterStore
 from gpuclass.shared.core.base.meta import Key
@@ -64,8 +64,8 @@ from gpuclass.shared.kube.backoff import exponential
 
 log = logging.getLogger("gpuclass.reconciler.worker")
 
-FINALIZER_DEPENDS_ON: tuple[Source, ...] = ("vmis",)
-COPY_DELETE_DEPENDS_ON: tuple[Source, ...] = ("vmis", "pods", "namespaces")
+FINALIZER_DEPENDS_ON: tuple[Resource, ...] = ("vmis",)
+COPY_DELETE_DEPENDS_ON: tuple[Resource, ...] = ("vmis", "pods", "namespaces")
 STATUS_RESULTS = {Conflicted: "deferred", Gone: "error", Failed: "error"}
 """The `reconcile` metric's result for a status write's outcome (Written: written or dry-run)."""
 
@@ -78,8 +78,8 @@ class WorkerDeps:
     store: ClusterStore
     writers: WriterDeps
     leadership: Leadership
-    sync: SyncView[Source]
-    request_relist: Callable[[Source], None]
+    sync: SyncView[Resource]
+    request_relist: Callable[[Resource], None]
     now: Callable[[], str]
     backoff: KeyedBackoff = field(default_factory=KeyedBackoff)
     on_pass: Callable[[], None] = lambda: None
@@ -90,9 +90,9 @@ class Worker:
     coalesced passes, asks its writers for each write it allows and applies their outcomes.
 
     Every write asks the Lease and the per-object backoff; nothing is written before every
-    source's first list, and a deletion waits for a recent enough store (`sync`, with
+    resource's first list, and a deletion waits for a recent enough store (`sync`, with
     `request_relist` to ask for a newer one). An object written (or refused with a 409) waits
-    until the store shows that write or a newer version (`expectations`), re-listing its source
+    until the store shows that write or a newer version (`expectations`), re-listing its resource
     after `relist_interval` seconds.
     """
 
@@ -106,11 +106,11 @@ class Worker:
         self._wake = asyncio.Event()
         self._timers: dict[Hashable, asyncio.TimerHandle] = {}
         self._waiting: list[Callable[[], None]] = []
-        self._relist_asked: dict[Source, float] = {}
+        self._relist_asked: dict[Resource, float] = {}
         self.expectations = Expectations()
         """What the store must show of the objects written, before they are acted on again."""
-        self._store_waits: dict[Hashable, tuple[Source, Key, Callable[[], None]]] = {}
-        """Deferred work (by gate) waiting for the store to show an object: source, key, retry."""
+        self._store_waits: dict[Hashable, tuple[Resource, Key, Callable[[], None]]] = {}
+        """Deferred work (by gate) waiting for the store to show an object: resource, key, retry."""
 
     def wake(self) -> None:
         """Something was marked dirty: run a pass after the coalescing window (called per event, so
@@ -138,7 +138,7 @@ class Worker:
                 self.wake()
 
     def sync_changed(self) -> None:
-        """A source listed or moved on: deletions that waited for it are looked at again."""
+        """A resource listed or moved on: deletions that waited for it are looked at again."""
         if self._waiting:
             waiting, self._waiting = self._waiting, []
             for retry in waiting:
@@ -146,12 +146,12 @@ class Worker:
             self.wake()
 
     def store_complete(self) -> bool:
-        """Every source has completed its first list: before that, a pass writes nothing and the
+        """Every resource has completed its first list: before that, a pass writes nothing and the
         marks wait."""
         return self.sync.all_listed()
 
     async def reconcile_once(self) -> None:
-        """One pass over everything dirty now (none before every source's first list)."""
+        """One pass over everything dirty now (none before every resource's first list)."""
         if not self.store_complete():
             return  # the marks stay; the last first list wakes the worker
         self.store_arrived()
@@ -186,34 +186,34 @@ class Worker:
         return True
 
     def _may_delete(
-        self, sources: tuple[Source, ...], version: str, *, retry: Callable[[], None]
+        self, resources: tuple[Resource, ...], version: str, *, retry: Callable[[], None]
     ) -> bool:
-        """The store of `sources` is synced and has reached `version`; else wait for it."""
-        behind = self.sync.behind(sources, version)
+        """The store of `resources` is synced and has reached `version`; else wait for it."""
+        behind = self.sync.behind(resources, version)
         if not behind:
             return True
         self._waiting.append(retry)
-        for source in behind:
-            if not self.sync.synced(source):
+        for resource in behind:
+            if not self.sync.synced(resource):
                 continue  # a list is running: its end wakes us
             wait = self._relist(
-                source, version, message="deletion waits for a newer view; re-listing"
+                resource, version, message="deletion waits for a newer store; re-listing"
             )
             if wait:
-                self._retry_later(("relist", source), wait, retry=retry)
+                self._retry_later(("relist", resource), wait, retry=retry)
         return False
 
     def _store_caught_up(
-        self, gate: Hashable, source: Source, *, key: Key, retry: Callable[[], None]
+        self, gate: Hashable, resource: Resource, *, key: Key, retry: Callable[[], None]
     ) -> bool:
         """The store shows the object's last write (or a version past the one its 409 was pinned
         to); else `gate`'s work waits, and `retry` marks it again when the store catches up."""
-        expectation = self._unmet(source, key)
+        expectation = self._unmet(resource, key)
         if expectation is None:
             self._store_waits.pop(gate, None)
             return True
-        self._store_waits[gate] = (source, key, retry)
-        self._chase(source, expectation.since, version=expectation.version)
+        self._store_waits[gate] = (resource, key, retry)
+        self._chase(resource, expectation.since, version=expectation.version)
         return False
 
     # -- outcomes: what the worker does with a writer's answer ------------------------------------
@@ -223,18 +223,18 @@ class Worker:
         if isinstance(outcome, Written):
             self.backoff.success(outcome.gate)
             if outcome.watched is not None:  # the store must reach the version the write returned
-                source, key = outcome.watched.resource, outcome.watched.key
-                lists = self.sync.state[source].lists
+                resource, key = outcome.watched.resource, outcome.watched.key
+                lists = self.sync.state[resource].lists
                 self.expectations.written(
-                    source, key, version=outcome.version, now=time.monotonic(), lists=lists
+                    resource, key, version=outcome.version, now=time.monotonic(), lists=lists
                 )
         elif isinstance(outcome, Conflicted):  # the store must move past the version pinned to
-            source, key = outcome.watched.resource, outcome.watched.key
-            lists = self.sync.state[source].lists
+            resource, key = outcome.watched.resource, outcome.watched.key
+            lists = self.sync.state[resource].lists
             self.expectations.conflicted(
-                source, key, stale=outcome.stale, now=time.monotonic(), lists=lists
+                resource, key, stale=outcome.stale, now=time.monotonic(), lists=lists
             )
-            self._store_caught_up(outcome.gate, source, key=key, retry=retry)
+            self._store_caught_up(outcome.gate, resource, key=key, retry=retry)
         elif isinstance(outcome, Failed):
             count = self._failed(outcome.gate, retry, exc=outcome.error)
             if count == 1 and (report := outcome.report) is not None:
@@ -252,16 +252,16 @@ class Worker:
 
     # -- requeues -----------------------------------------------------------------------------------
 
-    def _relist(self, source: Source, version: str, *, message: str) -> float:
-        """Ask for a re-list of `source` unless one was asked for less than `relist_interval`
+    def _relist(self, resource: Resource, version: str, *, message: str) -> float:
+        """Ask for a re-list of `resource` unless one was asked for less than `relist_interval`
         seconds ago; returns 0 when asked now, else the seconds until it may be asked again."""
         now = time.monotonic()
-        asked = self._relist_asked.get(source)
+        asked = self._relist_asked.get(resource)
         if asked is not None and now - asked < self.relist_interval:
             return self.relist_interval - (now - asked)
-        self._relist_asked[source] = now
-        log.info(message, extra={"fields": {"resource": source, "version": version}})
-        self.deps.request_relist(source)
+        self._relist_asked[resource] = now
+        log.info(message, extra={"fields": {"resource": resource, "version": version}})
+        self.deps.request_relist(resource)
         return 0.0
 
     def _retry_later(self, key: Hashable, delay: float, *, retry: Callable[[], None]) -> None:
@@ -279,31 +279,31 @@ class Worker:
         """Mark again the work that waited for the store and whose object the store now shows (an
         event that brings a class marks it anyway; the copy record's may not). Every pass starts
         with it; for work still waiting, the re-list deadline is checked."""
-        for gate, (source, key, retry) in list(self._store_waits.items()):
-            expectation = self._unmet(source, key)
+        for gate, (resource, key, retry) in list(self._store_waits.items()):
+            expectation = self._unmet(resource, key)
             if expectation is None:
                 del self._store_waits[gate]
                 retry()
             else:
-                self._chase(source, expectation.since, version=expectation.version)
+                self._chase(resource, expectation.since, version=expectation.version)
 
-    def _chase(self, source: Source, since: float, *, version: str) -> None:
-        """A store still behind a write made at `since` (monotonic seconds): re-list its source
+    def _chase(self, resource: Resource, since: float, *, version: str) -> None:
+        """A store still behind a write made at `since` (monotonic seconds): re-list its resource
         once `relist_interval` has passed (the watch may be stuck); until then, look again then."""
         due = since + self.relist_interval - time.monotonic()
-        if due <= 0 and self.sync.synced(source):  # while a list runs, its end wakes us
-            due = self._relist(source, version, message="the view is behind a write; re-listing")
+        if due <= 0 and self.sync.synced(resource):  # while a list runs, its end wakes us
+            due = self._relist(resource, version, message="the store is behind a write; re-listing")
         if due > 0:
-            self._retry_later(("view", source), due, retry=lambda: None)
+            self._retry_later(("store", resource), due, retry=lambda: None)
 
-    def sources_behind(self) -> set[Source]:
-        """The sources whose store deferred work still waits for (`--once`, which has no watch,
+    def reresources_behind(self) -> set[Resource]:
+        """The resources whose store deferred work still waits for (`--once`, which has no watch,
         lists them again)."""
         return {s for s, key, _ in self._store_waits.values() if self._unmet(s, key) is not None}
 
-    def _unmet(self, source: Source, key: Key) -> Expectation | None:
-        held = self.store.held_version(source, key)
-        return self.expectations.unmet(source, key, held=held, sync=self.sync.state[source])
+    def _unmet(self, resource: Resource, key: Key) -> Expectation | None:
+        held = self.store.held_version(resource, key)
+        return self.expectations.unmet(resource, key, held=held, sync=self.sync.state[resource])
 
     # -- the three kinds of work ------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from gpuclass.reconciler.api.port import KubeAPI, ListPage, RawObject, WatchEvent
 from gpuclass.reconciler.state.licenses import MANAGED_LABELS
-from gpuclass.reconciler.state.sources import Source
+from gpuclass.reconciler.state.resources import Resource
 from gpuclass.shared.core.base import names
 
 log = logging.getLogger("gpuclass.reconciler.dryrun")
@@ -67,13 +67,13 @@ class RecordingKube:
         if not self.forward:
             log.info("dry run: not written", extra={"fields": entry})
 
-    def list_pages(self, source: Source) -> AsyncIterator[ListPage]:
+    def list_pages(self, resource: Resource) -> AsyncIterator[ListPage]:
         """Passed through."""
-        return self.inner.list_pages(source)
+        return self.inner.list_pages(resource)
 
-    def watch(self, source: Source, resource_version: str) -> AsyncIterator[WatchEvent]:
+    def watch(self, resource: Resource, resource_version: str) -> AsyncIterator[WatchEvent]:
         """Passed through."""
-        return self.inner.watch(source, resource_version)
+        return self.inner.watch(resource, resource_version)
 
     async def get_class(self, name: str) -> RawObject:
         """Passed through."""

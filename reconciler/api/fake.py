@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuclass.reconciler.api.port import ApiError, ListPage, RawObject, WatchEvent
-from gpuclass.reconciler.state.sources import SPECS, Scope, Source, selected
+from gpuclass.reconciler.state.resources import SPECS, Resource, Scope, selected
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.meta import Key, object_key
 
@@ -69,7 +69,7 @@ def apply_merge_patch(target: Any, patch: Any) -> Any:
 
 
 class MemoryKube:
-    """The in-memory API server; `scope` applies the sources' namespaces and names as the real
+    """The in-memory API server; `scope` applies the resources' namespaces and names as the real
     server's selectors would, `page_size` is the list page. Single event loop, no locking: a test
     or the offline twin owns it."""
 
@@ -86,7 +86,7 @@ class MemoryKube:
         self.version = 0
         self.history: list[Change] = []
         self.oldest = 0
-        self.watchers: list[tuple[Source, asyncio.Queue[WatchEvent | ApiError | None]]] = []
+        self.watchers: list[tuple[Resource, asyncio.Queue[WatchEvent | ApiError | None]]] = []
         self.errors: dict[str, list[ApiError]] = {}
         self.writes: list[tuple[str, RawObject]] = []
         self.events: list[RawObject] = []
@@ -168,18 +168,18 @@ class MemoryKube:
 
     # -- reads -------------------------------------------------------------------------------------
 
-    def matches(self, source: Source, obj: Mapping[str, Any]) -> bool:
-        """The server-side scope and selectors of each source (:func:`reconciler.state.sources.selected`)."""
-        return selected(SPECS[source], obj, scope=self.scope)
+    def matches(self, resource: Resource, obj: Mapping[str, Any]) -> bool:
+        """The server-side scope and selectors of each resource (:func:`reconciler.state.resources.selected`)."""
+        return selected(SPECS[resource], obj, scope=self.scope)
 
-    async def list_pages(self, source: Source) -> AsyncIterator[ListPage]:
-        """Served from the dict, filtered by the source's selectors, in pages of `page_size`; the
+    async def list_pages(self, resource: Resource) -> AsyncIterator[ListPage]:
+        """Served from the dict, filtered by the resource's selectors, in pages of `page_size`; the
         last page carries the current version (an empty list is one empty page)."""
         self._check("list")
         items = [
             copy.deepcopy(o)
-            for o in self.store[SPECS[source].kind].values()
-            if self.matches(source, o)
+            for o in self.store[SPECS[resource].kind].values()
+            if self.matches(resource, o)
         ]
         version = str(self.version)
         for start in range(0, max(len(items), 1), self.page_size):
@@ -187,7 +187,7 @@ class MemoryKube:
             yield ListPage(items[start : start + self.page_size], version if last else "", last)
             await asyncio.sleep(0)
 
-    async def watch(self, source: Source, resource_version: str) -> AsyncIterator[WatchEvent]:
+    async def watch(self, resource: Resource, resource_version: str) -> AsyncIterator[WatchEvent]:
         """Replays the history after `resource_version`, then follows live changes (410 when the
         version is older than the history kept); an object moving in or out of the selectors is
         ADDED or DELETED, as the real server reports it."""
@@ -200,8 +200,8 @@ class MemoryKube:
         queue: asyncio.Queue[WatchEvent | ApiError | None] = asyncio.Queue()
         for change in self.history:
             if change.version > since:
-                self._offer(source, queue, change=change)
-        entry = (source, queue)
+                self._offer(resource, queue, change=change)
+        entry = (resource, queue)
         self.watchers.append(entry)
         try:
             while True:
@@ -215,12 +215,16 @@ class MemoryKube:
             self.watchers.remove(entry)
 
     def _offer(
-        self, source: Source, queue: asyncio.Queue[WatchEvent | ApiError | None], *, change: Change
+        self,
+        resource: Resource,
+        queue: asyncio.Queue[WatchEvent | ApiError | None],
+        *,
+        change: Change,
     ) -> None:
-        if change.kind != SPECS[source].kind:
+        if change.kind != SPECS[resource].kind:
             return
-        before = change.old is not None and self.matches(source, change.old)
-        after = change.new is not None and self.matches(source, change.new)
+        before = change.old is not None and self.matches(resource, change.old)
+        after = change.new is not None and self.matches(resource, change.new)
         if after and change.new is not None:
             queue.put_nowait(
                 WatchEvent("MODIFIED" if before else "ADDED", copy.deepcopy(change.new))
@@ -233,8 +237,8 @@ class MemoryKube:
         self.history.append(change)
         if len(self.history) > HISTORY:
             self.oldest = self.history.pop(0).version
-        for source, queue in self.watchers:
-            self._offer(source, queue, change=change)
+        for resource, queue in self.watchers:
+            self._offer(resource, queue, change=change)
 
     # -- writes ------------------------------------------------------------------------------------
 

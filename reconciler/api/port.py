@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from gpuclass.reconciler.state.sources import Source
+from gpuclass.reconciler.state.resources import Resource
 from gpuclass.shared.kube.errors import ApiError
 from gpuclass.shared.kube.listwatch import ListPage, RawObject, WatchEvent
 
@@ -24,15 +24,15 @@ class KubeAPI(Protocol):
     """What the reconciler asks of the API server, and nothing more.
 
     A write returns the object as the server stored it; the caller keeps only its
-    resourceVersion, to wait until the watch brings that version into its cache (it never puts
-    the object into the cache itself). None means nothing was sent (the dry run).
+    resourceVersion, to wait until the watch brings that version into its store (it never puts
+    the object into the store itself). None means nothing was sent (the dry run).
     """
 
-    def list_pages(self, source: Source) -> AsyncIterator[ListPage]:
-        """Pages of the source's collection (selectors applied), consistent at one version."""
+    def list_pages(self, resource: Resource) -> AsyncIterator[ListPage]:
+        """Pages of the resource's collection (selectors applied), consistent at one version."""
         ...
 
-    def watch(self, source: Source, resource_version: str) -> AsyncIterator[WatchEvent]:
+    def watch(self, resource: Resource, resource_version: str) -> AsyncIterator[WatchEvent]:
         """Changes after `resource_version` until the server ends the stream."""
         ...
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuclass.reconciler.state.licenses import SecretKey
+from gpuclass.shared.core.base.meta import Key
 from gpuclass.shared.core.model.snapshot import ClassRecord
 
 
@@ -34,7 +34,7 @@ class StoredClass:
 class CopyRecord:
     """The record ConfigMap as the store holds it: its entries and its resourceVersion."""
 
-    entries: Mapping[SecretKey, str]
+    entries: Mapping[Key, str]
     resource_version: str
 
 

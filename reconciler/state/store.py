@@ -1,7 +1,7 @@
 """The reconciler's store (client-go's word): compact records of the cluster, indexed, and the
 marks of what each change dirties.
 
-Raw objects go in one at a time, by the watched *resource* (:data:`reconciler.state.sources.SPECS`)
+Raw objects go in one at a time, by the watched *resource* (:data:`reconciler.state.resources.SPECS`)
 they came from: `upsert` for an ADDED/MODIFIED object, `delete` for a DELETED one, `sweep`
 after a re-list to drop what the list no longer holds. What stays are the small
 records of :mod:`shared.core.model.snapshot` (pods keyed by namespace/name so updates and
@@ -41,7 +41,7 @@ from typing import Any
 
 from gpuclass.reconciler.state.licenses import Started, launcher_licence, parse_record
 from gpuclass.reconciler.state.records import CopyRecord, Dirty, StoredClass
-from gpuclass.reconciler.state.sources import SPECS, Source
+from gpuclass.reconciler.state.resources import SPECS, Resource
 from gpuclass.reconciler.state.usage import UsageCounters, VMIUsage
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.meta import Key, object_key, resource_version
@@ -85,7 +85,7 @@ class ClusterStore:
         self.kubevirt = KubeVirtConfig()
         self.license_secrets: dict[Key, SecretRecord] = {}
         self.copy_records: dict[Key, CopyRecord] = {}
-        """At most one entry: the record ConfigMap (the source selects it by name)."""
+        """At most one entry: the record ConfigMap (the resource selects it by name)."""
         self.launchers: dict[Key, Started] = {}
         """Bound launcher Pods that mount a licence copy: pod key -> (namespace, VMI, copy)."""
         self.namespaces: dict[str, Mapping[str, str]] = {}
@@ -93,13 +93,13 @@ class ClusterStore:
         self.usage = UsageCounters()
         self.vmi_usage = VMIUsage()
         self.dirty = Dirty()
-        self._by_resource: dict[str, set[str]] = {}
+        self._by_resource_name: dict[str, set[str]] = {}
         self._winners: dict[str, str] | None = None  # see winners()
         self._vmis_by_class: dict[str, set[Key]] = {}
         self._license_vmis: dict[Key, VMIUse] = {}
         self._interned: dict[object, Any] = {}
         self._interned_weight = 0
-        self._handlers: dict[Source, Callable[[Key, Mapping[str, Any] | None], None]] = {
+        self._handlers: dict[Resource, Callable[[Key, Mapping[str, Any] | None], None]] = {
             "gpuclasses": self._set_class,
             "nodes": self._set_node,
             "pods": self._set_pod,
@@ -109,53 +109,53 @@ class ClusterStore:
             "namespaces": self._set_namespace,
             "vmis": self._set_vmi,
         }
-        assert set(self._handlers) == set(SPECS), "one handler per watched source"
+        assert set(self._handlers) == set(SPECS), "one handler per watched resource"
 
-    def upsert(self, source: Source, obj: Mapping[str, Any]) -> None:
-        """The reflector's ADDED/MODIFIED (or listed) object: its source's handler stores the
+    def upsert(self, resource: Resource, obj: Mapping[str, Any]) -> None:
+        """The reflector's ADDED/MODIFIED (or listed) object: its resource's handler stores the
         compact record and marks what it can affect."""
         key = object_key(obj)
         if key is not None:
-            self._handlers[source](key, obj)
+            self._handlers[resource](key, obj)
 
-    def delete(self, source: Source, obj: Mapping[str, Any]) -> None:
+    def delete(self, resource: Resource, obj: Mapping[str, Any]) -> None:
         """The reflector's DELETED object: its handler drops the record and marks what it affected."""
         key = object_key(obj)
         if key is not None:
-            self._handlers[source](key, None)
+            self._handlers[resource](key, None)
 
-    def held_version(self, source: Source, key: Key) -> str:
-        """resourceVersion the store holds for an object of `source` ("" when none or not kept).
+    def held_version(self, resource: Resource, key: Key) -> str:
+        """resourceVersion the store holds for an object of `resource` ("" when none or not kept).
 
         Only the stores of objects the reconciler writes (classes, the copy record) keep
         a version: their entries carry `resource_version`, which the worker compares with
         what its own writes returned (:mod:`reconciler.state.expect`).
         """
-        entry = self._store(source).get(self._store_key(source, key))
+        entry = self._store(resource).get(self._store_key(resource, key))
         version = getattr(entry, "resource_version", "")
         return version if isinstance(version, str) else ""
 
-    def sweep(self, source: Source, seen: set[Key]) -> None:
+    def sweep(self, resource: Resource, seen: set[Key]) -> None:
         """After a re-list: forget what the list no longer holds."""
-        for key in [k for k in self.keys(source) if k not in seen]:
-            self._handlers[source](key, None)
+        for key in [k for k in self.keys(resource) if k not in seen]:
+            self._handlers[resource](key, None)
 
-    def keys(self, source: Source) -> list[Key]:
-        """The object keys the store of `source` holds (cluster-scoped stores hold names). A Pod
+    def keys(self, resource: Resource) -> list[Key]:
+        """The object keys the store of `resource` holds (cluster-scoped stores hold names). A Pod
         is held as a holder of units, as a launcher mounting a licence copy, or both."""
-        store = self._store(source)
-        if SPECS[source].cluster_scoped:
+        store = self._store(resource)
+        if SPECS[resource].cluster_scoped:
             return [("", name) for name in store]
-        if source == "pods":
+        if resource == "pods":
             return list(dict.fromkeys([*store, *self.launchers]))
         return list(store)
 
-    def _store(self, source: Source) -> Mapping[Any, Any]:
-        return getattr(self, SPECS[source].store)  # type: ignore[no-any-return]
+    def _store(self, resource: Resource) -> Mapping[Any, Any]:
+        return getattr(self, SPECS[resource].store)  # type: ignore[no-any-return]
 
     @staticmethod
-    def _store_key(source: Source, key: Key) -> Any:
-        return key[1] if SPECS[source].cluster_scoped else key
+    def _store_key(resource: Resource, key: Key) -> Any:
+        return key[1] if SPECS[resource].cluster_scoped else key
 
     def take_dirty(self) -> Dirty:
         """Hand the worker everything marked so far and start a fresh set, so marks made during the
@@ -171,9 +171,9 @@ class ClusterStore:
         self.dirty.copies = True
         self.dirty.verify_copies = True
 
-    def _mark_resources(self, resources: Iterable[str]) -> None:
-        for resource in resources:
-            self.dirty.statuses |= self._by_resource.get(resource, set())
+    def _mark_resource_names(self, resource_names: Iterable[str]) -> None:
+        for resource_name in resource_names:
+            self.dirty.statuses |= self._by_resource_name.get(resource_name, set())
 
     def _intern(self, value: Any) -> Any:
         """One shared copy of equal small values (node names, request maps) across 100,000s of pods.
@@ -199,7 +199,7 @@ class ClusterStore:
         self._interned_weight += weight
         return value
 
-    # -- per source ----------------------------------------------------------------------------
+    # -- per resource ----------------------------------------------------------------------------
 
     def _set_class(self, key: Key, obj: Mapping[str, Any] | None) -> None:
         name = key[1]
@@ -231,11 +231,11 @@ class ClusterStore:
         before = old.resource_name if old else None
         after = new.resource_name if new else None
         if before is not None:
-            self._by_resource.get(before, set()).discard(name)
+            self._by_resource_name.get(before, set()).discard(name)
         if after is not None:
-            self._by_resource.setdefault(after, set()).add(name)
+            self._by_resource_name.setdefault(after, set()).add(name)
         if old is None or new is None or before != after or old.created != new.created:
-            self._mark_resources({r for r in (before, after) if r is not None})
+            self._mark_resource_names({r for r in (before, after) if r is not None})
             self._winners = None
         if new is None:
             self.usage.surveys.forget(name)
@@ -263,7 +263,7 @@ class ClusterStore:
             del self.nodes[name]
         else:
             self.nodes[name] = record
-        self._mark_resources(self.usage.set_node(name, old, new=record))
+        self._mark_resource_names(self.usage.set_node(name, old, new=record))
 
     def _set_pod(self, key: Key, obj: Mapping[str, Any] | None) -> None:
         self._set_launcher(key, obj)
@@ -279,7 +279,9 @@ class ClusterStore:
         if record is not None:
             self.usage.add_pod(record, 1)
             self.pods[(self._intern(key[0]), key[1])] = record
-        self._mark_resources({*(old.requests if old else ()), *(record.requests if record else ())})
+        self._mark_resource_names(
+            {*(old.requests if old else ()), *(record.requests if record else ())}
+        )
 
     def _set_launcher(self, key: Key, obj: Mapping[str, Any] | None) -> None:
         mount = launcher_licence(obj) if obj is not None else None

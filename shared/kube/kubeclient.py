@@ -210,13 +210,13 @@ class RawClient:
     # -- list and watch ------------------------------------------------------------------------------
 
     def list_pages(self, source: str) -> AsyncIterator[ListPage]:
-        """The :class:`ListWatchClient` side: pages of the collection named `source`, with the
+        """The :class:`ListerWatcher` side: pages of the collection named `source`, with the
         selectors it was given."""
         path, selectors = self.paths[source]
         return self.list_collection(path, selectors)
 
     def watch(self, source: str, resource_version: str) -> AsyncIterator[WatchEvent]:
-        """The :class:`ListWatchClient` side: the watch of the collection named `source` from
+        """The :class:`ListerWatcher` side: the watch of the collection named `source` from
         `resource_version`."""
         path, selectors = self.paths[source]
         return self.watch_collection(path, selectors, resource_version=resource_version)

@@ -22,7 +22,7 @@ from gpuclass.reconciler.leader import AlwaysLeader, Leadership
 from gpuclass.reconciler.manager import Manager
 from gpuclass.reconciler.settings import ReconcilerSettings
 from gpuclass.reconciler.state.licenses import copy_digest, parse_record
-from gpuclass.reconciler.state.sources import Source
+from gpuclass.reconciler.state.resources import Resource
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.model.snapshot import Redacted
 from tests.builders import (
@@ -206,14 +206,14 @@ class HeldWatch(MemoryKube):
     """MemoryKube whose watch of one source holds its events while `holding`: a slow or stuck watch,
     so the view stays behind the server until the test lets the events through."""
 
-    def __init__(self, objects: list[dict[str, Any]], *, source: Source) -> None:
+    def __init__(self, objects: list[dict[str, Any]], *, source: Resource) -> None:
         super().__init__(objects)
         self.held_source, self.holding = source, False
         self.held: list[tuple[asyncio.Queue[Any], Change]] = []
         self.record_writes: list[tuple[str, str]] = []
         """Record ConfigMap writes: (create or replace, the resourceVersion it is pinned to)."""
 
-    def _offer(self, source: Source, queue: asyncio.Queue[Any], change: Change) -> None:
+    def _offer(self, source: Resource, queue: asyncio.Queue[Any], change: Change) -> None:
         if self.holding and source == self.held_source:
             self.held.append((queue, change))
         else:

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuclass.shared.core.base.k8s import Taint, quantity_units
+from gpuclass.shared.core.base.meta import Key
 from gpuclass.shared.core.model.detail import (
     ClusterDetail,
     Quota,
@@ -391,11 +392,7 @@ def compact_secret(obj: Mapping[str, Any]) -> SecretRecord | None:
     return SecretRecord(namespace, name, _str_map(meta.get("labels")), data)
 
 
-ObjectKey = tuple[str, str]
-"""(namespace, name): one object of a kind; a later object with the same key replaces it."""
-
-
-def _object_key(obj: Mapping[str, Any], *, namespaced: bool) -> ObjectKey | None:
+def _object_key(obj: Mapping[str, Any], *, namespaced: bool) -> Key | None:
     meta = _meta(obj)
     name, namespace = meta.get("name"), meta.get("namespace")
     if not isinstance(name, str) or not name:

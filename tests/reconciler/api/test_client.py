@@ -23,7 +23,7 @@ from kubernetes_asyncio import client
 
 from gpuclass.reconciler.api.client import KubeAdapter
 from gpuclass.reconciler.api.port import ApiError
-from gpuclass.reconciler.state.sources import POD_FIELD_SELECTOR, Scope
+from gpuclass.reconciler.state.resources import POD_FIELD_SELECTOR, Scope
 from gpuclass.shared.core.base.jsonsize import json_values
 from gpuclass.shared.kube.kubeclient import user_agent
 from gpuclass.shared.kube.ratelimit import TokenBucket

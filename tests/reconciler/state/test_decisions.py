@@ -16,7 +16,7 @@ from gpuclass.reconciler.state.decisions import (
     in_use,
     status_context,
 )
-from gpuclass.reconciler.state.sources import Source
+from gpuclass.reconciler.state.resources import Resource
 from gpuclass.reconciler.state.store import ClusterStore
 from gpuclass.shared.core.base import names
 from tests.builders import gpuclass, kubevirt, launcher, namespace, node, pod, secret, vmi
@@ -24,7 +24,7 @@ from tests.builders import gpuclass, kubevirt, launcher, namespace, node, pod, s
 R = "example.com/gpu"
 
 
-def store_of(*events: tuple[Source, dict[str, Any]]) -> ClusterStore:
+def store_of(*events: tuple[Resource, dict[str, Any]]) -> ClusterStore:
     store = ClusterStore()
     store.upsert("kubevirts", kubevirt(R))
     for source, obj in events:

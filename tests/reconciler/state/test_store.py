@@ -12,7 +12,7 @@ import pytest
 
 from gpuclass.reconciler.state.decisions import class_status, copy_actions, status_context
 from gpuclass.reconciler.state.licenses import record_body
-from gpuclass.reconciler.state.sources import SOURCES, Source
+from gpuclass.reconciler.state.resources import RESOURCES, Resource
 from gpuclass.reconciler.state.store import ClusterStore
 from gpuclass.shared.core.base import names
 from tests.builders import gpuclass, kubevirt, launcher, namespace, node, pod, secret, vmi
@@ -22,7 +22,7 @@ OTHER = "example.com/other"
 TAINT = {"key": "gpu", "value": "yes", "effect": "NoSchedule"}
 
 
-def store_with(*events: tuple[Source, dict[str, Any]]) -> ClusterStore:
+def store_with(*events: tuple[Resource, dict[str, Any]]) -> ClusterStore:
     store = ClusterStore()
     store.upsert("kubevirts", kubevirt(R, OTHER))
     for source, obj in events:
@@ -43,8 +43,8 @@ def conditions(store: ClusterStore, name: str = "c") -> dict[str, str]:
     return {c["type"]: c["status"] for c in status(store, name)["conditions"]}
 
 
-CLASS: tuple[Source, dict[str, Any]] = ("gpuclasses", gpuclass("c", R))
-TOLERANT: tuple[Source, dict[str, Any]] = (
+CLASS: tuple[Resource, dict[str, Any]] = ("gpuclasses", gpuclass("c", R))
+TOLERANT: tuple[Resource, dict[str, Any]] = (
     "gpuclasses",
     gpuclass("c", R, tolerations=[{"key": "gpu", "operator": "Exists"}]),
 )
@@ -198,7 +198,7 @@ TOLERANT: tuple[Source, dict[str, Any]] = (
     ],
 )
 def test_figures(
-    events: list[tuple[Source, dict[str, Any]]], expected: tuple[int, int, int]
+    events: list[tuple[Resource, dict[str, Any]]], expected: tuple[int, int, int]
 ) -> None:
     assert figures(store_with(*events)) == expected
 
@@ -320,7 +320,7 @@ def test_deleting_class_holds_its_name_until_gone() -> None:
     ],
 )
 def test_conditions(
-    events: list[tuple[Source, dict[str, Any]]], condition: str, value: str
+    events: list[tuple[Resource, dict[str, Any]]], condition: str, value: str
 ) -> None:
     store = store_with(CLASS, *events)
     assert conditions(store)[condition] == value
@@ -480,7 +480,7 @@ def indexed_store() -> ClusterStore:
         ),
     ],
 )
-def test_affected_classes(source: Source, obj: dict[str, Any], statuses: set[str]) -> None:
+def test_affected_classes(source: Resource, obj: dict[str, Any], statuses: set[str]) -> None:
     store = indexed_store()
     store.upsert(source, obj)
     assert store.take_dirty().statuses == statuses
@@ -522,7 +522,7 @@ def test_license_secret_keeps_only_the_token() -> None:
     assert set(store.license_secrets[("cozy-system", "src")].data) == {names.TOKEN_KEY}
 
 
-def _one_of_each() -> dict[Source, dict[str, Any]]:
+def _one_of_each() -> dict[Resource, dict[str, Any]]:
     record = record_body({}, namespace="cozy-system")
     return {
         "gpuclasses": gpuclass("c", R),
@@ -536,8 +536,8 @@ def _one_of_each() -> dict[Source, dict[str, Any]]:
     }
 
 
-@pytest.mark.parametrize("source", SOURCES)
-def test_every_source_keeps_and_forgets_by_the_object_key(source: Source) -> None:
+@pytest.mark.parametrize("source", RESOURCES)
+def test_every_source_keeps_and_forgets_by_the_object_key(source: Resource) -> None:
     """keys() and sweep() read the store SPECS names: an object in is an object key out."""
     obj = {**_one_of_each()[source]}
     obj["metadata"] = {**obj["metadata"], "resourceVersion": "7"}

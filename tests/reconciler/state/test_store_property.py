@@ -25,7 +25,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from gpuclass.reconciler.state.decisions import class_status, copy_actions, in_use, status_context
 from gpuclass.reconciler.state.inuse import classes_in_use
 from gpuclass.reconciler.state.licenses import desired_copies, launcher_licence, plan_copies
-from gpuclass.reconciler.state.sources import Source
+from gpuclass.reconciler.state.resources import Resource
 from gpuclass.reconciler.state.store import ClusterStore
 from gpuclass.shared.core.base.meta import object_key
 from gpuclass.shared.core.model.snapshot import SnapshotBuilder
@@ -40,7 +40,7 @@ TAINTS = [
     [{"key": "other", "effect": "NoExecute"}],
 ]
 NOW = "2026-01-01T00:00:00Z"
-SOURCE_OF: dict[str, Source] = {
+SOURCE_OF: dict[str, Resource] = {
     "GPUClass": "gpuclasses",
     "Node": "nodes",
     "Pod": "pods",
