@@ -21,7 +21,7 @@ from collections.abc import Callable
 from gpuclass.reconciler.api.dryrun import RecordingKube
 from gpuclass.reconciler.api.port import KubeAPI
 from gpuclass.reconciler.events import EventRecorder
-from gpuclass.reconciler.leader import AlwaysLeader, LeaderElector, Leadership
+from gpuclass.reconciler.leader import AlwaysLeader, LeaderElector, Leadership, LeaseSettings
 from gpuclass.reconciler.metrics import ReconcilerMetrics
 from gpuclass.reconciler.outcomes import WriterDeps
 from gpuclass.reconciler.settings import ReconcilerSettings
@@ -95,16 +95,15 @@ class Manager:
         s = self.settings
         if self.leadership is None:
             if s.leader_elect and not s.dry_run:
-                self.elector = LeaderElector(
-                    api,
+                lease = LeaseSettings(
                     namespace=s.lease_namespace(),
                     name=s.leader_election_name,
                     identity=s.identity(),
                     lease_duration=s.lease_duration_seconds,
                     renew_deadline=s.renew_deadline_seconds,
                     retry_period=s.retry_period_seconds,
-                    on_change=self._leadership_changed,
                 )
+                self.elector = LeaderElector(api, lease, on_change=self._leadership_changed)
                 self.leadership = self.elector
             else:
                 self.leadership = AlwaysLeader()

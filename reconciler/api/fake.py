@@ -12,6 +12,12 @@ failures through `errors` and assert on `writes`, where the status, finalizer an
 writes are recorded (Events go to `events`; record ConfigMap and Lease writes only change
 the store). The offline `--once` report is not built from `writes` but from the
 :class:`~reconciler.api.dryrun.RecordingKube` wrapped around this fake.
+
+Longer than 400 lines on purpose (docs/conventions.md rule 3): it is one API server, one
+method per verb of :class:`~reconciler.api.port.KubeAPI` over one store of objects and one
+change history, and every method checks what the real server checks on the same objects.
+Split by verb, each half would reach into the other's store, versions and watch queues; the
+test that holds it to the real server (`tests/reconciler/api/test_fake.py`) reads it whole.
 """
 
 from __future__ import annotations

@@ -28,10 +28,9 @@ this again", never "this happened"):
   :class:`reconciler.state.usage.VMIUsage`); a bound launcher Pod that mounts a licence
   copy, a Namespace or the copy record: the copies.
 
-Nothing held grows with what a tenant may create beyond the few small records per
-object above: no Secret of a tenant is ever read (docs/decisions.md, "Licence copies").
-
-Pure: no I/O, no clock.
+Nothing held grows with what a tenant may create beyond the few small records per object
+above: no Secret of a tenant is ever read (docs/decisions.md, "Licence copies"). Pure: no I/O,
+no clock.
 """
 
 from __future__ import annotations
@@ -64,8 +63,7 @@ INTERN_WEIGHT = 1 << 16  # entries plus their items: about 20 MB of values no re
 
 
 class ClusterStore:
-    """The reconciler's store: compact records per resource, indexes, usage counters and the
-    dirty marks.
+    """The reconciler's store: compact records per resource, indexes, usage counters, dirty marks.
 
     Its records are written only by the reflector (`upsert`, `delete`, `sweep`), which also
     sets the marks of what each change affects. The worker reads the records (through
@@ -112,8 +110,7 @@ class ClusterStore:
         assert set(self._handlers) == set(SPECS), "one handler per watched resource"
 
     def upsert(self, resource: Resource, obj: Mapping[str, Any]) -> None:
-        """The reflector's ADDED/MODIFIED (or listed) object: its resource's handler stores the
-        compact record and marks what it can affect."""
+        """An ADDED/MODIFIED (or listed) object: its handler stores it and marks what it affects."""
         key = object_key(obj)
         if key is not None:
             self._handlers[resource](key, obj)
@@ -388,8 +385,7 @@ class ClusterStore:
     # -- indexes the decisions read (reconciler.state.decisions) ---------------------------------
 
     def winners(self) -> Mapping[str, str]:
-        """`conflict_winners` of the stored classes, kept until a class comes, goes, or changes
-        its claim."""
+        """`conflict_winners` of the classes, kept until a class comes, goes or changes its claim."""
         if self._winners is None:
             self._winners = conflict_winners(self.records)
         return self._winners
