@@ -311,11 +311,11 @@ class Manager:
 
     async def reconcile_pending(self, passes: int = 5) -> None:
         """Reconcile until nothing is dirty or waits. With no watch to bring the worker's own writes
-        into the store, the resources it waits on (`Worker.reresources_behind`) are listed again between
+        into the store, the resources it waits on (`Worker.resources_behind`) are listed again between
         passes, through the reflector like every change, and the work that waited runs then."""
         assert self.worker is not None and self.informers is not None, "load() first"
         for _ in range(passes):
-            for resource in sorted(self.worker.reresources_behind()):
+            for resource in sorted(self.worker.resources_behind()):
                 await self.informers.relist(resource)
             self.worker.store_arrived()
             if not self.store.dirty:

@@ -296,7 +296,7 @@ class Worker:
         if due > 0:
             self._retry_later(("store", resource), due, retry=lambda: None)
 
-    def reresources_behind(self) -> set[Resource]:
+    def resources_behind(self) -> set[Resource]:
         """The resources whose store deferred work still waits for (`--once`, which has no watch,
         lists them again)."""
         return {s for s, key, _ in self._store_waits.values() if self._unmet(s, key) is not None}
