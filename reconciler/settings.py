@@ -128,7 +128,7 @@ class ReconcilerSettings(CommonSettings):
         return self.leader_election_namespace or self.license_namespace
 
     def scope(self) -> Scope:
-        """What the scoped sources read (:class:`reconciler.state.resources.Scope`)."""
+        """What the scoped resources read (:class:`reconciler.state.resources.Scope`)."""
         names = self.license_secret_names
         return Scope(
             license_namespace=self.license_namespace,
