@@ -14,7 +14,7 @@ Prints, with the goals:
   2. time of the first full computation: one worker pass over every class
      (statuses, finalizers, license copies), writes included (goal <= 2 s);
   3. one pod event through to a recomputed and written status: the watch line
-     parsed with orjson, applied to the state, the worker pass (goal <= 1 ms
+     parsed with orjson, applied to the store, the worker pass (goal <= 1 ms
      amortized, issue 24), both one pass per event and coalesced (one pass per 200 events).
      Every event must change a class figure, or the figure would time no-ops: the
      GPU pods land on Ready, schedulable hosts of their class with a free unit (most
@@ -66,8 +66,10 @@ from gpuclass.reconciler.api.port import ListPage, RawObject, WatchEvent
 from gpuclass.reconciler.leader import AlwaysLeader
 from gpuclass.reconciler.manager import Manager
 from gpuclass.reconciler.settings import ReconcilerSettings
-from gpuclass.reconciler.state.cache import ClusterCache, StatusContext
-from gpuclass.reconciler.state.sources import SPECS, Scope, Source, selected
+from gpuclass.reconciler.state import decisions
+from gpuclass.reconciler.state.decisions import StatusContext
+from gpuclass.reconciler.state.resources import SPECS, Resource, Scope, selected
+from gpuclass.reconciler.state.store import ClusterStore
 from gpuclass.shared.core.model.snapshot import Snapshot
 from gpuclass.shared.core.status.availability import (
     compute_figures,
@@ -101,9 +103,9 @@ SCOPE = Scope(license_secret_names=frozenset({"vgpu-licence"}))
 """As the chart runs it: the license source read by name (gencluster's one source Secret)."""
 
 
-def served(source: Source, obj: RawObject) -> bool:
+def served(source: Resource, obj: RawObject) -> bool:
     """The server-side scope and selectors of each source (what reconciler/api/client.py asks for)."""
-    return selected(SPECS[source], obj, SCOPE)
+    return selected(SPECS[source], obj, scope=SCOPE)
 
 
 class GeneratedKube:
@@ -122,7 +124,7 @@ class GeneratedKube:
     def _count(self, kind: str) -> None:
         self.writes[kind] = self.writes.get(kind, 0) + 1
 
-    async def list_pages(self, source: Source) -> AsyncIterator[ListPage]:
+    async def list_pages(self, source: Resource) -> AsyncIterator[ListPage]:
         if source == "gpuclasses":  # as written so far, like a real server's list
             yield ListPage(
                 [orjson.loads(orjson.dumps(o)) for o in self.classes.values()], str(self.version)
@@ -137,7 +139,7 @@ class GeneratedKube:
                 page = []
         yield ListPage(page, "1", last=True)
 
-    async def watch(self, source: Source, resource_version: str) -> AsyncIterator[WatchEvent]:
+    async def watch(self, source: Resource, resource_version: str) -> AsyncIterator[WatchEvent]:
         await asyncio.Event().wait()
         yield WatchEvent("BOOKMARK")
 
@@ -275,10 +277,10 @@ def unrelated_events(rng: Random) -> list[bytes]:
 
 
 def bring_writes(reconciler: Manager, kube: GeneratedKube) -> None:
-    """The class watch's part: each written class reaches the view as the reflector puts it there."""
+    """The class watch's part: each written class reaches the store as the reflector puts it there."""
     for obj in kube.written:
         reconciler.sync.progressed("gpuclasses", obj["metadata"]["resourceVersion"])
-        reconciler.state.upsert("gpuclasses", obj)
+        reconciler.store.upsert("gpuclasses", obj)
     kube.written.clear()
 
 
@@ -287,15 +289,15 @@ async def apply_lines(
 ) -> float:
     """Parse and apply each watch line, with a worker pass every `batch` lines (and the classes it
     wrote brought back as their watch would); seconds taken."""
-    state, worker = reconciler.state, reconciler.worker
+    store, worker = reconciler.store, reconciler.worker
     assert worker is not None
     started = time.perf_counter()
     for i, line in enumerate(lines, 1):
         event = orjson.loads(line)
         if event["type"] == "DELETED":
-            state.delete("pods", event["object"])
+            store.delete("pods", event["object"])
         else:
-            state.upsert("pods", event["object"])
+            store.upsert("pods", event["object"])
         if i % batch == 0:
             await worker.reconcile_once()
             bring_writes(reconciler, kube)
@@ -305,58 +307,66 @@ async def apply_lines(
 
 
 @contextlib.contextmanager
-def full_recomputation(state: ClusterCache) -> Iterator[None]:
-    """The baseline: the cache computes as before the per-class survey tallies.
+def full_recomputation(store: ClusterStore) -> Iterator[None]:
+    """The baseline: the worker computes as before the per-class survey tallies.
 
-    Each dirty class's survey walks every node of its resource again (`state.usage.index`,
+    Each dirty class's survey walks every node of its resource again (`store.usage.index`,
     the from-scratch `UsageIndex` over the same live counters), for the status and again
     for the metrics' figures, and the conflict winners are recomputed every pass. The
     walk is today's `survey_nodes` (node_share and Tally; the plain loop it replaced was
-    faster per node, figures in docs/performance.md): BENCH_BEFORE=<ref> gives the old tree's
-    own figure.
+    faster per node, figures in docs/performance.md): BENCH_BEFORE=<ref> gives the old tree's own figure. The
+    decisions the worker calls (`reconciler.state.decisions`) are swapped for these while
+    the block runs.
     """
 
-    def status_context() -> StatusContext:
-        snapshot = Snapshot(classes=state.records, secrets=state.license_secrets)
-        snapshot.use_kubevirt(state.kubevirt)
-        return StatusContext(snapshot, conflict_winners(state.records))
+    def status_context(_: ClusterStore) -> StatusContext:
+        snapshot = Snapshot(classes=store.records, secrets=store.license_secrets)
+        snapshot.use_kubevirt(store.kubevirt)
+        return StatusContext(snapshot, conflict_winners(store.records))
 
-    def status(name: str, context: StatusContext, *, now: str) -> dict[str, Any]:
+    def status(_: ClusterStore, name: str, *, context: StatusContext, now: str) -> dict[str, Any]:
         return compute_status(
-            state.records[name],
+            store.records[name],
             context.snapshot,
-            index=state.usage.index,
+            index=store.usage.index,
             winners=context.winners,
-            license_namespace=state.license_namespace,
+            license_namespace=store.license_namespace,
             now=now,
         )
 
-    def figures(name: str, context: StatusContext) -> Any:
-        record = state.records[name]
+    def figures(_: ClusterStore, name: str, *, context: StatusContext) -> Any:
+        record = store.records[name]
         winner = context.winners.get(record.resource_name) if record.resource_name else None
         return compute_figures(
             record,
-            state.usage.index,
+            store.usage.index,
             conflict_lost=winner not in (None, name),
             needs=context.snapshot.launcher_devices,
         )
 
-    overrides = {"status_context": status_context, "compute_status": status, "figures": figures}
-    vars(state).update(overrides)
+    overrides = {"status_context": status_context, "class_status": status, "class_figures": figures}
+    saved = {name: getattr(decisions, name) for name in overrides}
+    vars(decisions).update(overrides)
     try:
         yield
     finally:
-        for name in overrides:
-            delattr(state, name)
+        vars(decisions).update(saved)
 
 
-def same_statuses(state: ClusterCache) -> bool:
+def statuses(store: ClusterStore) -> dict[str, Any]:
+    """Every class's status, computed as the worker computes it now."""
+    context = decisions.status_context(store)
+    return {
+        name: decisions.class_status(store, name, context=context, now=NOW)
+        for name in store.classes
+    }
+
+
+def same_statuses(store: ClusterStore) -> bool:
     """Whether the incremental path and the full recomputation give every class the same status."""
-    context = state.status_context()
-    incremental = {name: state.compute_status(name, context, now=NOW) for name in state.classes}
-    with full_recomputation(state):
-        context = state.status_context()
-        full = {name: state.compute_status(name, context, now=NOW) for name in state.classes}
+    incremental = statuses(store)
+    with full_recomputation(store):
+        full = statuses(store)
     return incremental == full
 
 
@@ -398,7 +408,7 @@ async def per_event_rounds(
     after, before = [], []
     for _ in range(ROUNDS):
         after.append(await apply_lines(reconciler, kube, lines, batch=1) / len(lines))
-        with full_recomputation(reconciler.state):
+        with full_recomputation(reconciler.store):
             before.append(await apply_lines(reconciler, kube, lines, batch=1) / len(lines))
     return statistics.median(after), statistics.median(before)
 
@@ -450,10 +460,10 @@ async def main() -> None:
     loaded = time.perf_counter() - started
     gc.collect()
     now_mb, peak_mb = rss_mb()
-    state = reconciler.state
+    store = reconciler.store
     print(
         f"load (list every source, page by page): {loaded:.2f} s, of which generating the {generated} objects "
-        f"~{generating:.2f} s; {len(state.pods)} pods with extended-resource requests kept of {PODS}"
+        f"~{generating:.2f} s; {len(store.pods)} pods with extended-resource requests kept of {PODS}"
     )
     print(f"  RSS after load {now_mb:.0f} MB, peak {peak_mb:.0f} MB   (goal: peak <= 300 MB)")
 
@@ -464,13 +474,13 @@ async def main() -> None:
     first = time.perf_counter() - started
     bring_writes(reconciler, kube)
     print(
-        f"first full computation (one worker pass, {len(state.classes)} classes, writes included): "
+        f"first full computation (one worker pass, {len(store.classes)} classes, writes included): "
         f"{first * 1000:.0f} ms   (goal <= 2 s); writes {kube.writes}"
     )
-    context = state.status_context()
+    context = decisions.status_context(store)
     started = time.perf_counter()
-    for name in state.classes:
-        state.compute_status(name, context, now=NOW)
+    for name in store.classes:
+        decisions.class_status(store, name, context=context, now=NOW)
     print(
         f"  of which computing all statuses alone: {(time.perf_counter() - started) * 1000:.1f} ms"
     )
@@ -501,7 +511,7 @@ async def main() -> None:
             f"after/before {after * 1000 / before_ms:.2f}x"
         )
     print(
-        f"  statuses equal on both paths: {'yes' if same_statuses(state) else 'NO'}; "
+        f"  statuses equal on both paths: {'yes' if same_statuses(store) else 'NO'}; "
         f"coalesced (a pass per 200 events): {coalesced / len(lines) * 1000:.3f} ms per event"
     )
     if PROFILE:

@@ -56,7 +56,7 @@ from benchmarks.bench_e2e_reconciler import ClassWatch, percentile  # noqa: E402
 from gpuclass.reconciler.api.client import KubeAdapter  # noqa: E402
 from gpuclass.reconciler.manager import Manager  # noqa: E402
 from gpuclass.reconciler.settings import ReconcilerSettings  # noqa: E402
-from gpuclass.reconciler.state.sources import SOURCES  # noqa: E402
+from gpuclass.reconciler.state.resources import RESOURCES  # noqa: E402
 from tests.controlplane.api import Api, ApiError, RawObject  # noqa: E402
 from tests.controlplane.cluster import ControlPlane, User, eventually, find_assets  # noqa: E402
 from tests.controlplane.components import kwok, kwok_node, set_allocatable  # noqa: E402
@@ -230,7 +230,7 @@ async def plain_list(kubeconfig: Path) -> tuple[float, int]:
     adapter = await KubeAdapter.connect(settings(kubeconfig))
     try:
         started, objects = time.perf_counter(), 0
-        for source in SOURCES:
+        for source in RESOURCES:
             async for page in adapter.list_pages(source):
                 objects += len(page.items)
         return time.perf_counter() - started, objects

@@ -18,113 +18,71 @@ needs no right to read tenant Secrets. One pass:
    `gpuclass-license-*` Secrets in tenant namespaces;
 3. the record is written again with what happened: digests of what was written,
    deleted copies and refused pending ones dropped. This second write is pinned to
-   the resourceVersion the first one returned, kept for the pass (the view is the
+   the resourceVersion the first one returned, kept for the pass (the store is the
    watch's and may not show the first write yet).
 
-The plan is made against the record the view holds, so a pass starts only when the
-view shows the record as our last write left it (or newer than the version a 409
-was pinned to), as the worker waits for its other writes (:mod:`reconciler.state.expect`).
-
-A write the API refuses (403) is reported as an Event once and backed off per
-object: no retry storm. Token payloads go into request bodies only; logs and
-Events name the Secret.
+The worker plans the pass (:func:`reconciler.state.decisions.copy_actions`) against
+the record the store holds, once the store shows the record as our last write left it
+(or newer than the version a 409 was pinned to), and keeps only the writes it may make
+now (leadership, per-object backoff, a store recent enough to delete). This module sends
+them and yields each write's outcome (:mod:`reconciler.outcomes`) as it happens; the worker
+turns those into backoff, expectations and requeues, and emits the Event a first 403
+carries: no retry storm, and no call back into the worker. Token payloads go into request
+bodies only; logs and Events name the Secret.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Hashable
+from collections.abc import AsyncIterator, Hashable
 
-from gpuclass.reconciler.api.port import ApiError, KubeAPI, RawObject
-from gpuclass.reconciler.events import EventRecorder
-from gpuclass.reconciler.metrics import ReconcilerMetrics
-from gpuclass.reconciler.state.cache import ClusterCache, CopyRecord
+from gpuclass.reconciler.api.port import ApiError
+from gpuclass.reconciler.outcomes import (
+    Conflicted,
+    Failed,
+    Outcome,
+    Report,
+    Watched,
+    WriterDeps,
+    Written,
+)
 from gpuclass.reconciler.state.licenses import (
     MAX_RECORD_BYTES,
     PENDING,
     CopyAction,
     DesiredCopy,
-    SecretKey,
     copy_patch,
     record_body,
     render_record,
     secret_body,
 )
-from gpuclass.reconciler.state.sources import Source
+from gpuclass.reconciler.state.records import CopyRecord
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.meta import Key, resource_version
 
 log = logging.getLogger("gpuclass.reconciler.copies")
 
-MayWrite = Callable[[Hashable, Callable[[], None]], bool]
-MayDelete = Callable[[tuple[Source, ...], str, Callable[[], None]], bool]
-Failed = Callable[[Hashable, Callable[[], None], ApiError], int]
-ViewCaughtUp = Callable[[Hashable, Source, Key, Callable[[], None]], bool]
-Wrote = Callable[[Source, RawObject | None], None]
-Conflicted = Callable[[Source, Key, str], None]
-RECORD_KEY: Hashable = ("copy-record",)
+RECORD_GATE: Hashable = ("copy-record",)
+"""The record's key for backoff and the worker's waits."""
+
+
+def secret_gate(action: CopyAction) -> Hashable:
+    """A copy's key for backoff: one per Secret."""
+    return ("secret", *action.key)
 
 
 class CopyWriter:
-    """Writes the licence copies the plan wants, and the record of them (see the module doc).
+    """Writes the licence copies the worker asks for, and the record of them (see the module doc)."""
 
-    `may_write` (leadership and per-object backoff) and `may_delete` (a view recent
-    enough to release a copy) are required: no copy is written or deleted without them.
-    `view_caught_up` says whether the view shows the record as our last write (`wrote`) or a
-    409 (`conflicted`) requires, else defers the pass until it does.
-    """
-
-    def __init__(
-        self,
-        api: KubeAPI,
-        state: ClusterCache,
-        events: EventRecorder,
-        *,
-        vgpu_entitled: bool,
-        record_namespace: str,
-        may_write: MayWrite,
-        may_delete: MayDelete,
-        view_caught_up: ViewCaughtUp,
-        wrote: Wrote,
-        conflicted: Conflicted,
-        delete_depends_on: tuple[Source, ...],
-        failed: Failed,
-        metrics: ReconcilerMetrics,
-        dry_run: bool = False,
-    ) -> None:
-        self.api, self.state, self.events, self.vgpu_entitled = api, state, events, vgpu_entitled
+    def __init__(self, deps: WriterDeps, *, record_namespace: str) -> None:
+        self.deps, self.api, self.metrics = deps, deps.api, deps.metrics
         self.record_namespace = record_namespace
-        self.may_write, self.may_delete, self.failed, self.metrics = (
-            may_write,
-            may_delete,
-            failed,
-            metrics,
-        )
-        self.view_caught_up, self.wrote, self.conflicted = view_caught_up, wrote, conflicted
-        self.delete_depends_on, self.dry_run = delete_depends_on, dry_run
         self.record_key: Key = (record_namespace, names.COPY_RECORD_NAME)
         self._reported: set[tuple[str, str]] = set()
 
-    def _retry(self) -> None:
-        self.state.dirty.copies = True
-
-    def _retry_verify(self) -> None:
-        self.state.dirty.copies = self.state.dirty.verify_copies = True
-
-    async def reconcile(self, *, verify: bool = False) -> None:
-        """One pass: the plan's writes, bracketed by the two record writes."""
-        retry = self._retry_verify if verify else self._retry
-        if not self.view_caught_up(RECORD_KEY, "copy-record", self.record_key, retry):
-            return  # the view's record is older than our last write of it: plan on the newer one
-        actions = [
-            a
-            for a in self.state.copy_actions(vgpu_entitled=self.vgpu_entitled, verify=verify)
-            if self.may_write(("secret", *a.key), self._retry)
-            and (a.action != "delete" or self._may_delete())
-        ]
-        if not actions or not self.may_write(RECORD_KEY, self._retry):
-            return
-        record = self.state.copy_record
+    async def write(self, actions: list[CopyAction], record: CopyRecord) -> AsyncIterator[Outcome]:
+        """One pass over `actions` (each already allowed by the worker), bracketed by the two
+        writes of `record` (as the store holds it); yields each write's outcome as it happens."""
         entries = dict(record.entries)
         for action in actions:
             if action.action == "create":
@@ -136,48 +94,56 @@ class CopyWriter:
             )
             actions = [a for a in actions if a.action != "create"]
             entries = dict(record.entries)
-        ahead = await self._write_record(entries, record)
+        ahead, outcome = await self._write_record(entries, record)
+        if outcome is not None:
+            yield outcome
         if ahead is None:
             return
         for action in actions:
-            await self._write(action, entries)
-        await self._write_record(entries, ahead)
+            outcome = await self._write(action, entries)
+            if outcome is not None:
+                yield outcome
+                if isinstance(outcome, Failed) and outcome.error.already_exists:
+                    await self._report_foreign(action)
+        _, outcome = await self._write_record(entries, ahead)
+        if outcome is not None:
+            yield outcome
 
     async def _write_record(
-        self, entries: dict[SecretKey, str], record: CopyRecord
-    ) -> CopyRecord | None:
+        self, entries: dict[Key, str], record: CopyRecord
+    ) -> tuple[CopyRecord | None, Outcome | None]:
         """Bring the record from `record` (its entries and version as the server holds them) to
-        `entries`; returns the record as written, to pin the next write of the pass to, or None
-        when it could not be written (nothing else is)."""
+        `entries`; returns the record as written, to pin the next write of the pass to (None when
+        it could not be written: nothing else is), and the write's outcome (None: no write)."""
         if entries == dict(record.entries):
-            return record
+            return record, None
         body = record_body(
             entries, namespace=self.record_namespace, resource_version=record.resource_version
         )
         try:
             if record.resource_version:
                 written = await self.api.replace_config_map(
-                    self.record_namespace, names.COPY_RECORD_NAME, body
+                    self.record_namespace, names.COPY_RECORD_NAME, body=body
                 )
             else:
                 written = await self.api.create_config_map(self.record_namespace, body)
         except ApiError as exc:
             self.metrics.object_writes.labels("copy-record", "update", "error").inc()
-            if exc.conflict:  # the view is behind the server: plan again on a newer record
-                self.conflicted("copy-record", self.record_key, record.resource_version)
-                self.view_caught_up(RECORD_KEY, "copy-record", self.record_key, self._retry)
-            else:
-                self.failed(RECORD_KEY, self._retry, exc)
-            return None
-        if not self.dry_run:
+            if exc.conflict:  # the store is behind the server: plan again on a newer record
+                watched = Watched("copy-record", self.record_key)
+                return None, Conflicted(RECORD_GATE, watched, record.resource_version)
+            return None, Failed(RECORD_GATE, exc)
+        if not self.deps.dry_run:
             self.metrics.object_writes.labels("copy-record", "update", "ok").inc()
-        if written is None:
-            return record  # a dry run: nothing was sent, the server still holds `record`
-        self.wrote("copy-record", written)
-        return CopyRecord(dict(entries), resource_version(written))
+        if written is None:  # a dry run: nothing was sent, the server still holds `record`
+            return record, Written(RECORD_GATE)
+        version = resource_version(written)
+        outcome = Written(RECORD_GATE, Watched("copy-record", self.record_key), version)
+        return CopyRecord(dict(entries), version), outcome
 
-    async def _write(self, action: CopyAction, entries: dict[SecretKey, str]) -> None:
-        key = ("secret", *action.key)
+    async def _write(self, action: CopyAction, entries: dict[Key, str]) -> Outcome | None:
+        """Send one copy's write and bring `entries` up to date with it; None when there is
+        nothing to say (a delete that found the Secret gone)."""
         pending = entries.get(action.key) == PENDING
         try:
             await self._send(action)
@@ -185,35 +151,33 @@ class CopyWriter:
             self.metrics.object_writes.labels("licence-copy", action.action, "error").inc()
             if action.action == "delete" and exc.not_found:
                 entries.pop(action.key, None)  # already gone: nothing left to track
-                return
+                return None
             if (pending and exc.forbidden) or exc.not_found or exc.conflict:
                 entries.pop(action.key, None)  # nothing of ours was created
-            count = self.failed(key, self._retry, exc)
-            if exc.already_exists:
-                await self._report_foreign(action)
-            elif count == 1 and exc.forbidden:
-                await self.events.emit(
+            report = None
+            if exc.forbidden and not exc.already_exists:
+                report = Report(
                     action.class_name,
-                    reason="LicenseCopyRefused",
-                    type_="Warning",
-                    message=f"the API refused to {action.action} Secret {action.namespace}/{action.name}: "
+                    "LicenseCopyRefused",
+                    f"the API refused to {action.action} Secret {action.namespace}/{action.name}: "
                     f"{exc.message or exc.reason}; check the gpuclass ValidatingAdmissionPolicy and RBAC",
                 )
-            return
+            return Failed(secret_gate(action), exc, report)
         if action.action == "delete":
             entries.pop(action.key, None)
         else:
             assert action.copy is not None
             entries[action.key] = action.copy.digest
         self._reported.discard(action.key)
-        if self.dry_run:
-            return  # the recorder logged it as not written
+        if self.deps.dry_run:
+            return Written(secret_gate(action))  # the recorder logged it as not written
         self.metrics.object_writes.labels("licence-copy", action.action, "ok").inc()
         fields = {"fields": {"namespace": action.namespace, "secret": action.name}}
         if action.action == "verify":  # every copy on every resync: not worth an info line
             log.debug("licence copy written again", extra=fields)
         else:
             log.info(f"licence copy {action.action}d", extra=fields)
+        return Written(secret_gate(action))
 
     async def _send(self, action: CopyAction) -> None:
         if action.action == "delete":
@@ -240,26 +204,20 @@ class CopyWriter:
         """The label-tested patch; a Secret whose label test fails (invalid, 422) is reported as
         one that already exists and is not ours (AlreadyExists), as a create of its name is."""
         try:
-            await self.api.patch_secret(copy.namespace, copy.name, copy_patch(copy))
+            await self.api.patch_secret(copy.namespace, copy.name, patch=copy_patch(copy))
         except ApiError as refused:
             if not refused.invalid:
                 raise
             raise ApiError(
-                409, "AlreadyExists", f"not written by gpuclass: {refused.message}"
+                409, "AlreadyExists", message=f"not written by gpuclass: {refused.message}"
             ) from None
-
-    def _may_delete(self) -> bool:
-        """A copy goes only on a view of VMIs, Pods and Namespaces recent enough to release it."""
-        return self.may_delete(
-            self.delete_depends_on, self.state.copy_record.resource_version, self._retry
-        )
 
     async def _report_foreign(self, action: CopyAction) -> None:
         """A Secret of the copy's name that we did not create: never ours to change; say so once."""
         if action.key in self._reported:
             return
         self._reported.add(action.key)
-        await self.events.emit(
+        await self.deps.events.emit(
             action.class_name,
             reason="ForeignLicenseSecret",
             type_="Warning",

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from gpuclass.reconciler.api.port import ApiError, KubeAPI, RawObject
-from gpuclass.reconciler.state.cache import ClusterCache
+from gpuclass.reconciler.state.store import ClusterStore
 from gpuclass.shared.core.base import names
 
 log = logging.getLogger("gpuclass.reconciler.events")
@@ -33,7 +33,7 @@ def event_body(
 ) -> RawObject:
     """A core/v1 Event about the class, in namespace `default` and named by the API server
     (`generateName`); the message is cut to 1,024 characters and `uid` ties it to this
-    incarnation of the class ("" when the view no longer holds it)."""
+    incarnation of the class ("" when the store no longer holds it)."""
     return {
         "apiVersion": "v1",
         "kind": "Event",
@@ -57,20 +57,20 @@ def event_body(
 
 
 class EventRecorder:
-    """Emits Events for the worker and the copy writer; the class's uid comes from the cache, the
+    """Emits Events for the worker and the copy writer; the class's uid comes from the store, the
     time from `now`, `instance` names this replica."""
 
     def __init__(
-        self, api: KubeAPI, state: ClusterCache, *, now: Callable[[], str], instance: str
+        self, api: KubeAPI, store: ClusterStore, *, now: Callable[[], str], instance: str
     ) -> None:
-        self.api, self.state, self.now, self.instance = api, state, now, instance
+        self.api, self.store, self.now, self.instance = api, store, now, instance
 
     async def emit(
         self, class_name: str, *, reason: str, message: str, type_: Literal["Normal", "Warning"]
     ) -> None:
         """Log the event and create it; a refused create is logged and dropped (best effort, never
         retried, never raised)."""
-        entry = self.state.classes.get(class_name)
+        entry = self.store.classes.get(class_name)
         body = event_body(
             class_name,
             uid=entry.record.uid if entry else "",

@@ -18,6 +18,7 @@ import math
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -48,6 +49,20 @@ class AlwaysLeader:
         return True
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseSettings:
+    """Which Lease (`namespace`/`name`), who we are in it (`identity`), and client-go's timings:
+    how long a Lease holds unrenewed, how soon a leader stops writing when renewals lag, and the
+    period between attempts."""
+
+    namespace: str
+    name: str
+    identity: str
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+
 class LeaderElector:
     """Holds the Lease `namespace/name` as `identity`, client-go's leaderelection in small:
     durations in seconds (`lease_duration` > `renew_deadline` > `retry_period`),
@@ -56,24 +71,17 @@ class LeaderElector:
     def __init__(
         self,
         api: KubeAPI,
+        lease: LeaseSettings,
         *,
-        namespace: str,
-        name: str,
-        identity: str,
-        lease_duration: float = 15.0,
-        renew_deadline: float = 10.0,
-        retry_period: float = 2.0,
         on_change: Callable[[bool], None] = lambda leading: None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], str] = micro_time,
         rng: random.Random | None = None,
     ) -> None:
-        self.api, self.namespace, self.name, self.identity = api, namespace, name, identity
-        self.lease_duration, self.renew_deadline, self.retry_period = (
-            lease_duration,
-            renew_deadline,
-            retry_period,
-        )
+        self.api, self.lease = api, lease
+        self.namespace, self.name, self.identity = lease.namespace, lease.name, lease.identity
+        self.lease_duration, self.renew_deadline = lease.lease_duration, lease.renew_deadline
+        self.retry_period = lease.retry_period
         self.on_change, self.clock, self.wall = on_change, clock, wall
         self.rng = rng or random.Random()
         self._leading = False
@@ -165,7 +173,7 @@ class LeaderElector:
             duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
             if self.clock() - self._observed_at < duration:
                 return False
-        await self._update(lease, holder, now)
+        await self._update(lease, holder, now=now)
         return True
 
     def _spec(self, now: str, *, acquired: str, transitions: int) -> RawObject:
@@ -188,13 +196,13 @@ class LeaderElector:
         }
         await self.api.create_lease(self.namespace, body)
 
-    async def _update(self, lease: RawObject, holder: str, now: str) -> None:
+    async def _update(self, lease: RawObject, holder: str, *, now: str) -> None:
         spec = lease.get("spec") or {}
         ours = holder == self.identity
         transitions = int(spec.get("leaseTransitions") or 0) + (0 if ours else 1)
         acquired = str(spec.get("acquireTime") or now) if ours else now
         body = {**lease, "spec": self._spec(now, acquired=acquired, transitions=transitions)}
-        await self.api.replace_lease(self.namespace, self.name, body)
+        await self.api.replace_lease(self.namespace, self.name, body=body)
 
     async def release(self) -> None:
         """Give the Lease up (holder cleared) if we hold it, so a successor need not wait it out."""
@@ -211,6 +219,6 @@ class LeaderElector:
                 "leaseDurationSeconds": 1,
                 "renewTime": self.wall(),
             }
-            await self.api.replace_lease(self.namespace, self.name, {**lease, "spec": spec})
+            await self.api.replace_lease(self.namespace, self.name, body={**lease, "spec": spec})
         except ApiError as exc:
             log.warning("lease not released", extra={"fields": {"error": str(exc)}})

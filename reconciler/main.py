@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     until a signal. 2 for invalid settings or unreadable files, 1 when the API server or the
     Lease fails it (or it cannot listen), else 0."""
     try:
-        settings = parse_settings(ReconcilerSettings, argv, "gpuclass-reconciler")
+        settings = parse_settings(ReconcilerSettings, argv, prog="gpuclass-reconciler")
     except ValidationError as exc:
         causes = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg'].removeprefix('Value error, ')}"

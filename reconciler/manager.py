@@ -1,8 +1,8 @@
 """The reconciler's manager: `await Manager(settings).run()` until cancelled or stopped.
 
 As controller-runtime's manager, it wires the pieces — one informer (list/watch
-loop, :class:`~shared.kube.listwatch.Reflector`) per source of
-:data:`~reconciler.state.sources.SPECS` into the :class:`~reconciler.state.cache.ClusterCache`,
+loop, :class:`~shared.kube.listwatch.Reflector`) per resource of
+:data:`~reconciler.state.resources.SPECS` into the :class:`~reconciler.state.store.ClusterStore`,
 the :class:`~reconciler.worker.Worker`, the Lease, and the HTTP endpoints, each a
 task by name — and tears them down in order: on
 cancellation or :meth:`Manager.stop` it stops writing, releases the Lease and
@@ -21,12 +21,13 @@ from collections.abc import Callable
 from gpuclass.reconciler.api.dryrun import RecordingKube
 from gpuclass.reconciler.api.port import KubeAPI
 from gpuclass.reconciler.events import EventRecorder
-from gpuclass.reconciler.leader import AlwaysLeader, LeaderElector, Leadership
+from gpuclass.reconciler.leader import AlwaysLeader, LeaderElector, Leadership, LeaseSettings
 from gpuclass.reconciler.metrics import ReconcilerMetrics
+from gpuclass.reconciler.outcomes import WriterDeps
 from gpuclass.reconciler.settings import ReconcilerSettings
-from gpuclass.reconciler.state.cache import ClusterCache
-from gpuclass.reconciler.state.sources import SOURCES, Source
-from gpuclass.reconciler.worker import Worker
+from gpuclass.reconciler.state.resources import RESOURCES, Resource
+from gpuclass.reconciler.state.store import ClusterStore
+from gpuclass.reconciler.worker import Worker, WorkerDeps
 from gpuclass.shared.core.base.syncview import SyncView
 from gpuclass.shared.kube.clock import now_rfc3339
 from gpuclass.shared.kube.http import OwnerStops, Probes, Server, health_app, server_config
@@ -36,7 +37,7 @@ log = logging.getLogger("gpuclass.reconciler")
 
 
 class Manager:
-    """One reconciler: the cache and sync view, the worker, one informer per source, the Lease, the
+    """One reconciler: the store and its sync view, the worker, one informer per resource, the Lease, the
     probes and the resync, run by :meth:`run` and stopped in order. `api` and `leadership` are
     injected by the offline twin and tests; `serve_http=False` for in-process use."""
 
@@ -51,14 +52,14 @@ class Manager:
     ) -> None:
         self.settings, self.now, self.serve_http = settings, now, serve_http
         self.metrics = ReconcilerMetrics()
-        self.state = ClusterCache(license_namespace=settings.license_namespace)
+        self.store = ClusterStore(license_namespace=settings.license_namespace)
         self.api: KubeAPI | None = api
         self.leadership: Leadership | None = leadership
         self.elector: LeaderElector | None = None
         self.worker: Worker | None = None
         self.http: Server | None = None
-        self.sync: SyncView[Source] = SyncView(
-            SOURCES,
+        self.sync: SyncView[Resource] = SyncView(
+            RESOURCES,
             clock=time.monotonic,
             stale_after=settings.relist_deadline_seconds,
             on_change=self._sync_changed,
@@ -67,14 +68,14 @@ class Manager:
         self._complete = False
         self.stale_reason: str | None = None
         """Set by the `--objects` reload while the files cannot be read (last good state served)."""
-        self.informers: Reflector[Source] | None = None
+        self.informers: Reflector[Resource] | None = None
         self.metrics.ready.set_function(lambda: 1 if self.ready else 0)
-        for source in SOURCES:
-            self.metrics.synced.labels(source).set_function(
-                lambda source=source: 1 if self.sync.synced(source) else 0  # type: ignore[misc]
+        for resource in RESOURCES:
+            self.metrics.synced.labels(resource).set_function(
+                lambda resource=resource: 1 if self.sync.synced(resource) else 0  # type: ignore[misc]
             )
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        """Running tasks by name: `informer/<source>`, `worker`, `resync`, `leader`, `http`."""
+        """Running tasks by name: `informer/<resource>`, `worker`, `resync`, `leader`, `http`."""
         self._stop = asyncio.Event()
 
     # -- assembly ---------------------------------------------------------------------------------
@@ -94,55 +95,49 @@ class Manager:
         s = self.settings
         if self.leadership is None:
             if s.leader_elect and not s.dry_run:
-                self.elector = LeaderElector(
-                    api,
+                lease = LeaseSettings(
                     namespace=s.lease_namespace(),
                     name=s.leader_election_name,
                     identity=s.identity(),
                     lease_duration=s.lease_duration_seconds,
                     renew_deadline=s.renew_deadline_seconds,
                     retry_period=s.retry_period_seconds,
-                    on_change=self._leadership_changed,
                 )
+                self.elector = LeaderElector(api, lease, on_change=self._leadership_changed)
                 self.leadership = self.elector
             else:
                 self.leadership = AlwaysLeader()
         if self.elector is None:
             self.metrics.leader.set(1 if self.leadership.is_leader() else 0)
-        events = EventRecorder(api, self.state, now=self.now, instance=s.identity())
-        self.worker = Worker(
-            api,
-            self.state,
-            self.leadership,
-            self.metrics,
-            events=events,
-            vgpu_entitled=s.vgpu_entitled,
-            record_namespace=s.lease_namespace(),
-            now=self.now,
-            coalesce_seconds=s.coalesce_seconds,
-            on_pass=self._pass_done,
+        events = EventRecorder(api, self.store, now=self.now, instance=s.identity())
+        deps = WorkerDeps(
+            store=self.store,
+            writers=WriterDeps(api=api, events=events, metrics=self.metrics, dry_run=s.dry_run),
+            leadership=self.leadership,
             sync=self.sync,
             request_relist=self._request_relist,
-            dry_run=s.dry_run,
+            now=self.now,
+            on_pass=self._pass_done,
         )
+        self.worker = Worker(deps, s.worker_settings())
         return self.worker
 
-    def _informers(self, api: KubeAPI, worker: Worker) -> Reflector[Source]:
+    def _informers(self, api: KubeAPI, worker: Worker) -> Reflector[Resource]:
         self.informers = Reflector(
             api,
-            self.state,
+            self.store,
             sync=self.sync,
             on_change=worker.wake,
-            on_restart=lambda source, reason: self.metrics.watch_restarts.labels(source).inc(),
-            on_store_error=lambda source: self.metrics.store_errors.labels(source).inc(),
+            on_restart=lambda resource, reason: self.metrics.watch_restarts.labels(resource).inc(),
+            on_store_error=lambda resource: self.metrics.store_errors.labels(resource).inc(),
         )
         return self.informers
 
-    def _request_relist(self, source: Source) -> None:
+    def _request_relist(self, resource: Resource) -> None:
         if self.informers is not None:
-            self.informers.request_relist(source)
+            self.informers.request_relist(resource)
 
-    def _sync_changed(self, source: Source) -> None:
+    def _sync_changed(self, resource: Resource) -> None:
         if self.worker is None:
             return
         self.worker.sync_changed()
@@ -154,7 +149,7 @@ class Manager:
     def _leadership_changed(self, leading: bool) -> None:
         self.metrics.leader.set(1 if leading else 0)
         if leading and self.worker is not None:
-            self.state.mark_all()  # writes held back while following must happen now
+            self.store.mark_all()  # writes held back while following must happen now
             self.worker.wake()
 
     def _pass_done(self) -> None:
@@ -166,7 +161,7 @@ class Manager:
 
     @property
     def ready(self) -> bool:
-        """/readyz: every source listed, a pass done, and no source without a list for too long."""
+        """/readyz: every resource listed, a pass done, and no resource without a list for too long."""
         return self.passed and self.sync.all_listed() and not self.sync.stale()
 
     # -- probes -----------------------------------------------------------------------------------
@@ -183,7 +178,7 @@ class Manager:
         """Why /readyz fails, or None when ready."""
         if self.stale_reason is not None:
             return f"objects not reloaded, serving the last good state: {self.stale_reason}"
-        waiting = [s for s in SOURCES if not self.sync.state[s].listed_once]
+        waiting = [s for s in RESOURCES if not self.sync.state[s].listed_once]
         if waiting:
             return "not synced yet: " + ", ".join(waiting)
         stale = self.sync.stale()
@@ -219,7 +214,7 @@ class Manager:
         api = await self._connect()
         worker = self._build(api)
         informers = self._informers(api, worker)
-        coroutines = {f"informer/{source}": informers.run(source) for source in SOURCES}
+        coroutines = {f"informer/{resource}": informers.run(resource) for resource in RESOURCES}
         coroutines |= {"worker": worker.run(), "resync": self._resync()}
         if self.elector is not None:
             coroutines["leader"] = self.elector.run()
@@ -244,7 +239,7 @@ class Manager:
         """
         while True:
             await asyncio.sleep(self.settings.resync_seconds)
-            self.state.mark_all()
+            self.store.mark_all()
             if self.worker is not None:
                 self.worker.wake()
 
@@ -292,7 +287,7 @@ class Manager:
         log.info("reconciler stopped")
 
     async def sync_once(self) -> None:
-        """List every source once and reconcile until nothing is dirty (`--once`)."""
+        """List every resource once and reconcile until nothing is dirty (`--once`)."""
         await self.load()
         if self.elector is not None:
             timeout = 2 * self.elector.lease_duration + self.elector.retry_period
@@ -307,22 +302,22 @@ class Manager:
                 await self.elector.release()
 
     async def load(self) -> None:
-        """Connect and list every source once into the state (no watch): `--once` and the benchmark."""
+        """Connect and list every resource once into the store (no watch): `--once` and the benchmark."""
         api = await self._connect()
         worker = self.worker or self._build(api)
         informers = self._informers(api, worker)
-        for source in SOURCES:
-            await informers.relist(source)
+        for resource in RESOURCES:
+            await informers.relist(resource)
 
     async def reconcile_pending(self, passes: int = 5) -> None:
         """Reconcile until nothing is dirty or waits. With no watch to bring the worker's own writes
-        into the view, the sources it waits on (`Worker.sources_behind`) are listed again between
+        into the store, the resources it waits on (`Worker.resources_behind`) are listed again between
         passes, through the reflector like every change, and the work that waited runs then."""
         assert self.worker is not None and self.informers is not None, "load() first"
         for _ in range(passes):
-            for source in sorted(self.worker.sources_behind()):
-                await self.informers.relist(source)
-            self.worker.view_arrived()
-            if not self.state.dirty:
+            for resource in sorted(self.worker.resources_behind()):
+                await self.informers.relist(resource)
+            self.worker.store_arrived()
+            if not self.store.dirty:
                 break
             await self.worker.reconcile_once()

@@ -16,7 +16,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.status.availability import Figures
-from gpuclass.shared.kube.processmetrics import register_standard_metrics
+from gpuclass.shared.kube.processmetrics import (
+    MetricSpec,
+    build_metrics,
+    register_standard_metrics,
+)
 
 # No `<counter>_created` gauges, as in the webhook: nothing reads them, they double the series count.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -28,80 +32,175 @@ OTHER = "_other"
 """Namespace label of the series that sums the rest (not a valid namespace name)."""
 
 
+METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "free",
+        "gauge",
+        "gpuclass_free_units",
+        "Free units of the class across eligible nodes (KubeVirt can start a VM there)",
+        ("class",),
+    ),
+    MetricSpec(
+        "max_free",
+        "gauge",
+        "gpuclass_max_free_per_node_units",
+        "Largest free units of the class on one eligible node",
+        ("class",),
+    ),
+    MetricSpec(
+        "max_units",
+        "gauge",
+        "gpuclass_max_units_per_node_units",
+        "Largest allocatable of the class on any host that runs virt-handler, ready or not",
+        ("class",),
+    ),
+    MetricSpec(
+        "eligible",
+        "gauge",
+        "gpuclass_eligible_nodes",
+        "Ready, schedulable KubeVirt nodes (virt-handler ready, its devices advertised) whose taints the class tolerates",
+        ("class",),
+    ),
+    MetricSpec(
+        "allocatable",
+        "gauge",
+        "gpuclass_allocatable_units",
+        "Allocatable units of the class summed over eligible nodes",
+        ("class",),
+    ),
+    MetricSpec(
+        "used",
+        "gauge",
+        "gpuclass_used_units",
+        "Units of the class requested on eligible nodes (allocatable - free)",
+        ("class",),
+    ),
+    MetricSpec(
+        "tenant_units",
+        "gauge",
+        "gpuclass_tenant_units",
+        "Units in use by admitted, scheduled or running VMIs, per namespace and class "
+        f"(the {MAX_TENANT_SERIES} largest; the rest summed under namespace {OTHER!r})",
+        ("namespace", "class"),
+    ),
+    MetricSpec(
+        "waiting",
+        "gauge",
+        "gpuclass_waiting_vmis",
+        "Admitted VMIs of the class whose launcher Pod is not bound yet (phase Pending or "
+        "Scheduling)",
+        ("class",),
+    ),
+    MetricSpec(
+        "condition",
+        "gauge",
+        "gpuclass_condition",
+        "1 for the current status of each condition of the class",
+        ("class", "type", "status"),
+    ),
+    MetricSpec(
+        "condition_reason",
+        "gauge",
+        "gpuclass_condition_reason",
+        "1 for the current reason of each condition of the class (one series per condition; "
+        "reasons are a fixed set, docs/contract.md 6.4 and 6.8)",
+        ("class", "type", "reason"),
+    ),
+    MetricSpec(
+        "reconcile", "counter", "gpuclass_reconcile", "Class reconciles by result", ("result",)
+    ),
+    MetricSpec(
+        "duration",
+        "histogram",
+        "gpuclass_reconcile_duration_seconds",
+        "Time of one reconcile pass over the dirty work",
+        buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    ),
+    MetricSpec(
+        "queue_depth", "gauge", "gpuclass_queue_depth", "Dirty items waiting for the worker"
+    ),
+    MetricSpec(
+        "watch_restarts",
+        "counter",
+        "gpuclass_watch_restarts",
+        "Re-lists of a watched resource (expired or failed watch)",
+        ("resource",),
+    ),
+    MetricSpec(
+        "store_errors",
+        "counter",
+        "gpuclass_store_errors",
+        "Objects the cache raised on (a bug in the reconciler, logged with a traceback)",
+        ("resource",),
+    ),
+    MetricSpec(
+        "status_writes", "counter", "gpuclass_status_writes", "Successful writes of a class status"
+    ),
+    MetricSpec(
+        "object_writes",
+        "counter",
+        "gpuclass_object_writes",
+        "Other writes: licence copies and finalizers, by kind, action and result",
+        ("kind", "action", "result"),
+    ),
+    MetricSpec("leader", "gauge", "gpuclass_leader", "1 while this replica holds the Lease"),
+    MetricSpec(
+        "synced",
+        "gauge",
+        "gpuclass_source_synced",
+        "1 while the watched resource's view is complete (listed, not re-listing)",
+        ("resource",),
+    ),
+    MetricSpec(
+        "ready",
+        "gauge",
+        "gpuclass_ready",
+        "1 while /readyz answers 200: every resource listed, none failing to re-list too long",
+    ),
+    MetricSpec(
+        "last_sync",
+        "gauge",
+        "gpuclass_last_sync_timestamp_seconds",
+        "Unix time of the last reconcile pass with every watch in sync",
+    ),
+)
+"""Every metric of :class:`ReconcilerMetrics`, in exposition order: docs/metrics.md lists them and
+the chart's alerts read them, so a name, help text or label here is part of the interface."""
+
+
 class ReconcilerMetrics:
     """Every metric the reconciler exports, in its own registry (one per Manager, so tests and the
-    offline twin do not collide); names and labels are those docs/metrics.md lists and the
-    chart's alerts use."""
+    offline twin do not collide); declared in :data:`METRICS`, one attribute each."""
+
+    free: Gauge
+    max_free: Gauge
+    max_units: Gauge
+    eligible: Gauge
+    allocatable: Gauge
+    used: Gauge
+    tenant_units: Gauge
+    waiting: Gauge
+    condition: Gauge
+    condition_reason: Gauge
+    reconcile: Counter
+    duration: Histogram
+    queue_depth: Gauge
+    watch_restarts: Counter
+    store_errors: Counter
+    status_writes: Counter
+    object_writes: Counter
+    leader: Gauge
+    synced: Gauge
+    ready: Gauge
+    last_sync: Gauge
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        register_standard_metrics(r)
-        self.free = Gauge(
-            "gpuclass_free_units",
-            "Free units of the class across eligible nodes (KubeVirt can start a VM there)",
-            ["class"],
-            registry=r,
-        )
-        self.max_free = Gauge(
-            "gpuclass_max_free_per_node_units",
-            "Largest free units of the class on one eligible node",
-            ["class"],
-            registry=r,
-        )
-        self.max_units = Gauge(
-            "gpuclass_max_units_per_node_units",
-            "Largest allocatable of the class on any host that runs virt-handler, ready or not",
-            ["class"],
-            registry=r,
-        )
-        self.eligible = Gauge(
-            "gpuclass_eligible_nodes",
-            "Ready, schedulable KubeVirt nodes (virt-handler ready, its devices advertised) whose taints the class tolerates",
-            ["class"],
-            registry=r,
-        )
-        self.allocatable = Gauge(
-            "gpuclass_allocatable_units",
-            "Allocatable units of the class summed over eligible nodes",
-            ["class"],
-            registry=r,
-        )
-        self.used = Gauge(
-            "gpuclass_used_units",
-            "Units of the class requested on eligible nodes (allocatable - free)",
-            ["class"],
-            registry=r,
-        )
-        self.tenant_units = Gauge(
-            "gpuclass_tenant_units",
-            "Units in use by admitted, scheduled or running VMIs, per namespace and class "
-            f"(the {MAX_TENANT_SERIES} largest; the rest summed under namespace {OTHER!r})",
-            ["namespace", "class"],
-            registry=r,
-        )
-        self.waiting = Gauge(
-            "gpuclass_waiting_vmis",
-            "Admitted VMIs of the class whose launcher Pod is not bound yet (phase Pending or "
-            "Scheduling)",
-            ["class"],
-            registry=r,
-        )
+        register_standard_metrics(self.registry)
+        for attribute, metric in build_metrics(METRICS, self.registry).items():
+            setattr(self, attribute, metric)
         self._tenant_series: set[tuple[str, str]] = set()
         self._waiting_series: set[str] = set()
-        self.condition = Gauge(
-            "gpuclass_condition",
-            "1 for the current status of each condition of the class",
-            ["class", "type", "status"],
-            registry=r,
-        )
-        self.condition_reason = Gauge(
-            "gpuclass_condition_reason",
-            "1 for the current reason of each condition of the class (one series per condition; "
-            "reasons are a fixed set, docs/contract.md 6.4 and 6.8)",
-            ["class", "type", "reason"],
-            registry=r,
-        )
         self._reasons: dict[str, dict[str, str]] = {}
         self._figure_gauges = (
             self.free,
@@ -116,58 +215,8 @@ class ReconcilerMetrics:
         """Each class's child series of `_figure_gauges` (`labels()` looked up once)."""
         self._conditions_shown: dict[str, tuple[tuple[Any, Any, Any], ...]] = {}
         """(type, status, reason) of each class's conditions as the series show them now."""
-        self.reconcile = Counter(
-            "gpuclass_reconcile", "Class reconciles by result", ["result"], registry=r
-        )
-        self.duration = Histogram(
-            "gpuclass_reconcile_duration_seconds",
-            "Time of one reconcile pass over the dirty work",
-            registry=r,
-            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-        )
-        self.queue_depth = Gauge(
-            "gpuclass_queue_depth", "Dirty items waiting for the worker", registry=r
-        )
-        self.watch_restarts = Counter(
-            "gpuclass_watch_restarts",
-            "Re-lists of a watched resource (expired or failed watch)",
-            ["resource"],
-            registry=r,
-        )
-        self.store_errors = Counter(
-            "gpuclass_store_errors",
-            "Objects the cache raised on (a bug in the reconciler, logged with a traceback)",
-            ["resource"],
-            registry=r,
-        )
-        self.status_writes = Counter(
-            "gpuclass_status_writes", "Successful writes of a class status", registry=r
-        )
-        self.object_writes = Counter(
-            "gpuclass_object_writes",
-            "Other writes: licence copies and finalizers, by kind, action and result",
-            ["kind", "action", "result"],
-            registry=r,
-        )
-        self.leader = Gauge("gpuclass_leader", "1 while this replica holds the Lease", registry=r)
-        self.synced = Gauge(
-            "gpuclass_source_synced",
-            "1 while the watched resource's view is complete (listed, not re-listing)",
-            ["resource"],
-            registry=r,
-        )
-        self.ready = Gauge(
-            "gpuclass_ready",
-            "1 while /readyz answers 200: every resource listed, none failing to re-list too long",
-            registry=r,
-        )
-        self.last_sync = Gauge(
-            "gpuclass_last_sync_timestamp_seconds",
-            "Unix time of the last reconcile pass with every watch in sync",
-            registry=r,
-        )
 
-    def set_class(self, name: str, status: Mapping[str, Any], figures: Figures) -> None:
+    def set_class(self, name: str, status: Mapping[str, Any], *, figures: Figures) -> None:
         """The class's gauges from the status just computed (whether or not it is written, so a
         follower's /metrics is current too): figures, per-condition status series, and the reason
         series.

@@ -2,7 +2,7 @@
 
 With `--objects`, the files are loaded into a :class:`~reconciler.api.fake.MemoryKube`
 — an API server in a dict — and the ordinary :class:`~reconciler.manager.Manager`
-runs against it: the same informers, cache, worker and writes. Nothing ever contacts
+runs against it: the same informers, store, worker and writes. Nothing ever contacts
 a cluster. `--once` prints what the reconciler wrote into that in-memory cluster
 (what it *would* write to a real one); without `--once` the loop keeps serving
 `/metrics`, `/healthz` and `/readyz`, and the files are re-read when they change.
@@ -25,6 +25,7 @@ from gpuclass.reconciler.api.fake import MemoryKube
 from gpuclass.reconciler.leader import AlwaysLeader
 from gpuclass.reconciler.manager import Manager
 from gpuclass.reconciler.settings import ReconcilerSettings
+from gpuclass.reconciler.state.decisions import class_status, status_context
 from gpuclass.shared.kube.backoff import exponential
 from gpuclass.shared.kube.filesource import Stamp, stamp_of
 from gpuclass.shared.kube.loader import LoadError, iter_stored_objects
@@ -60,8 +61,8 @@ def once_report(reconciler: Manager, recorder: RecordingKube) -> dict[str, Any]:
     """The `--once` report: each class's computed status, and what the pass wrote (status writes by
     class, license copies with their content fingerprinted, finalizer patches, Events), taken
     from the recorder."""
-    state = reconciler.state
-    context = state.status_context()
+    store = reconciler.store
+    context = status_context(store)
     now = reconciler.now()
     writes = recorder.writes
 
@@ -71,8 +72,8 @@ def once_report(reconciler: Manager, recorder: RecordingKube) -> dict[str, Any]:
     copies = of("licence-copy")  # the write recorder's kind, as the metrics label it
     return {
         "items": [
-            {"name": n, "status": state.compute_status(n, context, now=now)}
-            for n in sorted(state.classes)
+            {"name": n, "status": class_status(store, n, context=context, now=now)}
+            for n in sorted(store.classes)
         ],
         "statusWrites": sorted({w["name"] for w in writes if w["kind"] == "status"}),
         "licenseCopies": copies,

@@ -4,13 +4,28 @@ from __future__ import annotations
 
 import os
 import socket
+from dataclasses import dataclass
 from typing import Annotated, Self
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import NoDecode
 
-from gpuclass.reconciler.state.sources import Scope
+from gpuclass.reconciler.state.resources import Scope
 from gpuclass.shared.kube.settings import CommonSettings
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """The worker's settings: whether tenants' namespaces need the vGPU label for a copy, where
+    the copy record lives, the coalescing window, the re-list interval of a store that does not
+    catch up, and a dry run (`api` records instead of sending: nothing is logged or counted as
+    written, nothing waited for)."""
+
+    vgpu_entitled: bool
+    record_namespace: str
+    coalesce_seconds: float = 0.2
+    relist_interval: float = 10.0
+    dry_run: bool = False
 
 
 class ReconcilerSettings(CommonSettings):
@@ -113,7 +128,7 @@ class ReconcilerSettings(CommonSettings):
         return self.leader_election_namespace or self.license_namespace
 
     def scope(self) -> Scope:
-        """What the scoped sources read (:class:`reconciler.state.sources.Scope`)."""
+        """What the scoped resources read (:class:`reconciler.state.resources.Scope`)."""
         names = self.license_secret_names
         return Scope(
             license_namespace=self.license_namespace,
@@ -126,3 +141,12 @@ class ReconcilerSettings(CommonSettings):
         """This replica's name as the Lease holder and the Events' reportingInstance: the Pod name,
         else host and PID, so two local runs never share one."""
         return self.pod_name or f"{socket.gethostname()}_{os.getpid()}"
+
+    def worker_settings(self) -> WorkerSettings:
+        """What the worker takes of these settings."""
+        return WorkerSettings(
+            vgpu_entitled=self.vgpu_entitled,
+            record_namespace=self.lease_namespace(),
+            coalesce_seconds=self.coalesce_seconds,
+            dry_run=self.dry_run,
+        )

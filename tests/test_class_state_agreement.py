@@ -102,7 +102,7 @@ def test_status_explain_plan_and_the_webhook_agree(world: dict[str, Any]) -> Non
     catalog = build_catalog(snapshot, policy, figures="computed")
     classes = [o for o in world["objects"] if o.get("kind") == "GPUClass"]
     planned = plan(
-        snapshot, [Proposed(o, "catalog.yaml") for o in classes], [], policy=policy, now=NOW
+        snapshot, [Proposed(o, "catalog.yaml") for o in classes], vms=[], policy=policy, now=NOW
     )
     for obj in classes:
         name = obj["metadata"]["name"]

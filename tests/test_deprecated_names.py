@@ -31,17 +31,17 @@ from tests.chart_helpers import deployment, pod_spec, render_objects
 def test_flags_are_rewritten(
     argv: list[str], expected: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert migrate_deprecated(argv, {}, "prog") == expected
+    assert migrate_deprecated(argv, {}, prog="prog") == expected
     warned = "deprecated" in capsys.readouterr().err
     assert warned is (argv != expected)
 
 
 def test_old_variable_counts_and_the_new_one_wins(capsys: pytest.CaptureFixture[str]) -> None:
     env = {"GPUCLASS_LICENCE_NAMESPACE": "old"}
-    migrate_deprecated([], env, "prog")
+    migrate_deprecated([], env, prog="prog")
     assert env == {"GPUCLASS_LICENSE_NAMESPACE": "old"}
     env = {"GPUCLASS_LICENCE_NAMESPACE": "old", "GPUCLASS_LICENSE_NAMESPACE": "new"}
-    migrate_deprecated([], env, "prog")
+    migrate_deprecated([], env, prog="prog")
     assert env == {"GPUCLASS_LICENSE_NAMESPACE": "new"}
     assert "GPUCLASS_LICENCE_NAMESPACE is deprecated" in capsys.readouterr().err
 
@@ -51,7 +51,7 @@ def test_server_settings_take_the_old_flag(monkeypatch: pytest.MonkeyPatch) -> N
     settings = parse_settings(
         ReconcilerSettings,
         ["--objects", "examples", "--licence-namespace=vault"],
-        "gpuclass-reconciler",
+        prog="gpuclass-reconciler",
     )
     assert settings.license_namespace == "vault"
 

@@ -113,7 +113,7 @@ class AdmissionRoute:
         self.duration = ctx.metrics.duration.labels(self.webhook)
         self._requests: dict[tuple[str, str, str], Any] = {}  # label children, made once each
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # noqa: PLR0917 - ASGI's (scope, receive, send)
         """Answer one POST: 200 with the review's response, or an error in the contract's shape."""
         metrics = self.ctx.metrics
         started = time.perf_counter()
@@ -122,12 +122,12 @@ class AdmissionRoute:
             status, body, close = await self._answer(scope, receive)
         except ClientDisconnect:
             log.debug("client went away before its request was read", extra=_fields(self.webhook))
-            self._count("unknown", "error", "499")
+            self._count("unknown", "error", code="499")
             return  # nobody reads an answer
         except Exception:  # the process must never die on input; no payload in the log
             trace = uuid.uuid4().hex
             log.exception("admission failed", extra=_fields(self.webhook, trace_id=trace))
-            self._count("unknown", "error", "500")
+            self._count("unknown", "error", code="500")
             status, body, close = 500, _error_body(500, "internal error", traceId=trace), False
         finally:
             metrics.answering -= 1
@@ -152,7 +152,7 @@ class AdmissionRoute:
             return self._client_error(400, message, close=True)
         try:
             arrived = scope.get(BODY_COMPLETE, False)
-            body = await read_body(receive, length, self.ctx.body, arrived=arrived)
+            body = await read_body(receive, length, limits=self.ctx.body, arrived=arrived)
         except BodyRefused as refused:
             return self._client_error(refused.status, refused.reason, close=True)
         if (too_many := too_many_values(body)) is not None:  # before the tree is built
@@ -169,7 +169,7 @@ class AdmissionRoute:
         self._account(answer, started)
         return 200, payload, False
 
-    def _count(self, operation: str, allowed: str, code: str) -> None:
+    def _count(self, operation: str, allowed: str, *, code: str) -> None:
         key = (operation, allowed, code)
         child = self._requests.get(key)
         if child is None:  # operations are the envelope's four; codes and verdicts a few
@@ -177,7 +177,7 @@ class AdmissionRoute:
         child.inc()
 
     def _client_error(self, status: int, message: str, *, close: bool = False) -> Answer:
-        self._count("unknown", "error", str(status))
+        self._count("unknown", "error", code=str(status))
         log.info(
             "bad admission request",
             extra=_fields(self.webhook, status=status, error=_clip(message, 200)),
@@ -187,14 +187,20 @@ class AdmissionRoute:
     def _account(self, answer: Review, started: float) -> None:
         req, decision = answer.request, answer.decision
         denied = decision if isinstance(decision, Denied) else None
-        self._count(req.operation, str(not denied).lower(), str(denied.code) if denied else "200")
+        self._count(
+            req.operation, str(not denied).lower(), code=str(denied.code) if denied else "200"
+        )
         causes = [str(c.code) for c in denied.causes] if denied else []
         for cause in set(causes):
             self.ctx.metrics.denials.labels(self.webhook, cause).inc()
-        log_fields(log, "admission", self._decision_fields(req, decision, causes, started))
+        log_fields(
+            log,
+            "admission",
+            fields=self._decision_fields(req, decision, causes=causes, started=started),
+        )
 
     def _decision_fields(
-        self, req: AdmissionRequest, decision: Decision, causes: list[str], started: float
+        self, req: AdmissionRequest, decision: Decision, *, causes: list[str], started: float
     ) -> BoundedFields:
         obj = req.object if req.object is not None else req.old_object
         meta = dict_at(obj.get("metadata")) if obj is not None else {}
@@ -226,7 +232,7 @@ def create_app(ctx: AppContext) -> ASGIApp:
     admission = {path: AdmissionRoute(ctx, path) for path in WEBHOOKS}
     app = _fastapi_app(ctx, admission)
 
-    async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
+    async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:  # noqa: PLR0917 - ASGI's (scope, receive, send)
         route = admission.get(scope["path"]) if scope["type"] == "http" else None
         if route is None or scope["method"] != "POST":
             await app(scope, receive, send)

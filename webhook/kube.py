@@ -73,7 +73,7 @@ class CertAdapter(RawClient):
         """GET the certificate Secret (404 and 403 arrive as ApiError)."""
         return await self._json("GET", self._secret(namespace, name))
 
-    async def replace_secret(self, namespace: str, name: str, body: RawObject) -> RawObject:
+    async def replace_secret(self, namespace: str, name: str, *, body: RawObject) -> RawObject:
         """PUT the Secret whole; the body carries the resourceVersion read, so a lost race is a 409."""
         return await self._json("PUT", self._secret(namespace, name), body=body)
 
@@ -81,6 +81,6 @@ class CertAdapter(RawClient):
         """GET one webhook configuration; `kind` is `mutating` or `validating`."""
         return await self._json("GET", self._configuration(kind, name))
 
-    async def replace_configuration(self, kind: str, name: str, body: RawObject) -> RawObject:
+    async def replace_configuration(self, kind: str, name: str, *, body: RawObject) -> RawObject:
         """PUT one webhook configuration whole, pinned to the resourceVersion read."""
         return await self._json("PUT", self._configuration(kind, name), body=body)

@@ -75,7 +75,7 @@ class BodyLimits:
 
 
 async def read_body(
-    receive: Receive, declared: str | None, limits: BodyLimits, *, arrived: bool = False
+    receive: Receive, declared: str | None, *, limits: BodyLimits, arrived: bool = False
 ) -> bytes:
     """The whole body from the ASGI `receive`, or BodyRefused; `declared` is the request's
     Content-Length, `arrived` says the server holds all of it already (the usual case: a review

@@ -79,7 +79,7 @@ def _self_managed_tls(settings: WebhookSettings) -> ReloadingContext:
 
 
 async def _certificates(
-    settings: WebhookSettings, tls: ReloadingContext, metrics: WebhookMetrics
+    settings: WebhookSettings, tls: ReloadingContext, *, metrics: WebhookMetrics
 ) -> SelfManagedCertificates:
     from gpuclass.shared.kube.kubeclient import api_client
     from gpuclass.webhook.kube import FIELD_MANAGER, CertAdapter
@@ -100,7 +100,7 @@ async def _certificates(
     return SelfManagedCertificates(
         CertAdapter(api),
         target,
-        settings.cert_policy(),
+        policy=settings.cert_policy(),
         tls=tls,
         poll_seconds=settings.cert_poll_seconds,
         on_loaded=lambda: metrics.served_certificate(tls.expiry),
@@ -127,7 +127,7 @@ async def serve(settings: WebhookSettings) -> int:
             else await _cluster_state(settings, metrics)
         )
         if settings.cert_secret:
-            certificates = await _certificates(settings, tls, metrics)
+            certificates = await _certificates(settings, tls, metrics=metrics)
         else:
             metrics.served_certificate(tls.expiry)
     except (LoadError, ValueError, OSError) as exc:
@@ -215,7 +215,7 @@ def _connection_limits(settings: WebhookSettings, metrics: WebhookMetrics) -> Co
 def main(argv: Sequence[str] | None = None) -> int:
     """The `gpuclass-webhook` entry point: settings from flags and `GPUCLASS_*` variables, logging,
     then :func:`serve`; 1 when no cluster configuration can be found."""
-    settings = parse_settings(WebhookSettings, argv, "gpuclass-webhook")
+    settings = parse_settings(WebhookSettings, argv, prog="gpuclass-webhook")
     setup_logging(settings.log_level, settings.log_format)
     try:
         return asyncio.run(serve(settings))

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
-from gpuclass.shared.kube.processmetrics import register_standard_metrics
+from gpuclass.shared.kube.processmetrics import (
+    MetricSpec,
+    build_metrics,
+    register_standard_metrics,
+)
 
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
@@ -37,75 +41,126 @@ CUT_REASONS = (
 )
 
 
+METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "requests",
+        "counter",
+        "gpuclass_webhook_requests",
+        "Admission requests answered, by webhook, operation, verdict and HTTP-level code.",
+        ("webhook", "operation", "allowed", "code"),
+    ),
+    MetricSpec(
+        "denials",
+        "counter",
+        "gpuclass_webhook_denials",
+        "Refusal causes, by webhook and cause code.",
+        ("webhook", "cause"),
+    ),
+    MetricSpec(
+        "duration",
+        "histogram",
+        "gpuclass_webhook_request_duration_seconds",
+        "Time to answer an admission request.",
+        ("webhook",),
+        DURATION_BUCKETS,
+    ),
+    MetricSpec(
+        "in_flight",
+        "gauge",
+        "gpuclass_webhook_requests_in_flight",
+        "Admission requests being answered.",
+    ),
+    MetricSpec(
+        "catalog_synced",
+        "gauge",
+        "gpuclass_webhook_catalog_synced",
+        "1 once the catalog cache has completed its first full sync.",
+    ),
+    MetricSpec(
+        "catalog_age",
+        "gauge",
+        "gpuclass_webhook_catalog_age_seconds",
+        "Seconds since the catalog cache last changed.",
+    ),
+    MetricSpec(
+        "connections_cut",
+        "counter",
+        "gpuclass_webhook_connections_cut",
+        "Connections closed by a server limit, by reason (docs/webhook.md, Limits).",
+        ("reason",),
+    ),
+    MetricSpec(
+        "watch_restarts",
+        "counter",
+        "gpuclass_webhook_watch_restarts",
+        "List/watch restarts of the catalog cache, by resource and reason.",
+        ("resource", "reason"),
+    ),
+    MetricSpec(
+        "store_errors",
+        "counter",
+        "gpuclass_webhook_store_errors",
+        "Objects the catalog cache raised on (a bug in the webhook, logged with a traceback).",
+        ("resource",),
+    ),
+)
+"""The metrics every webhook exports from the start, in exposition order (docs/metrics.md; the
+chart's alerts read them)."""
+
+CERT_EXPIRY = MetricSpec(
+    "cert_expiry",
+    "gauge",
+    "gpuclass_webhook_cert_expiry_timestamp_seconds",
+    "notAfter of the serving certificate (Unix time); absent until one is loaded.",
+)
+CERT_SYNCED = MetricSpec(
+    "cert_synced",
+    "gauge",
+    "gpuclass_webhook_certificate_last_sync_timestamp_seconds",
+    "When this replica last completed a sync of its own CA, serving certificate and "
+    "caBundles (Unix time; 0 before the first). Webhook-managed certificates only.",
+)
+CERT_SYNC_FAILURES = MetricSpec(
+    "cert_sync_failures",
+    "counter",
+    "gpuclass_webhook_certificate_sync_failures",
+    "Certificate syncs that failed (API refusals, conflicts that did not settle, "
+    "unwritable files). Webhook-managed certificates only.",
+)
+"""The certificate metrics, each created on the first event it reports (see the methods)."""
+WATCHED = ("gpuclasses", "namespaces", "kubevirts", "resourcequotas")
+
+
 class WebhookMetrics:
     """Every metric the webhook exports, in its own registry (so tests build as many as they like);
-    the names and labels are the ones docs/metrics.md lists and the chart's alerts use."""
+    declared in :data:`METRICS` and the `CERT_*` specs, one attribute each."""
+
+    requests: Counter
+    denials: Counter
+    duration: Histogram
+    in_flight: Gauge
+    catalog_synced: Gauge
+    catalog_age: Gauge
+    connections_cut: Counter
+    watch_restarts: Counter
+    store_errors: Counter
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
-        register_standard_metrics(r)
-        self.requests = Counter(
-            "gpuclass_webhook_requests",
-            "Admission requests answered, by webhook, operation, verdict and HTTP-level code.",
-            ["webhook", "operation", "allowed", "code"],
-            registry=r,
-        )
-        self.denials = Counter(
-            "gpuclass_webhook_denials",
-            "Refusal causes, by webhook and cause code.",
-            ["webhook", "cause"],
-            registry=r,
-        )
-        self.duration = Histogram(
-            "gpuclass_webhook_request_duration_seconds",
-            "Time to answer an admission request.",
-            ["webhook"],
-            buckets=DURATION_BUCKETS,
-            registry=r,
-        )
+        register_standard_metrics(self.registry)
+        for attribute, metric in build_metrics(METRICS, self.registry).items():
+            setattr(self, attribute, metric)
         self.answering = 0
         """Admission requests being answered: a plain count the route keeps (one event loop, no
         lock), read by the gauge when scraped rather than set per request."""
-        self.in_flight = Gauge(
-            "gpuclass_webhook_requests_in_flight", "Admission requests being answered.", registry=r
-        )
         self.in_flight.set_function(lambda: self.answering)
-        self.catalog_synced = Gauge(
-            "gpuclass_webhook_catalog_synced",
-            "1 once the catalog cache has completed its first full sync.",
-            registry=r,
-        )
-        self.catalog_age = Gauge(
-            "gpuclass_webhook_catalog_age_seconds",
-            "Seconds since the catalog cache last changed.",
-            registry=r,
-        )
         self.cert_expiry: Gauge | None = None  # see served_certificate
-        self.connections_cut = Counter(
-            "gpuclass_webhook_connections_cut",
-            "Connections closed by a server limit, by reason (docs/webhook.md, Limits).",
-            ["reason"],
-            registry=r,
-        )
-        self.watch_restarts = Counter(
-            "gpuclass_webhook_watch_restarts",
-            "List/watch restarts of the catalog cache, by resource and reason.",
-            ["resource", "reason"],
-            registry=r,
-        )
-        self.store_errors = Counter(
-            "gpuclass_webhook_store_errors",
-            "Objects the catalog cache raised on (a bug in the webhook, logged with a traceback).",
-            ["resource"],
-            registry=r,
-        )
-        for reason in CUT_REASONS:
-            self.connections_cut.labels(reason)
         self.cert_synced: Gauge | None = None
         self.cert_sync_failures: Counter | None = None
         # Series exist from the start so that rate()/increase() and dashboards show 0, not nothing.
-        for resource in ("gpuclasses", "namespaces", "kubevirts", "resourcequotas"):
+        for reason in CUT_REASONS:
+            self.connections_cut.labels(reason)
+        for resource in WATCHED:
             for reason in ("expired", "error"):
                 self.watch_restarts.labels(resource, reason)
 
@@ -120,9 +175,7 @@ class WebhookMetrics:
             return  # nothing loaded
         if self.cert_expiry is None:
             self.cert_expiry = Gauge(
-                "gpuclass_webhook_cert_expiry_timestamp_seconds",
-                "notAfter of the serving certificate (Unix time); absent until one is loaded.",
-                registry=self.registry,
+                CERT_EXPIRY.name, CERT_EXPIRY.help, CERT_EXPIRY.labels, registry=self.registry
             )
         self.cert_expiry.set(not_after)
 
@@ -133,17 +186,11 @@ class WebhookMetrics:
         the alert on them stays silent where the chart or cert-manager makes the certificates.
         """
         if self.cert_synced is None or self.cert_sync_failures is None:
-            self.cert_synced = Gauge(
-                "gpuclass_webhook_certificate_last_sync_timestamp_seconds",
-                "When this replica last completed a sync of its own CA, serving certificate and "
-                "caBundles (Unix time; 0 before the first). Webhook-managed certificates only.",
-                registry=self.registry,
-            )
+            spec = CERT_SYNCED
+            self.cert_synced = Gauge(spec.name, spec.help, spec.labels, registry=self.registry)
+            spec = CERT_SYNC_FAILURES
             self.cert_sync_failures = Counter(
-                "gpuclass_webhook_certificate_sync_failures",
-                "Certificate syncs that failed (API refusals, conflicts that did not settle, "
-                "unwritable files). Webhook-managed certificates only.",
-                registry=self.registry,
+                spec.name, spec.help, spec.labels, registry=self.registry
             )
         if ok:
             self.cert_synced.set_to_current_time()

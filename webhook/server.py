@@ -176,7 +176,7 @@ class GuardedProtocol(HttpToolsProtocol):
     leaves the phase as it is: one connection is one request in flight.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0917 - uvicorn's HTTP protocol signature
         self,
         config: uvicorn.Config,
         server_state: ServerState,
@@ -236,7 +236,7 @@ class GuardedProtocol(HttpToolsProtocol):
             self._begun = True
             self._header_bytes += len(data)
             if self._header_bytes > self.limits.max_header_bytes:
-                self._refuse(431, "request headers too large", "headers_too_large")
+                self._refuse(431, "request headers too large", reason="headers_too_large")
                 return
         if self.phase == _IDLE and self._begun:  # the next request's first bytes: headers due
             self._enter(_HEADERS)
@@ -289,11 +289,11 @@ class GuardedProtocol(HttpToolsProtocol):
         """uvicorn's hook for a request httptools refused: the contract's JSON error, 431 for
         headers over the cap, else 400; the connection closes."""
         if self._too_large:
-            self._refuse(431, "request headers too large", "headers_too_large")
+            self._refuse(431, "request headers too large", reason="headers_too_large")
         else:
-            self._refuse(400, "malformed HTTP request", "malformed")
+            self._refuse(400, "malformed HTTP request", reason="malformed")
 
-    def _refuse(self, status: int, message: str, reason: str) -> None:
+    def _refuse(self, status: int, message: str, *, reason: str) -> None:
         """Answer `status` in the contract's JSON and close; only close when a response is
         still owed on this connection (an error written now would land inside it)."""
         self._disarm()

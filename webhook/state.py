@@ -22,7 +22,7 @@ from gpuclass.shared.core.model.kubevirt import read_kubevirt
 from gpuclass.shared.core.model.snapshot import ClassRecord, Snapshot, compact_class
 from gpuclass.shared.core.status.catalog import Catalog, Policy, build_catalog
 from gpuclass.shared.kube.filesource import FileSource
-from gpuclass.shared.kube.listwatch import ListWatchClient, RawObject, Reflector
+from gpuclass.shared.kube.listwatch import ListerWatcher, RawObject, Reflector
 
 RESOURCES = ("gpuclasses", "namespaces", "kubevirts", "resourcequotas")
 Compact = RawObject | ClassRecord | tuple[str, Quota]
@@ -111,10 +111,10 @@ class CatalogCache:
 
     def __init__(
         self,
-        source: ListWatchClient[str],
+        source: ListerWatcher[str],
         policy: Policy,
-        on_restart: Callable[[str, str], None] = lambda resource, reason: None,
         *,
+        on_restart: Callable[[str, str], None] = lambda resource, reason: None,
         on_store_error: Callable[[str], None] = lambda resource: None,
         resources: Sequence[str] = RESOURCES,
     ) -> None:

@@ -5,8 +5,8 @@ Lists, watches and raw requests are the shared :class:`shared.kube.kubeclient.Ra
 the few writes it makes (status and finalizer merge patches, license-copy Secrets,
 Events, the Lease).
 
-What it lists and watches, with which selectors, is :data:`reconciler.state.sources.SPECS`.
-A `by_name` source (the license source Secrets) is read one name at a time, each
+What it lists and watches, with which selectors, is :data:`reconciler.state.resources.SPECS`.
+A `by_name` resource (the license source Secrets) is read one name at a time, each
 with a `metadata.name` field selector, so the chart's Role can grant it by
 `resourceNames` and nothing else in that namespace is readable: one list per name
 makes the list, one watch per name merged into one stream makes the watch, each
@@ -23,7 +23,7 @@ from kubernetes_asyncio import client
 
 from gpuclass.reconciler.api.port import ApiError, RawObject
 from gpuclass.reconciler.settings import ReconcilerSettings
-from gpuclass.reconciler.state.sources import SPECS, Scope, collections, name_selector
+from gpuclass.reconciler.state.resources import SPECS, Scope, collections, name_selector
 from gpuclass.shared.kube.apicollections import (
     CONFIGMAPS,
     EVENTS,
@@ -80,7 +80,7 @@ class KubeAdapter(RawClient):
                 settings.kubeconfig, binary=FIELD_MANAGER, context=settings.context
             )
         except ClusterConfigError as exc:
-            raise ApiError(0, "ConfigError", f"no API client: {exc}") from exc
+            raise ApiError(0, "ConfigError", message=f"no API client: {exc}") from exc
         return cls(
             api,
             scope=settings.scope(),
@@ -91,28 +91,28 @@ class KubeAdapter(RawClient):
 
     # -- reads by name ----------------------------------------------------------------------------
 
-    def _names(self, source: str) -> list[str] | None:
-        spec = SPECS.get(source)  # type: ignore[call-overload]
+    def _names(self, resource: str) -> list[str] | None:
+        spec = SPECS.get(resource)  # type: ignore[call-overload]
         if spec is None or not spec.by_name or self.scope.license_secret_names is None:
             return None
         return sorted(self.scope.license_secret_names)
 
-    def list_pages(self, source: str) -> AsyncIterator[ListPage]:
-        """As RawClient's, except a `by_name` source with names configured: one list per name,
+    def list_pages(self, resource: str) -> AsyncIterator[ListPage]:
+        """As RawClient's, except a `by_name` resource with names configured: one list per name,
         folded into one page at the newest of their versions."""
-        names = self._names(source)
-        return super().list_pages(source) if names is None else self._list_named(source, names)
+        names = self._names(resource)
+        return super().list_pages(resource) if names is None else self._list_named(resource, names)
 
-    def watch(self, source: str, resource_version: str) -> AsyncIterator[WatchEvent]:
-        """As RawClient's, except a `by_name` source with names configured: every name's watch
+    def watch(self, resource: str, resource_version: str) -> AsyncIterator[WatchEvent]:
+        """As RawClient's, except a `by_name` resource with names configured: every name's watch
         merged, each from its own version (the `resource_version` given is not used)."""
-        names = self._names(source)
+        names = self._names(resource)
         if names is None:
-            return super().watch(source, resource_version)
-        return self._watch_named(source, names)
+            return super().watch(resource, resource_version)
+        return self._watch_named(resource, names)
 
-    async def _list_named(self, source: str, names: list[str]) -> AsyncIterator[ListPage]:
-        path, _ = self.paths[source]
+    async def _list_named(self, resource: str, names: list[str]) -> AsyncIterator[ListPage]:
+        path, _ = self.paths[resource]
         items: list[RawObject] = []
         newest = 0
         for name in names:
@@ -124,17 +124,17 @@ class KubeAdapter(RawClient):
             newest = max(newest, int(version)) if version.isdecimal() else newest
         yield ListPage(items, str(newest) if newest else "", last=True)
 
-    async def _watch_named(self, source: str, names: list[str]) -> AsyncIterator[WatchEvent]:
+    async def _watch_named(self, resource: str, names: list[str]) -> AsyncIterator[WatchEvent]:
         """One stream of every name's watch; it ends (or fails) when any of them does."""
         if not names:
             await asyncio.Event().wait()  # nothing to read: a watch that never ends
-        path, _ = self.paths[source]
+        path, _ = self.paths[resource]
         queue: asyncio.Queue[tuple[str, WatchEvent] | BaseException | None] = asyncio.Queue()
 
         async def pump(name: str) -> None:
             try:
                 async for event in self.watch_collection(
-                    path, name_selector(name), self._name_versions.get(name, "")
+                    path, name_selector(name), resource_version=self._name_versions.get(name, "")
                 ):
                     await queue.put((name, event))
                 await queue.put(None)
@@ -175,7 +175,7 @@ class KubeAdapter(RawClient):
         )
 
     async def patch_class_finalizers(
-        self, name: str, finalizers: list[str], resource_version: str
+        self, name: str, finalizers: list[str], *, resource_version: str
     ) -> RawObject | None:
         """Merge patch of the class's finalizers, with the resourceVersion in the body as the
         precondition."""
@@ -187,7 +187,7 @@ class KubeAdapter(RawClient):
         return await self._json("POST", SECRETS.at(namespace), body=body)
 
     async def patch_secret(
-        self, namespace: str, name: str, patch: list[RawObject]
+        self, namespace: str, name: str, *, patch: list[RawObject]
     ) -> RawObject | None:
         """JSON patch (`application/json-patch+json`) of the copy Secret, its label test first."""
         return await self._json(
@@ -207,7 +207,7 @@ class KubeAdapter(RawClient):
         return await self._json("POST", CONFIGMAPS.at(namespace), body=body)
 
     async def replace_config_map(
-        self, namespace: str, name: str, body: RawObject
+        self, namespace: str, name: str, *, body: RawObject
     ) -> RawObject | None:
         """PUT of the record ConfigMap, its body carrying the resourceVersion read."""
         return await self._json("PUT", CONFIGMAPS.item(name, namespace), body=body)
@@ -232,6 +232,6 @@ class KubeAdapter(RawClient):
         """POST of the Lease."""
         return await self._json("POST", self._lease(namespace), body=body)
 
-    async def replace_lease(self, namespace: str, name: str, body: RawObject) -> RawObject:
+    async def replace_lease(self, namespace: str, name: str, *, body: RawObject) -> RawObject:
         """PUT of the Lease, its body carrying the resourceVersion read."""
         return await self._json("PUT", self._lease(namespace, name), body=body)

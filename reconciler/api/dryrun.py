@@ -18,7 +18,7 @@ from typing import Any
 
 from gpuclass.reconciler.api.port import KubeAPI, ListPage, RawObject, WatchEvent
 from gpuclass.reconciler.state.licenses import MANAGED_LABELS
-from gpuclass.reconciler.state.sources import Source
+from gpuclass.reconciler.state.resources import Resource
 from gpuclass.shared.core.base import names
 
 log = logging.getLogger("gpuclass.reconciler.dryrun")
@@ -67,13 +67,13 @@ class RecordingKube:
         if not self.forward:
             log.info("dry run: not written", extra={"fields": entry})
 
-    def list_pages(self, source: Source) -> AsyncIterator[ListPage]:
+    def list_pages(self, resource: Resource) -> AsyncIterator[ListPage]:
         """Passed through."""
-        return self.inner.list_pages(source)
+        return self.inner.list_pages(resource)
 
-    def watch(self, source: Source, resource_version: str) -> AsyncIterator[WatchEvent]:
+    def watch(self, resource: Resource, resource_version: str) -> AsyncIterator[WatchEvent]:
         """Passed through."""
-        return self.inner.watch(source, resource_version)
+        return self.inner.watch(resource, resource_version)
 
     async def get_class(self, name: str) -> RawObject:
         """Passed through."""
@@ -86,11 +86,13 @@ class RecordingKube:
         return result
 
     async def patch_class_finalizers(
-        self, name: str, finalizers: list[str], resource_version: str
+        self, name: str, finalizers: list[str], *, resource_version: str
     ) -> RawObject | None:
         """Recorded with the new list; sent only when forwarding (else returns None)."""
         result = (
-            await self.inner.patch_class_finalizers(name, finalizers, resource_version)
+            await self.inner.patch_class_finalizers(
+                name, finalizers, resource_version=resource_version
+            )
             if self.forward
             else None
         )
@@ -104,11 +106,13 @@ class RecordingKube:
         return result
 
     async def patch_secret(
-        self, namespace: str, name: str, patch: list[RawObject]
+        self, namespace: str, name: str, *, patch: list[RawObject]
     ) -> RawObject | None:
         """Recorded as a license-copy update with the patch's new `data`, redacted; sent only when
         forwarding."""
-        result = await self.inner.patch_secret(namespace, name, patch) if self.forward else None
+        result = (
+            await self.inner.patch_secret(namespace, name, patch=patch) if self.forward else None
+        )
         data: Any = next((op["value"] for op in patch if op.get("path") == "/data"), {})
         body = {"metadata": {"namespace": namespace, "name": name, "labels": dict(MANAGED_LABELS)}}
         self._record("licence-copy", action="update", **redact_secret({**body, "data": data}))
@@ -127,11 +131,13 @@ class RecordingKube:
         return result
 
     async def replace_config_map(
-        self, namespace: str, name: str, body: RawObject
+        self, namespace: str, name: str, *, body: RawObject
     ) -> RawObject | None:
         """Recorded as a copy-record write (namespace only); sent only when forwarding."""
         result = (
-            await self.inner.replace_config_map(namespace, name, body) if self.forward else None
+            await self.inner.replace_config_map(namespace, name, body=body)
+            if self.forward
+            else None
         )
         self._record("copy-record", namespace=namespace)
         return result
@@ -158,9 +164,9 @@ class RecordingKube:
         """Passed through, as :meth:`get_lease`."""
         return await self.inner.create_lease(namespace, body)
 
-    async def replace_lease(self, namespace: str, name: str, body: RawObject) -> RawObject:
+    async def replace_lease(self, namespace: str, name: str, *, body: RawObject) -> RawObject:
         """Passed through, as :meth:`get_lease`."""
-        return await self.inner.replace_lease(namespace, name, body)
+        return await self.inner.replace_lease(namespace, name, body=body)
 
     async def close(self) -> None:
         """Closes the wrapped API."""

@@ -12,6 +12,12 @@ failures through `errors` and assert on `writes`, where the status, finalizer an
 writes are recorded (Events go to `events`; record ConfigMap and Lease writes only change
 the store). The offline `--once` report is not built from `writes` but from the
 :class:`~reconciler.api.dryrun.RecordingKube` wrapped around this fake.
+
+Longer than 400 lines on purpose (docs/conventions.md rule 3): it is one API server, one
+method per verb of :class:`~reconciler.api.port.KubeAPI` over one store of objects and one
+change history, and every method checks what the real server checks on the same objects.
+Split by verb, each half would reach into the other's store, versions and watch queues; the
+test that holds it to the real server (`tests/reconciler/api/test_fake.py`) reads it whole.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuclass.reconciler.api.port import ApiError, ListPage, RawObject, WatchEvent
-from gpuclass.reconciler.state.sources import SPECS, Scope, Source, selected
+from gpuclass.reconciler.state.resources import SPECS, Resource, Scope, selected
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.meta import Key, object_key
 
@@ -69,7 +75,7 @@ def apply_merge_patch(target: Any, patch: Any) -> Any:
 
 
 class MemoryKube:
-    """The in-memory API server; `scope` applies the sources' namespaces and names as the real
+    """The in-memory API server; `scope` applies the resources' namespaces and names as the real
     server's selectors would, `page_size` is the list page. Single event loop, no locking: a test
     or the offline twin owns it."""
 
@@ -86,7 +92,7 @@ class MemoryKube:
         self.version = 0
         self.history: list[Change] = []
         self.oldest = 0
-        self.watchers: list[tuple[Source, asyncio.Queue[WatchEvent | ApiError | None]]] = []
+        self.watchers: list[tuple[Resource, asyncio.Queue[WatchEvent | ApiError | None]]] = []
         self.errors: dict[str, list[ApiError]] = {}
         self.writes: list[tuple[str, RawObject]] = []
         self.events: list[RawObject] = []
@@ -114,21 +120,21 @@ class MemoryKube:
         kind, key = str(obj.get("kind")), object_key(obj)
         if kind not in KINDS or key is None:
             raise ValueError(f"cannot store {kind} without a name")
-        stored = self._put(kind, key, copy.deepcopy(dict(obj)))
+        stored = self._put(kind, key, new=copy.deepcopy(dict(obj)))
         assert stored is not None
         return stored
 
-    def remove(self, kind: str, namespace: str, name: str) -> None:
+    def remove(self, kind: str, namespace: str, *, name: str) -> None:
         """Delete an object as another client would: one held by finalizers is only marked."""
         current = self.store[kind].get((namespace, name))
         if current is None:
             return
         if not _meta(current).get("finalizers"):
-            self._put(kind, (namespace, name), None)
+            self._put(kind, (namespace, name), new=None)
         elif not _meta(current).get("deletionTimestamp"):
             marked = copy.deepcopy(current)
             marked["metadata"]["deletionTimestamp"] = DELETION_TIMESTAMP
-            self._put(kind, (namespace, name), marked)
+            self._put(kind, (namespace, name), new=marked)
 
     def compact(self) -> None:
         """Forget the change history, as etcd's compaction does: older watches get 410 Gone."""
@@ -139,7 +145,7 @@ class MemoryKube:
         """End every open watch with 410 Gone, as a server that compacted past them does; `load` uses
         it so the reflectors re-list the new objects at once."""
         for _, queue in self.watchers:
-            queue.put_nowait(ApiError(410, "Expired", "too old resource version"))
+            queue.put_nowait(ApiError(410, "Expired", message="too old resource version"))
 
     def end_watches(self) -> None:
         """End every open watch normally, as the server does when its timeout passes."""
@@ -149,7 +155,7 @@ class MemoryKube:
     def drop_watches(self) -> None:
         """Break every open watch as a dropped connection does."""
         for _, queue in self.watchers:
-            queue.put_nowait(ApiError(0, "ConnectionError", "watch dropped"))
+            queue.put_nowait(ApiError(0, "ConnectionError", message="watch dropped"))
 
     def _stamp(self, obj: RawObject) -> None:
         self.version += 1
@@ -168,18 +174,18 @@ class MemoryKube:
 
     # -- reads -------------------------------------------------------------------------------------
 
-    def matches(self, source: Source, obj: Mapping[str, Any]) -> bool:
-        """The server-side scope and selectors of each source (:func:`reconciler.state.sources.selected`)."""
-        return selected(SPECS[source], obj, self.scope)
+    def matches(self, resource: Resource, obj: Mapping[str, Any]) -> bool:
+        """The server-side scope and selectors of each resource (:func:`reconciler.state.resources.selected`)."""
+        return selected(SPECS[resource], obj, scope=self.scope)
 
-    async def list_pages(self, source: Source) -> AsyncIterator[ListPage]:
-        """Served from the dict, filtered by the source's selectors, in pages of `page_size`; the
+    async def list_pages(self, resource: Resource) -> AsyncIterator[ListPage]:
+        """Served from the dict, filtered by the resource's selectors, in pages of `page_size`; the
         last page carries the current version (an empty list is one empty page)."""
         self._check("list")
         items = [
             copy.deepcopy(o)
-            for o in self.store[SPECS[source].kind].values()
-            if self.matches(source, o)
+            for o in self.store[SPECS[resource].kind].values()
+            if self.matches(resource, o)
         ]
         version = str(self.version)
         for start in range(0, max(len(items), 1), self.page_size):
@@ -187,19 +193,21 @@ class MemoryKube:
             yield ListPage(items[start : start + self.page_size], version if last else "", last)
             await asyncio.sleep(0)
 
-    async def watch(self, source: Source, resource_version: str) -> AsyncIterator[WatchEvent]:
+    async def watch(self, resource: Resource, resource_version: str) -> AsyncIterator[WatchEvent]:
         """Replays the history after `resource_version`, then follows live changes (410 when the
         version is older than the history kept); an object moving in or out of the selectors is
         ADDED or DELETED, as the real server reports it."""
         self._check("watch")
         since = int(resource_version or 0)
         if since < self.oldest:
-            raise ApiError(410, "Expired", f"too old resource version: {since} ({self.oldest})")
+            raise ApiError(
+                410, "Expired", message=f"too old resource version: {since} ({self.oldest})"
+            )
         queue: asyncio.Queue[WatchEvent | ApiError | None] = asyncio.Queue()
         for change in self.history:
             if change.version > since:
-                self._offer(source, queue, change)
-        entry = (source, queue)
+                self._offer(resource, queue, change=change)
+        entry = (resource, queue)
         self.watchers.append(entry)
         try:
             while True:
@@ -213,12 +221,16 @@ class MemoryKube:
             self.watchers.remove(entry)
 
     def _offer(
-        self, source: Source, queue: asyncio.Queue[WatchEvent | ApiError | None], change: Change
+        self,
+        resource: Resource,
+        queue: asyncio.Queue[WatchEvent | ApiError | None],
+        *,
+        change: Change,
     ) -> None:
-        if change.kind != SPECS[source].kind:
+        if change.kind != SPECS[resource].kind:
             return
-        before = change.old is not None and self.matches(source, change.old)
-        after = change.new is not None and self.matches(source, change.new)
+        before = change.old is not None and self.matches(resource, change.old)
+        after = change.new is not None and self.matches(resource, change.new)
         if after and change.new is not None:
             queue.put_nowait(
                 WatchEvent("MODIFIED" if before else "ADDED", copy.deepcopy(change.new))
@@ -226,23 +238,23 @@ class MemoryKube:
         elif before and change.old is not None:
             queue.put_nowait(WatchEvent("DELETED", copy.deepcopy(change.old)))
 
-    def _record(self, kind: str, old: RawObject | None, new: RawObject | None) -> None:
+    def _record(self, kind: str, old: RawObject | None, *, new: RawObject | None) -> None:
         change = Change(self.version, kind, old, new)
         self.history.append(change)
         if len(self.history) > HISTORY:
             self.oldest = self.history.pop(0).version
-        for source, queue in self.watchers:
-            self._offer(source, queue, change)
+        for resource, queue in self.watchers:
+            self._offer(resource, queue, change=change)
 
     # -- writes ------------------------------------------------------------------------------------
 
     def _get(self, kind: str, key: Key) -> RawObject:
         obj = self.store[kind].get(key)
         if obj is None:
-            raise ApiError(404, "NotFound", f"{kind} {key[0]}/{key[1]} not found")
+            raise ApiError(404, "NotFound", message=f"{kind} {key[0]}/{key[1]} not found")
         return obj
 
-    def _put(self, kind: str, key: Key, new: RawObject | None) -> RawObject | None:
+    def _put(self, kind: str, key: Key, *, new: RawObject | None) -> RawObject | None:
         old = self.store[kind].get(key)
         if old is not None and new is not None and _unversioned(new) == _unversioned(old):
             return copy.deepcopy(old)  # a no-op write: the server keeps the resourceVersion
@@ -252,7 +264,7 @@ class MemoryKube:
         else:
             self._stamp(new)
             self.store[kind][key] = new
-        self._record(kind, old, new)
+        self._record(kind, old, new=new)
         return copy.deepcopy(new)
 
     @staticmethod
@@ -261,7 +273,7 @@ class MemoryKube:
             raise ApiError(
                 409,
                 "Conflict",
-                "the object has been modified; please apply your changes to the latest version",
+                message="the object has been modified; please apply your changes to the latest version",
             )
 
     async def get_class(self, name: str) -> RawObject:
@@ -279,10 +291,10 @@ class MemoryKube:
         if "status" in patch:
             updated["status"] = apply_merge_patch(current.get("status"), patch["status"])
         self.writes.append(("status", {"name": name, "patch": copy.deepcopy(patch)}))
-        return self._put(names.KIND, ("", name), updated)
+        return self._put(names.KIND, ("", name), new=updated)
 
     async def patch_class_finalizers(
-        self, name: str, finalizers: list[str], resource_version: str
+        self, name: str, finalizers: list[str], *, resource_version: str
     ) -> RawObject | None:
         """Sets the finalizers with the precondition; refuses a new finalizer on a deleting class
         (422) and deletes the class when its last finalizer goes."""
@@ -292,20 +304,23 @@ class MemoryKube:
         meta = _meta(current)
         if meta.get("deletionTimestamp") and set(finalizers) - set(meta.get("finalizers") or []):
             raise ApiError(
-                422, "Invalid", "no new finalizers can be added if the object is being deleted"
+                422,
+                "Invalid",
+                message="no new finalizers can be added if the object is being deleted",
             )
         updated = copy.deepcopy(current)
         updated["metadata"]["finalizers"] = list(finalizers)
         self.writes.append(("finalizers", {"name": name, "finalizers": list(finalizers)}))
         if meta.get("deletionTimestamp") and not finalizers:
-            self._put(names.KIND, ("", name), None)
+            self._put(names.KIND, ("", name), new=None)
             return updated  # the server answers with the object as it was when released
-        return self._put(names.KIND, ("", name), updated)
+        return self._put(names.KIND, ("", name), new=updated)
 
     def _admit_secret(
         self,
         namespace: str,
         name: str,
+        *,
         new: Mapping[str, Any] | None,
         old: Mapping[str, Any] | None,
     ) -> None:
@@ -347,12 +362,14 @@ class MemoryKube:
             or (old is not None and not labelled(old))
         ):
             raise ApiError(
-                403, "Forbidden", f"ValidatingAdmissionPolicy denied request for Secret {name}"
+                403,
+                "Forbidden",
+                message=f"ValidatingAdmissionPolicy denied request for Secret {name}",
             )
 
     def _namespace_exists(self, namespace: str) -> None:
         if self.store["Namespace"] and ("", namespace) not in self.store["Namespace"]:
-            raise ApiError(404, "NotFound", f"namespaces {namespace!r} not found")
+            raise ApiError(404, "NotFound", message=f"namespaces {namespace!r} not found")
 
     async def create_secret(self, namespace: str, body: RawObject) -> RawObject | None:
         """Creates a copy after the checks the server and the chart's policy make (404 when namespaces
@@ -361,17 +378,17 @@ class MemoryKube:
         name = str(_meta(body).get("name"))
         self._namespace_exists(namespace)
         if (namespace, name) in self.store["Secret"]:
-            raise ApiError(409, "AlreadyExists", f"secrets {name!r} already exists")
-        self._admit_secret(namespace, name, body, None)
+            raise ApiError(409, "AlreadyExists", message=f"secrets {name!r} already exists")
+        self._admit_secret(namespace, name, new=body, old=None)
         self.writes.append(
             ("create-secret", {"namespace": namespace, "name": name, "body": copy.deepcopy(body)})
         )
         new = {**copy.deepcopy(body), "kind": "Secret"}
         new["metadata"]["namespace"] = namespace
-        return self._put("Secret", (namespace, name), new)
+        return self._put("Secret", (namespace, name), new=new)
 
     async def patch_secret(
-        self, namespace: str, name: str, patch: list[RawObject]
+        self, namespace: str, name: str, *, patch: list[RawObject]
     ) -> RawObject | None:
         """A JSON patch of the operations `reconciler.state.licenses.copy_patch` sends: `test` (422 when
         it fails), `add` of a member (an existing one replaced), and 422 for a data change of
@@ -388,45 +405,49 @@ class MemoryKube:
                 target = target.get(part) if isinstance(target, dict) else None
             if op["op"] == "test":
                 if not isinstance(target, dict) or target.get(last) != op["value"]:
-                    raise ApiError(422, "Invalid", f"testing value {op['path']} failed")
+                    raise ApiError(422, "Invalid", message=f"testing value {op['path']} failed")
             elif isinstance(target, dict):
                 target[last] = copy.deepcopy(op["value"])
             else:
-                raise ApiError(422, "Invalid", f"add operation does not apply: {op['path']}")
+                raise ApiError(
+                    422, "Invalid", message=f"add operation does not apply: {op['path']}"
+                )
         if current.get("immutable") and new.get("data") != current.get("data"):
             raise ApiError(
-                422, "Invalid", "data: Forbidden: field is immutable when `immutable` is set"
+                422,
+                "Invalid",
+                message="data: Forbidden: field is immutable when `immutable` is set",
             )
-        self._admit_secret(namespace, name, new, current)
+        self._admit_secret(namespace, name, new=new, old=current)
         self.writes.append(
             (
                 "patch-secret",
                 {"namespace": namespace, "name": name, "body": {"data": new.get("data")}},
             )
         )
-        return self._put("Secret", (namespace, name), new)
+        return self._put("Secret", (namespace, name), new=new)
 
     async def delete_secret(self, namespace: str, name: str) -> None:
         """Deletes a copy the policy lets go (403 when not labelled ours, 404 when absent); recorded
         in `writes`."""
         self._check("delete_secret")
         current = self._get("Secret", (namespace, name))
-        self._admit_secret(namespace, name, None, current)
+        self._admit_secret(namespace, name, new=None, old=current)
         self.writes.append(("delete-secret", {"namespace": namespace, "name": name}))
-        self._put("Secret", (namespace, name), None)
+        self._put("Secret", (namespace, name), new=None)
 
     async def create_config_map(self, namespace: str, body: RawObject) -> RawObject | None:
         """Creates the record ConfigMap (409 AlreadyExists); not recorded in `writes`."""
         self._check("create_config_map")
         name = str(_meta(body).get("name"))
         if (namespace, name) in self.store["ConfigMap"]:
-            raise ApiError(409, "AlreadyExists", f"configmaps {name!r} already exists")
+            raise ApiError(409, "AlreadyExists", message=f"configmaps {name!r} already exists")
         new = {**copy.deepcopy(body), "kind": "ConfigMap"}
         new["metadata"]["namespace"] = namespace
-        return self._put("ConfigMap", (namespace, name), new)
+        return self._put("ConfigMap", (namespace, name), new=new)
 
     async def replace_config_map(
-        self, namespace: str, name: str, body: RawObject
+        self, namespace: str, name: str, *, body: RawObject
     ) -> RawObject | None:
         """Replaces the record ConfigMap with the resourceVersion precondition (409 when stale, 404
         when absent)."""
@@ -435,7 +456,7 @@ class MemoryKube:
         self._precondition(current, _meta(body).get("resourceVersion"))
         new = {**copy.deepcopy(body), "kind": "ConfigMap"}
         new["metadata"]["namespace"] = namespace
-        return self._put("ConfigMap", (namespace, name), new)
+        return self._put("ConfigMap", (namespace, name), new=new)
 
     async def create_event(self, namespace: str, body: RawObject) -> None:
         """Appends the Event to `events`; Events are not stored or watched."""
@@ -455,16 +476,16 @@ class MemoryKube:
         self._check("create_lease")
         key = (namespace, str(_meta(body).get("name")))
         if key in self.store["Lease"]:
-            raise ApiError(409, "AlreadyExists", "lease already exists")
-        self._put("Lease", key, {**copy.deepcopy(body), "kind": "Lease"})
+            raise ApiError(409, "AlreadyExists", message="lease already exists")
+        self._put("Lease", key, new={**copy.deepcopy(body), "kind": "Lease"})
         return copy.deepcopy(self.store["Lease"][key])
 
-    async def replace_lease(self, namespace: str, name: str, body: RawObject) -> RawObject:
+    async def replace_lease(self, namespace: str, name: str, *, body: RawObject) -> RawObject:
         """Replaces the Lease with the resourceVersion precondition (409 when stale)."""
         self._check("replace_lease")
         current = self._get("Lease", (namespace, name))
         self._precondition(current, _meta(body).get("resourceVersion"))
-        self._put("Lease", (namespace, name), {**copy.deepcopy(body), "kind": "Lease"})
+        self._put("Lease", (namespace, name), new={**copy.deepcopy(body), "kind": "Lease"})
         return copy.deepcopy(self.store["Lease"][(namespace, name)])
 
     async def close(self) -> None:

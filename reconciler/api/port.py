@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from gpuclass.reconciler.state.sources import Source
+from gpuclass.reconciler.state.resources import Resource
 from gpuclass.shared.kube.errors import ApiError
 from gpuclass.shared.kube.listwatch import ListPage, RawObject, WatchEvent
 
@@ -24,15 +24,15 @@ class KubeAPI(Protocol):
     """What the reconciler asks of the API server, and nothing more.
 
     A write returns the object as the server stored it; the caller keeps only its
-    resourceVersion, to wait until the watch brings that version into its cache (it never puts
-    the object into the cache itself). None means nothing was sent (the dry run).
+    resourceVersion, to wait until the watch brings that version into its store (it never puts
+    the object into the store itself). None means nothing was sent (the dry run).
     """
 
-    def list_pages(self, source: Source) -> AsyncIterator[ListPage]:
-        """Pages of the source's collection (selectors applied), consistent at one version."""
+    def list_pages(self, resource: Resource) -> AsyncIterator[ListPage]:
+        """Pages of the resource's collection (selectors applied), consistent at one version."""
         ...
 
-    def watch(self, source: Source, resource_version: str) -> AsyncIterator[WatchEvent]:
+    def watch(self, resource: Resource, resource_version: str) -> AsyncIterator[WatchEvent]:
         """Changes after `resource_version` until the server ends the stream."""
         ...
 
@@ -47,7 +47,7 @@ class KubeAPI(Protocol):
         ...
 
     async def patch_class_finalizers(
-        self, name: str, finalizers: list[str], resource_version: str
+        self, name: str, finalizers: list[str], *, resource_version: str
     ) -> RawObject | None:
         """Merge patch of the whole `metadata.finalizers` list, pinned to `resource_version` (409
         when stale, 422 when adding one to a deleting class)."""
@@ -58,7 +58,7 @@ class KubeAPI(Protocol):
         ...
 
     async def patch_secret(
-        self, namespace: str, name: str, patch: list[RawObject]
+        self, namespace: str, name: str, *, patch: list[RawObject]
     ) -> RawObject | None:
         """JSON patch of a license copy (`reconciler.state.licenses.copy_patch`): 404 when it is gone,
         422 when its `test` fails (not labelled ours) or the Secret is immutable."""
@@ -73,7 +73,7 @@ class KubeAPI(Protocol):
         ...
 
     async def replace_config_map(
-        self, namespace: str, name: str, body: RawObject
+        self, namespace: str, name: str, *, body: RawObject
     ) -> RawObject | None:
         """Replace the copy record, pinned to `metadata.resourceVersion` of `body` (409 if stale)."""
         ...
@@ -90,7 +90,7 @@ class KubeAPI(Protocol):
         """Create the Lease (409 AlreadyExists when another replica was first)."""
         ...
 
-    async def replace_lease(self, namespace: str, name: str, body: RawObject) -> RawObject:
+    async def replace_lease(self, namespace: str, name: str, *, body: RawObject) -> RawObject:
         """Replace the Lease, pinned to `metadata.resourceVersion` of `body` (409 when another
         replica wrote it since)."""
         ...

@@ -1,4 +1,4 @@
-"""The reconciler's pure state: the incremental cache and what each change dirties,
-usage counters, status diffs, the in-use finalizer, the license-copy plan, and the
-table of watched sources. No I/O (import-linter's `pure-shell-state` contract).
+"""The reconciler's pure state: the store (incremental records and what each change dirties),
+the decisions read from it, usage counters, status diffs, the in-use finalizer, the
+license-copy plan, and the table of watched resources. No I/O (import-linter's `pure-shell-state` contract).
 """

@@ -33,14 +33,12 @@ from typing import Any, Literal
 import orjson
 
 from gpuclass.shared.core.base import names
+from gpuclass.shared.core.base.meta import Key
 from gpuclass.shared.core.base.raw import dict_at, list_at
 from gpuclass.shared.core.model.secrets import Redacted, SecretRecord
 from gpuclass.shared.core.model.snapshot import ClassRecord
 from gpuclass.shared.core.model.vmiuse import VMIUse
 from gpuclass.shared.core.status.entitlement import entitlement_problem
-
-SecretKey = tuple[str, str]
-"""(namespace, name)."""
 
 Started = tuple[str, str, str]
 """(namespace, VMI name, copy name) of a bound virt-launcher Pod that mounts a license copy."""
@@ -72,12 +70,12 @@ class DesiredCopy:
 
 @dataclass(frozen=True, slots=True)
 class CopyPlan:
-    """What the view wants: `desired` copies with their content, and `held` copies that are wanted
+    """What the store wants: `desired` copies with their content, and `held` copies that are wanted
     but cannot be made now (class invalid or gone, source Secret missing or empty), which are
     left as they are rather than deleted."""
 
-    desired: Mapping[SecretKey, DesiredCopy]
-    held: frozenset[SecretKey]
+    desired: Mapping[Key, DesiredCopy]
+    held: frozenset[Key]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +90,7 @@ class CopyAction:
     copy: DesiredCopy | None = None
 
     @property
-    def key(self) -> SecretKey:
+    def key(self) -> Key:
         """(namespace, name) of the copy, the record's key and the backoff's."""
         return (self.namespace, self.name)
 
@@ -166,7 +164,7 @@ launcher_licence = launcher_license
 
 
 def copy_content(
-    record: ClassRecord | None, secrets: Mapping[SecretKey, SecretRecord], license_namespace: str
+    record: ClassRecord | None, secrets: Mapping[Key, SecretRecord], *, license_namespace: str
 ) -> dict[str, Redacted] | None:
     """The copy's `data` for a class, or None when it cannot be produced now."""
     if record is None or record.spec is None or record.spec.license is None:
@@ -186,7 +184,7 @@ def desired_copies(
     vmis: Iterable[VMIUse],
     classes: Mapping[str, ClassRecord],
     *,
-    secrets: Mapping[SecretKey, SecretRecord],
+    secrets: Mapping[Key, SecretRecord],
     namespaces: Mapping[str, Mapping[str, str]],
     license_namespace: str,
     vgpu_entitled: bool,
@@ -198,8 +196,8 @@ def desired_copies(
     never gets a node (pinned to a node that does not exist, or waiting for capacity)
     gets no copy, so no token reaches a namespace without a licensed guest starting there.
     """
-    desired: dict[SecretKey, DesiredCopy] = {}
-    held: set[SecretKey] = set()
+    desired: dict[Key, DesiredCopy] = {}
+    held: set[Key] = set()
     entitled: dict[str, bool] = {}
     for vmi in vmis:
         name = vmi.license_secret
@@ -214,7 +212,7 @@ def desired_copies(
         if not entitled[vmi.namespace]:
             continue
         class_name = name.removeprefix(names.LICENSE_COPY_PREFIX)
-        data = copy_content(classes.get(class_name), secrets, license_namespace)
+        data = copy_content(classes.get(class_name), secrets, license_namespace=license_namespace)
         if data is None:
             held.add(key)
         else:
@@ -223,7 +221,7 @@ def desired_copies(
 
 
 def plan_copies(
-    plan: CopyPlan, recorded: Mapping[SecretKey, str], *, verify: bool = False
+    plan: CopyPlan, recorded: Mapping[Key, str], *, verify: bool = False
 ) -> list[CopyAction]:
     """Writes that bring the recorded copies to the plan, sorted by namespace and name.
 
@@ -248,7 +246,7 @@ def plan_copies(
     return sorted(actions, key=lambda a: a.key)
 
 
-def parse_record(obj: Mapping[str, Any] | None) -> dict[SecretKey, str]:
+def parse_record(obj: Mapping[str, Any] | None) -> dict[Key, str]:
     """The record ConfigMap's entries; what cannot be read (edited by hand) is skipped.
 
     Format of `data["copies.json"]`: a JSON object `{"<namespace>/<name>": "<digest>"}`.
@@ -260,7 +258,7 @@ def parse_record(obj: Mapping[str, Any] | None) -> dict[SecretKey, str]:
         raw = orjson.loads(text)
     except orjson.JSONDecodeError:
         return {}
-    entries: dict[SecretKey, str] = {}
+    entries: dict[Key, str] = {}
     for key, digest in dict_at(raw).items():
         namespace, _, name = str(key).partition("/")
         if namespace and is_copy_name(name) and isinstance(digest, str):
@@ -268,7 +266,7 @@ def parse_record(obj: Mapping[str, Any] | None) -> dict[SecretKey, str]:
     return entries
 
 
-def render_record(entries: Mapping[SecretKey, str]) -> str:
+def render_record(entries: Mapping[Key, str]) -> str:
     """`data["copies.json"]` for the entries, sorted, so equal records are equal strings."""
     return orjson.dumps(
         {f"{ns}/{name}": digest for (ns, name), digest in sorted(entries.items())}
@@ -276,7 +274,7 @@ def render_record(entries: Mapping[SecretKey, str]) -> str:
 
 
 def record_body(
-    entries: Mapping[SecretKey, str], *, namespace: str, resource_version: str = ""
+    entries: Mapping[Key, str], *, namespace: str, resource_version: str = ""
 ) -> dict[str, Any]:
     """The record ConfigMap to create (no version) or replace (pinned to `resource_version`)."""
     metadata: dict[str, Any] = {

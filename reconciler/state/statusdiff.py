@@ -70,7 +70,7 @@ def _conditions(status: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]
     return {c["type"]: c for c in raw if isinstance(c, dict) and isinstance(c.get("type"), str)}
 
 
-def _is_problem(condition: str, status: str, reason: str) -> bool:
+def _is_problem(condition: str, status: str, *, reason: str) -> bool:
     if (condition, reason) in NOT_A_PROBLEM:
         return False
     if condition in GOOD_WHEN_TRUE:
@@ -97,7 +97,7 @@ def transitions(stored: Mapping[str, Any] | None, computed: Mapping[str, Any]) -
             reason=str(c.get("reason") or c["type"]),
             message=str(c.get("message") or ""),
             type="Warning"
-            if _is_problem(str(c["type"]), str(c.get("status")), str(c.get("reason")))
+            if _is_problem(str(c["type"]), str(c.get("status")), reason=str(c.get("reason")))
             else "Normal",
         )
         for c in wanted

@@ -121,7 +121,11 @@ class ClassSurveys:
         for name in entry.stale:
             node = nodes.get(name)
             new = (
-                node_share(node, resource, tolerations, used.get(name, 0), needs) if node else None
+                node_share(
+                    node, resource, tolerations=tolerations, used=used.get(name, 0), needs=needs
+                )
+                if node
+                else None
             )
             old = shares.get(name)
             if new == old:

@@ -15,11 +15,14 @@ counters (the property tests and the benchmark's baseline compare the two).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from gpuclass.reconciler.state.surveys import ClassSurveys
 from gpuclass.shared.core.model.kubevirt import kubevirt_devices
 from gpuclass.shared.core.model.podrequests import PodRecord
 from gpuclass.shared.core.model.snapshot import NodeRecord
+from gpuclass.shared.core.model.vmiuse import VMIUse
 from gpuclass.shared.core.status.availability import UsageIndex
 
 
@@ -91,7 +94,7 @@ class UsageCounters:
                 if not per_node:
                     del self.used[resource]
 
-    def set_node(self, name: str, old: NodeRecord | None, new: NodeRecord | None) -> set[str]:
+    def set_node(self, name: str, old: NodeRecord | None, *, new: NodeRecord | None) -> set[str]:
         """Replace node `name`'s record (None: absent); returns the resources it may affect."""
         for resource in {*(old.allocatable if old else ()), *(new.allocatable if new else ())}:
             self.surveys.touch(resource, name, node_changed=True)
@@ -107,3 +110,41 @@ class UsageCounters:
                 self._nodes.setdefault(resource, {})[name] = new
                 self._view.invalidate(resource)
         return node_change_resources(old, new)
+
+
+HOLDING_PHASES = frozenset({"Scheduled", "Running"})
+"""VMI phases whose launcher Pod is bound: the VMI's units are in use (docs/metrics.md)."""
+WAITING_PHASES = frozenset({"", "Pending", "Scheduling"})
+"""VMI phases before its launcher Pod is bound: the VMI waits for capacity (docs/metrics.md)."""
+
+
+@dataclass(slots=True)
+class VMIUsage:
+    """Units in use per (namespace, class) and VMIs waiting per class, kept current per event."""
+
+    units: dict[tuple[str, str], int] = field(default_factory=dict)
+    waiting: dict[str, int] = field(default_factory=dict)
+    changed: bool = True
+
+    def add(self, vmi: VMIUse, sign: int) -> None:
+        """Count a VMI in (`sign` 1) or out (-1): its units while its launcher is bound, one waiting
+        VMI per class before; other phases (Succeeded, Failed) count nowhere."""
+        if not vmi.units:
+            return
+        if vmi.phase in HOLDING_PHASES:
+            for class_name, count in vmi.units:
+                _bump(self.units, (vmi.namespace, class_name), by=sign * count)
+        elif vmi.phase in WAITING_PHASES:
+            for class_name, _ in vmi.units:
+                _bump(self.waiting, class_name, by=sign)
+        else:
+            return
+        self.changed = True
+
+
+def _bump(counts: dict[Any, int], key: Any, *, by: int) -> None:
+    total = counts.get(key, 0) + by
+    if total:
+        counts[key] = total
+    else:
+        counts.pop(key, None)

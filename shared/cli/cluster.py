@@ -58,7 +58,7 @@ async def read_cluster(
     from gpuclass.shared.kube.errors import ApiError
     from gpuclass.shared.kube.kubeclient import RawClient, api_client
 
-    collections = _collections(kubevirt_namespace, more, quota_namespace)
+    collections = _collections(kubevirt_namespace, more, quota_namespace=quota_namespace)
     try:  # --kubeconfig, else KUBECONFIG, else ~/.kube/config, as kubectl finds them
         api = await api_client(kubeconfig, binary="gpuclass", context=context)
     except ClusterConfigError as exc:
@@ -98,14 +98,14 @@ async def read_cluster(
         await raw.close()
     snapshot = builder.snapshot
     if unreadable:
-        _stored_license_view(snapshot, license_namespace, unreadable)
+        _stored_license_view(snapshot, license_namespace, unreadable=unreadable)
     if quotas_unread and snapshot.detail is not None:
         snapshot.detail.quotas_unread = True
     return snapshot
 
 
 def _collections(
-    kubevirt_namespace: str, more: Sequence[Collection], quota_namespace: str | None
+    kubevirt_namespace: str, more: Sequence[Collection], *, quota_namespace: str | None
 ) -> dict[str, tuple[str, dict[str, str]]]:
     """Kind -> (path, query) of every collection one answer lists, in the order it lists them."""
     collections = {
@@ -132,7 +132,9 @@ def license_secret_names(snapshot: Snapshot, classes: frozenset[str] | None) -> 
     )
 
 
-def _stored_license_view(snapshot: Snapshot, license_namespace: str, unreadable: set[str]) -> None:
+def _stored_license_view(
+    snapshot: Snapshot, license_namespace: str, *, unreadable: set[str]
+) -> None:
     """Where the caller cannot read a source Secret: a licensed class whose stored status says
     the Secret is usable gets a stand-in record, so the pure rules see what the reconciler saw."""
     for record in snapshot.classes.values():

@@ -130,7 +130,7 @@ def admission_catalog(snapshot: Snapshot, license_namespace: str) -> Catalog:
     return build_catalog(snapshot, policy, figures="computed")
 
 
-def refusals(name: str, count: int, catalog: Catalog) -> tuple[str, ...]:
+def refusals(name: str, count: int, *, catalog: Catalog) -> tuple[str, ...]:
     """Why admission would refuse a VM selecting `count` units of one class (4.3, 4.4).
 
     The rules themselves (:func:`shared.core.admission.rules.class_causes` and
@@ -166,7 +166,7 @@ def explain_class(
     """Whether a VM needing `count` units of class `name` can start now, and on which nodes."""
     index = index or UsageIndex.build(snapshot)
     catalog = catalog or admission_catalog(snapshot, license_namespace)
-    why = refusals(name, count, catalog)
+    why = refusals(name, count, catalog=catalog)
     notes = entitlement_notes((name,), catalog)
     record = snapshot.classes.get(name)
     if record is None:
@@ -189,9 +189,9 @@ def explain_class(
             judge_node(
                 node,
                 resource,
-                record.tolerations,
-                index.used.get(resource, {}),
-                snapshot.launcher_devices,
+                tolerations=record.tolerations,
+                used=index.used.get(resource, {}),
+                needs=snapshot.launcher_devices,
             )
             for node in index.nodes_by_resource.get(resource, ())
         ]
@@ -215,7 +215,7 @@ def explain_class(
     else:
         # a conflict loser was refused above
         found = survey(record, index, conflict_lost=False, needs=snapshot.launcher_devices)
-        answer, can_start = _why_not(found, rows, resource or "", count), False
+        answer, can_start = _why_not(found, rows, resource=resource or "", count=count), False
     return Explanation(
         name,
         count,
@@ -231,7 +231,7 @@ def explain_class(
     )
 
 
-def _why_not(found: Survey, rows: Sequence[NodeRow], resource: str, count: int) -> str:
+def _why_not(found: Survey, rows: Sequence[NodeRow], *, resource: str, count: int) -> str:
     capacity = found.capacity()
     free, max_free = found.free, found.max_free_per_node
     waits = f"a VM needing {_units(count)} waits"

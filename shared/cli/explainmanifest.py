@@ -104,7 +104,7 @@ def selection_of(manifest: Mapping[str, Any]) -> tuple[str, str, str | None]:
     return kind, str(name or "(no name)"), raw if isinstance(raw, str) else None
 
 
-def unit_nodes(snapshot: Snapshot, index: UsageIndex, wanted: Mapping[str, int]) -> list[str]:
+def unit_nodes(snapshot: Snapshot, index: UsageIndex, *, wanted: Mapping[str, int]) -> list[str]:
     """Nodes where every selected class has its count free at once, under all their tolerations,
     that KubeVirt's launcher can land on (:func:`node_blocker`), by name."""
     records = [snapshot.classes[n] for n in wanted if n in snapshot.classes]
@@ -127,7 +127,7 @@ def unit_nodes(snapshot: Snapshot, index: UsageIndex, wanted: Mapping[str, int])
 
 
 def resolved_view(
-    manifest: Mapping[str, Any], snapshot: Snapshot, wanted: Mapping[str, int]
+    manifest: Mapping[str, Any], snapshot: Snapshot, *, wanted: Mapping[str, int]
 ) -> dict[str, Any]:
     """The VMI the manifest becomes after admission: its GPU entries, one per unit of each class
     (docs/contract.md 4.6), beside whatever else the tenant wrote."""
@@ -147,7 +147,7 @@ def resolved_view(
     return view
 
 
-def quota_lines(snapshot: Snapshot, namespace: str, ask: LauncherAsk) -> tuple[QuotaLine, ...]:
+def quota_lines(snapshot: Snapshot, namespace: str, *, ask: LauncherAsk) -> tuple[QuotaLine, ...]:
     """The namespace's ResourceQuota keys the launcher Pod's requests count against (Kubernetes'
     quota admission refuses the Pod at creation when any has less left than it asks)."""
     wanted: dict[str, Decimal] = {
@@ -178,7 +178,7 @@ def _amount(value: Decimal) -> str:
 
 
 def vm_rows(
-    snapshot: Snapshot, nodes: Sequence[str], ask: LauncherAsk | None
+    snapshot: Snapshot, nodes: Sequence[str], *, ask: LauncherAsk | None
 ) -> tuple[VMNodeRow, ...]:
     """Each node that holds the VM's GPUs, judged for the rest of the launcher Pod."""
     detail = snapshot.detail
@@ -187,7 +187,7 @@ def vm_rows(
     rows = []
     for name in nodes:
         node = detail.nodes.get(name)
-        reasons = launcher_misfits(ask, node, detail.used.get(name, {})) if node else ()
+        reasons = launcher_misfits(ask, node, used=detail.used.get(name, {})) if node else ()
         rows.append(VMNodeRow(name, not reasons, reasons))
     return tuple(rows)
 
@@ -203,7 +203,7 @@ def manifest_refusals(manifest: Mapping[str, Any], catalog: Catalog) -> tuple[Ca
     """Every cause admission gives the VMI of `manifest` (docs/contract.md 4.1-4.8) but
     entitlement, each field as the tenant wrote it (a VM's as shared/core/admission/validate_vm.py names them)."""
     namespace = str(dict_at(manifest.get("metadata")).get("namespace") or "default")
-    judged = judge_create(judged_view(manifest), namespace, catalog)
+    judged = judge_create(judged_view(manifest), namespace, catalog=catalog)
     vm = manifest.get("kind") == "VirtualMachine"
     return tuple(
         tenant_cause(c) if vm else c for c in judged.causes if c.code not in ENTITLEMENT_CODES
@@ -250,16 +250,16 @@ def explain_manifest(
         )
         for c, n in wanted.items()
     )
-    holding = unit_nodes(snapshot, index, wanted)
+    holding = unit_nodes(snapshot, index, wanted=wanted)
     namespace = str(dict_at(manifest.get("metadata")).get("namespace") or "default")
     ask = (  # a VM admission refuses never gets a launcher
-        launcher_ask(resolved_view(manifest, snapshot, wanted), snapshot.kubevirt)
+        launcher_ask(resolved_view(manifest, snapshot, wanted=wanted), snapshot.kubevirt)
         if snapshot.detail is not None and not problems
         else None
     )
-    rows = vm_rows(snapshot, holding, ask)
+    rows = vm_rows(snapshot, holding, ask=ask)
     together = sum(1 for r in rows if r.fits) if ask is not None else len(holding)
-    quota = quota_lines(snapshot, namespace, ask) if ask is not None else ()
+    quota = quota_lines(snapshot, namespace, ask=ask) if ask is not None else ()
     notes = entitlement_notes(tuple(wanted), catalog)
     vm_notes = _rendering_notes(manifest, ask)
     if snapshot.detail is not None and snapshot.detail.quotas_unread:

@@ -78,7 +78,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     return its exit code (`argv`/`environ` default to the process's, tests pass their own)."""
     raw = sys.argv[1:] if argv is None else list(argv)
     env = dict(os.environ if environ is None else environ)
-    migrated = migrate_deprecated(raw, env, "gpuclass")  # before the parser reads env
+    migrated = migrate_deprecated(raw, env, prog="gpuclass")  # before the parser reads env
     args = build_parser(env).parse_args(migrated)
     args.environ = env
     if args.command == "validate":

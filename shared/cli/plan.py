@@ -190,8 +190,8 @@ def _changed_fields(old: Mapping[Any, Any], new: Mapping[Any, Any]) -> tuple[str
 def plan(
     current: Snapshot,
     proposed: Sequence[Proposed],
-    vms: Sequence[Mapping[str, Any]],
     *,
+    vms: Sequence[Mapping[str, Any]],
     policy: Policy,
     now: str,
 ) -> Plan:
@@ -265,11 +265,12 @@ def plan(
                 running_effect=effect,
             )
         )
-    result.vms = vm_plans(vms, *_catalogs(current, after_snapshot, policy))
+    before_catalog, after_catalog = _catalogs(current, after_snapshot, policy=policy)
+    result.vms = vm_plans(vms, before_catalog, after=after_catalog)
     return result
 
 
-def _catalogs(before: Snapshot, after: Snapshot, policy: Policy) -> tuple[Catalog, Catalog]:
+def _catalogs(before: Snapshot, after: Snapshot, *, policy: Policy) -> tuple[Catalog, Catalog]:
     return (
         build_catalog(before, policy, figures="computed"),
         build_catalog(after, policy, figures="computed"),
@@ -294,7 +295,7 @@ def _vm_key(vm: Mapping[str, Any]) -> tuple[str, str]:
     )
 
 
-def vm_plans(vms: Sequence[Mapping[str, Any]], before: Catalog, after: Catalog) -> list[VMPlan]:
+def vm_plans(vms: Sequence[Mapping[str, Any]], before: Catalog, *, after: Catalog) -> list[VMPlan]:
     """The VMs whose next start the change refuses or alters, sorted by namespace and name."""
     out: list[VMPlan] = []
     for vm in vms:
@@ -302,7 +303,10 @@ def vm_plans(vms: Sequence[Mapping[str, Any]], before: Catalog, after: Catalog) 
         if view is None:
             continue
         namespace, name = _vm_key(vm)
-        was, will = judge_create(view, namespace, before), judge_create(view, namespace, after)
+        was, will = (
+            judge_create(view, namespace, catalog=before),
+            judge_create(view, namespace, catalog=after),
+        )
         classes = _selected(view)
         if not classes:
             continue

@@ -195,7 +195,7 @@ def run_plan(args: argparse.Namespace, objects: Sequence[str]) -> int:
         print(f"gpuclass plan: {text(exc)}", file=sys.stderr)
         return 2
     policy = Policy(args.vgpu_entitled, args.license_namespace)
-    result = plan(snapshot, proposed, vms, policy=policy, now=now_rfc3339())
+    result = plan(snapshot, proposed, vms=vms, policy=policy, now=now_rfc3339())
     result.classes = [
         replace(c, line=lines.get(c.name, 0)) if c.source else c for c in result.classes
     ]

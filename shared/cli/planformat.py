@@ -206,7 +206,7 @@ def _markdown(plan: Plan) -> str:
     return "\n".join(out)
 
 
-def _annotation(level: Literal["error", "warning", "notice"], c: ClassPlan, message: str) -> str:
+def _annotation(level: Literal["error", "warning", "notice"], c: ClassPlan, *, message: str) -> str:
     return workflow_command(
         level,
         message,
@@ -221,10 +221,10 @@ def _github(plan: Plan) -> str:
     for c in plan.classes:
         for reason in c.refused:
             advice = f" ({c.advice})" if c.advice else ""
-            lines.append(_annotation("error", c, f"refused: {reason}{advice}"))
+            lines.append(_annotation("error", c, message=f"refused: {reason}{advice}"))
         if not c.refused and c.change != "unchanged":
             detail = " ".join(line.strip() for line in _class_lines(c)[1:])
-            lines.append(_annotation("notice", c, f"{c.change}: {detail}".rstrip(": ")))
+            lines.append(_annotation("notice", c, message=f"{c.change}: {detail}".rstrip(": ")))
     for v in plan.vms:
         what = "next start refused" if v.impact == "start-refused" else "next start changes"
         reasons = "; ".join(v.causes) or v.detail

@@ -17,7 +17,7 @@ class ApiError(Exception):
     when the server sent one.
     """
 
-    def __init__(self, status: int, reason: str = "", message: str = "") -> None:
+    def __init__(self, status: int, reason: str = "", *, message: str = "") -> None:
         super().__init__(f"{status} {reason}: {message}" if message else f"{status} {reason}")
         self.status = status
         self.reason = reason

@@ -103,7 +103,7 @@ async def _error(response: aiohttp.ClientResponse) -> ApiError:
     return ApiError(
         response.status,
         str(status.get("reason") or response.reason or ""),
-        str(status.get("message") or ""),
+        message=str(status.get("message") or ""),
     )
 
 
@@ -163,7 +163,7 @@ class RawClient:
                 _request_timeout=timeout or self.request_timeout,
             )
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise ApiError(0, type(exc).__name__, str(exc)) from exc
+            raise ApiError(0, type(exc).__name__, message=str(exc)) from exc
         if not 200 <= response.status < 300:
             error = await _error(response)
             response.release()
@@ -175,7 +175,7 @@ class RawClient:
         try:
             data = orjson.loads(await response.read())
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise ApiError(0, type(exc).__name__, str(exc)) from exc
+            raise ApiError(0, type(exc).__name__, message=str(exc)) from exc
         finally:
             response.release()
         return data if isinstance(data, dict) else {}
@@ -192,7 +192,7 @@ class RawClient:
                 if len(body) > self.max_page_bytes and query.get("limit") != "1":
                     return None
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise ApiError(0, type(exc).__name__, str(exc)) from exc
+            raise ApiError(0, type(exc).__name__, message=str(exc)) from exc
         finally:
             response.release()
         if values_over(body, self.max_page_values) is not None and query.get("limit") != "1":
@@ -200,7 +200,7 @@ class RawClient:
         try:
             data = orjson.loads(body) if body else {}
         except orjson.JSONDecodeError as exc:
-            raise ApiError(0, "BadListBody", f"not JSON: {exc}") from exc
+            raise ApiError(0, "BadListBody", message=f"not JSON: {exc}") from exc
         return data if isinstance(data, dict) else {}
 
     async def get(self, path: str) -> RawObject:
@@ -210,16 +210,16 @@ class RawClient:
     # -- list and watch ------------------------------------------------------------------------------
 
     def list_pages(self, source: str) -> AsyncIterator[ListPage]:
-        """The :class:`ListWatchClient` side: pages of the collection named `source`, with the
+        """The :class:`ListerWatcher` side: pages of the collection named `source`, with the
         selectors it was given."""
         path, selectors = self.paths[source]
         return self.list_collection(path, selectors)
 
     def watch(self, source: str, resource_version: str) -> AsyncIterator[WatchEvent]:
-        """The :class:`ListWatchClient` side: the watch of the collection named `source` from
+        """The :class:`ListerWatcher` side: the watch of the collection named `source` from
         `resource_version`."""
         path, selectors = self.paths[source]
-        return self.watch_collection(path, selectors, resource_version)
+        return self.watch_collection(path, selectors, resource_version=resource_version)
 
     async def list_collection(
         self, path: str, selectors: Mapping[str, str]
@@ -251,7 +251,7 @@ class RawClient:
                 return
 
     async def watch_collection(
-        self, path: str, selectors: Mapping[str, str], resource_version: str
+        self, path: str, selectors: Mapping[str, str], *, resource_version: str
     ) -> AsyncIterator[WatchEvent]:
         """Changes of one collection after `resource_version`, until the server ends the stream."""
         query = {
@@ -275,7 +275,7 @@ class RawClient:
                     if line.strip():
                         yield _event(line)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise ApiError(0, type(exc).__name__, str(exc) or "watch dropped") from exc
+            raise ApiError(0, type(exc).__name__, message=str(exc) or "watch dropped") from exc
         finally:
             response.release()
 
@@ -288,13 +288,15 @@ def _event(line: bytes) -> WatchEvent:
     try:
         event = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
-        raise ApiError(0, "BadWatchEvent", f"not JSON: {exc}") from exc
+        raise ApiError(0, "BadWatchEvent", message=f"not JSON: {exc}") from exc
     obj = event.get("object") if isinstance(event, dict) else None
     kind = event.get("type") if isinstance(event, dict) else None
     if not isinstance(obj, dict) or not isinstance(kind, str):
-        raise ApiError(0, "BadWatchEvent", "a watch event needs type and object")
+        raise ApiError(0, "BadWatchEvent", message="a watch event needs type and object")
     if kind == "ERROR":
         raise ApiError(
-            int(obj.get("code") or 500), str(obj.get("reason") or ""), str(obj.get("message") or "")
+            int(obj.get("code") or 500),
+            str(obj.get("reason") or ""),
+            message=str(obj.get("message") or ""),
         )
     return WatchEvent(kind, obj)

@@ -8,11 +8,11 @@ from the last version or bookmark; a 410 Gone re-lists at once; a dropped watch,
 a watch that ends at once or any other failure re-lists after an exponential
 backoff with jitter, which resets after a healthy watch. The caller may ask for a
 re-list of one resource (:meth:`Reflector.request_relist`). Per resource, a
-:class:`~shared.core.base.syncview.SyncView` records whether its view is complete
-(listed, not re-listing) and how recent it is. An object the store cannot take
+:class:`~shared.core.base.syncview.SyncView` records whether what the store holds of it is
+complete (listed, not re-listing) and how recent it is. An object the store cannot take
 is skipped and logged once, never the end of a resource.
 
-The seam below is :class:`ListWatchClient` (pages and events of raw dicts, errors
+The seam below is :class:`ListerWatcher` (client-go's word; pages and events of raw dicts, errors
 as :class:`ApiError`): `shared.kube.kubeclient.RawClient` over HTTP for both
 binaries, `reconciler.api.fake.MemoryKube` offline and in tests.
 """
@@ -58,7 +58,7 @@ class WatchEvent:
     object: RawObject = field(default_factory=dict)
 
 
-class ListWatchClient(Protocol[R_contra]):
+class ListerWatcher(Protocol[R_contra]):
     """What a :class:`Reflector` reads from: `shared.kube.kubeclient.RawClient` over HTTP,
     `reconciler.api.fake.MemoryKube` offline and in tests, or a scripted client that ends streams
     and raises 410 on cue."""
@@ -78,7 +78,7 @@ class Store(Protocol[R_contra]):
 
     The reflector is the store's only writer, as an informer is its cache's in client-go and
     controller-runtime. The webhook's catalog cache has no other; nor has the reconciler's
-    `reconciler.state.cache.ClusterCache`: the responses to its own writes are not put into it
+    `reconciler.state.store.ClusterStore`: the responses to its own writes are not put into it
     (so a late response cannot roll it back), and the worker waits until the watch brings the
     version a write returned (`reconciler.state.expect`).
     """
@@ -106,8 +106,8 @@ class Reflector(Generic[R]):
 
     def __init__(
         self,
-        api: ListWatchClient[R],
-        state: Store[R],
+        lister_watcher: ListerWatcher[R],
+        store: Store[R],
         *,
         sync: SyncView[R],
         on_change: Callable[[], None],
@@ -118,7 +118,7 @@ class Reflector(Generic[R]):
         rng: random.Random | None = None,
         healthy_watch_seconds: float = 1.0,
     ) -> None:
-        self.api, self.state = api, state
+        self.lister_watcher, self.store = lister_watcher, store
         self.sync, self.on_change, self.on_restart = sync, on_change, on_restart
         self.on_store_error = on_store_error
         """Called when the store raised on an object: a bug in our code, counted by the binary."""
@@ -128,97 +128,97 @@ class Reflector(Generic[R]):
         self._relist_wanted: dict[R, asyncio.Event] = {}
         self._skipped: set[tuple[R, Key | None, str]] = set()
 
-    def request_relist(self, source: R) -> None:
-        """End the source's watch and list it again (the caller rate-limits)."""
-        self._relist_wanted.setdefault(source, asyncio.Event()).set()
+    def request_relist(self, resource: R) -> None:
+        """End the resource's watch and list it again (the caller rate-limits)."""
+        self._relist_wanted.setdefault(resource, asyncio.Event()).set()
 
-    async def relist(self, source: R) -> str:
-        """Replace the source's state with a fresh list; returns the version to watch from.
+    async def relist(self, resource: R) -> str:
+        """Replace what the store holds of the resource with a fresh list; returns the version to watch from.
 
-        Pages go into the state as they come (a 150,000-pod list is never held
-        whole), but nothing is swept before the last page: until then the state
-        holds the previous view plus what the new list has shown, never less.
+        Pages go into the store as they come (a 150,000-pod list is never held
+        whole), but nothing is swept before the last page: until then the store
+        holds what it held plus what the new list has shown, never less.
         """
-        self.sync.relisting(source)
+        self.sync.relisting(resource)
         seen: set[Key] = set()
         version = ""
-        async for page in self.api.list_pages(source):
+        async for page in self.lister_watcher.list_pages(resource):
             for obj in page.items:
                 key = object_key(obj)
                 if key is not None:
                     seen.add(key)
-                    self._apply(source, obj, deleted=False)
+                    self._apply(resource, obj, deleted=False)
             version = page.resource_version or version
             self.on_change()
-        self.state.sweep(source, seen)
-        self.sync.listed(source, version)
+        self.store.sweep(resource, seen)
+        self.sync.listed(resource, version)
         self.on_change()
         return version
 
-    async def follow(self, source: R, version: str) -> tuple[str, int]:
+    async def follow(self, resource: R, version: str) -> tuple[str, int]:
         """Apply watch events until the server ends the stream; returns the last version and the count."""
         count = 0
-        async for event in self.api.watch(source, version):
+        async for event in self.lister_watcher.watch(resource, version):
             version = resource_version(event.object) or version
-            self.sync.progressed(source, version)
+            self.sync.progressed(resource, version)
             if event.type in ("ADDED", "MODIFIED", "DELETED"):
-                self._apply(source, event.object, deleted=event.type == "DELETED")
+                self._apply(resource, event.object, deleted=event.type == "DELETED")
             else:
                 continue
             count += 1
             self.on_change()
         return version, count
 
-    def _apply(self, source: R, obj: RawObject, *, deleted: bool) -> None:
-        """Fold one object into the state.
+    def _apply(self, resource: R, obj: RawObject, *, deleted: bool) -> None:
+        """Fold one object into the store.
 
         The stores read raw objects through tolerant accessors and never raise on what a
         client may send; an exception here is a bug in the store, not bad input. It is
         logged as one (with its traceback, once per object version, no payload), counted
-        through `on_store_error`, and the object skipped, so one bug does not stop a source.
+        through `on_store_error`, and the object skipped, so one bug does not stop a resource.
         """
         try:
             if deleted:
-                self.state.delete(source, obj)
+                self.store.delete(resource, obj)
             else:
-                self.state.upsert(source, obj)
-        except Exception:  # a store bug must not stop the whole source; see the docstring
-            self.on_store_error(source)
-            marker = (source, object_key(obj), resource_version(obj))
+                self.store.upsert(resource, obj)
+        except Exception:  # a store bug must not stop the whole resource; see the docstring
+            self.on_store_error(resource)
+            marker = (resource, object_key(obj), resource_version(obj))
             if marker not in self._skipped:
                 if len(self._skipped) > 10_000:  # bounded memory, at worst a repeated line
                     self._skipped.clear()
                 self._skipped.add(marker)
                 log.exception(
                     "store bug: object skipped (please report)",
-                    extra={"fields": {"resource": source, "object": str(marker[1])}},
+                    extra={"fields": {"resource": resource, "object": str(marker[1])}},
                 )
 
-    async def run(self, source: R) -> None:
-        """The loop of one source, forever: list, watch until the stream ends, then re-list after a
+    async def run(self, resource: R) -> None:
+        """The loop of one resource, forever: list, watch until the stream ends, then re-list after a
         410 or a request at once, after any failure with backoff. Only cancellation ends it."""
         attempt = 0
         while True:
             try:
-                version = await self.relist(source)
+                version = await self.relist(resource)
                 while True:
                     started = self.clock()
-                    version, count = await self._follow_unless_relist(source, version)
+                    version, count = await self._follow_unless_relist(resource, version)
                     if count == 0 and self.clock() - started < self.healthy_watch_seconds:
-                        raise ApiError(0, "WatchEnded", "the watch ended at once")
+                        raise ApiError(0, "WatchEnded", message="the watch ended at once")
                     attempt = 0
             except asyncio.CancelledError:
                 raise
             except (ApiError, RelistRequested) as exc:
-                attempt = await self._restart(source, exc, attempt)
+                attempt = await self._restart(resource, exc, attempt=attempt)
             except Exception as exc:  # a bug must not stop the loop; log it and re-list
-                log.exception("stream failed", extra={"fields": {"resource": source}})
-                attempt = await self._restart(source, exc, attempt)
+                log.exception("stream failed", extra={"fields": {"resource": resource}})
+                attempt = await self._restart(resource, exc, attempt=attempt)
 
-    async def _follow_unless_relist(self, source: R, version: str) -> tuple[str, int]:
-        wanted = self._relist_wanted.setdefault(source, asyncio.Event())
+    async def _follow_unless_relist(self, resource: R, version: str) -> tuple[str, int]:
+        wanted = self._relist_wanted.setdefault(resource, asyncio.Event())
         wanted.clear()
-        follow = asyncio.ensure_future(self.follow(source, version))
+        follow = asyncio.ensure_future(self.follow(resource, version))
         waiting = asyncio.ensure_future(wanted.wait())
         try:
             await asyncio.wait({follow, waiting}, return_when=asyncio.FIRST_COMPLETED)
@@ -232,15 +232,17 @@ class Reflector(Generic[R]):
             raise follow.exception()  # type: ignore[misc]
         raise RelistRequested("a fresh list was asked for")
 
-    async def _restart(self, source: R, exc: Exception, attempt: int) -> int:
-        self.sync.relisting(source)  # the view stops at the break until a new list completes
+    async def _restart(self, resource: R, exc: Exception, *, attempt: int) -> int:
+        self.sync.relisting(resource)  # the view stops at the break until a new list completes
         requested = isinstance(exc, RelistRequested)
         expired = requested or (isinstance(exc, ApiError) and exc.gone)
-        self.on_restart(source, "requested" if requested else "expired" if expired else "error")
+        self.on_restart(resource, "requested" if requested else "expired" if expired else "error")
         delay = 0.0 if expired and attempt == 0 else jittered(attempt, self.rng)
         log.info(
             "re-listing" if expired else "list/watch failed; re-listing",
-            extra={"fields": {"resource": source, "error": str(exc), "retry_in": round(delay, 2)}},
+            extra={
+                "fields": {"resource": resource, "error": str(exc), "retry_in": round(delay, 2)}
+            },
         )
         if delay:
             await self.sleep(delay)

@@ -60,12 +60,12 @@ _STR_TAG = "tag:yaml.org,2002:str"
 class DuplicateKey(yaml.YAMLError):
     """A mapping that names one key twice: PyYAML would silently keep the last value."""
 
-    def __init__(self, key: object, line: int, first_line: int) -> None:
+    def __init__(self, key: object, line: int, *, first_line: int) -> None:
         super().__init__(f"duplicate key {key!r}")
         self.key, self.line, self.first_line = key, line, first_line
 
 
-def _construct_mapping(loader: Any, node: yaml.Node, deep: bool = False) -> Any:
+def _construct_mapping(loader: Any, node: yaml.Node, deep: bool = False) -> Any:  # noqa: PLR0917 - PyYAML's construct_mapping signature
     """PyYAML's mapping constructor, refusing a key written twice in one mapping.
 
     Kubernetes' strict decoder refuses them too; PyYAML would keep the last value silently.
@@ -82,7 +82,7 @@ def _construct_mapping(loader: Any, node: yaml.Node, deep: bool = False) -> Any:
             line = key_node.start_mark.line + 1
             try:
                 if key in seen:
-                    raise DuplicateKey(key, line, seen[key])
+                    raise DuplicateKey(key, line, first_line=seen[key])
                 seen[key] = line
             except TypeError:  # an unhashable key: the base constructor reports it
                 continue
@@ -116,7 +116,7 @@ class LoadError(Exception):
         self.path, self.reason, self.code, self.line = path, reason or message, code, line
 
 
-def _error(path: Path, reason: str, code: str, line: int | None = None) -> LoadError:
+def _error(path: Path, reason: str, *, code: str, line: int | None = None) -> LoadError:
     return LoadError(f"{path}: {reason}", path=path, reason=reason, code=code, line=line)
 
 
@@ -132,7 +132,7 @@ def files_under(paths: Iterable[str | Path]) -> list[Path]:
         elif path.is_file():
             found.append(path)
         else:
-            raise _error(path, "no such file or folder", "NotFound")
+            raise _error(path, "no such file or folder", code="NotFound")
     return found
 
 
@@ -140,7 +140,7 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     keys = [key for key, _ in pairs]
     for key in keys:
         if keys.count(key) > 1:
-            raise DuplicateKey(key, 0, 0)
+            raise DuplicateKey(key, 0, first_line=0)
     return dict(pairs)
 
 
@@ -148,7 +148,7 @@ def _json_document(path: Path, data: bytes, *, strict_keys: bool) -> object:
     try:
         document = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise _error(path, f"not valid JSON: {exc}", "InvalidJSON") from exc
+        raise _error(path, f"not valid JSON: {exc}", code="InvalidJSON") from exc
     if json_too_deep(data):
         raise _too_deep(path)
     if strict_keys:  # orjson keeps the last of duplicate keys; the stdlib can tell
@@ -156,7 +156,7 @@ def _json_document(path: Path, data: bytes, *, strict_keys: bool) -> object:
             json.loads(data, object_pairs_hook=_unique_pairs)
         except DuplicateKey as exc:
             raise _error(
-                path, f"duplicate key {exc.key!r} in one object: remove one", "DuplicateKey"
+                path, f"duplicate key {exc.key!r} in one object: remove one", code="DuplicateKey"
             ) from exc
     return document
 
@@ -165,7 +165,7 @@ def _documents(path: Path, *, strict_keys: bool = False) -> Iterator[object]:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise _error(path, str(exc.strerror or exc), "Unreadable") from exc
+        raise _error(path, str(exc.strerror or exc), code="Unreadable") from exc
     if path.suffix == ".json":
         yield _json_document(path, data, strict_keys=strict_keys)
         return
@@ -182,7 +182,7 @@ def documents_from_bytes(data: bytes, source: str) -> list[object]:
     except orjson.JSONDecodeError:
         documents = list(_yaml_documents(path, data))
         for document in documents:
-            _check_depth(path, document, len(data))
+            _check_depth(path, document, size=len(data))
         return documents
     if json_too_deep(data):
         raise _too_deep(path)
@@ -197,30 +197,33 @@ def _yaml_documents(path: Path, data: bytes) -> Iterator[object]:
             path,
             f"line {exc.line}: duplicate key {exc.key!r} (first at line {exc.first_line}): "
             "YAML would keep only the last value; remove one",
-            "DuplicateKey",
-            exc.line,
+            code="DuplicateKey",
+            line=exc.line,
         ) from exc
     except RecursionError:
-        raise _error(path, "nests too deeply to be Kubernetes objects", "TooDeep") from None
+        raise _error(path, "nests too deeply to be Kubernetes objects", code="TooDeep") from None
     except ValueError as exc:  # a value PyYAML's constructors cannot make
         problem = str(exc).split(":")[0][:200]
         if "digits" in problem:  # Python reads integers of at most 4,300 digits
             problem = "an integer longer than 4,300 digits"
-        raise _error(path, f"not valid YAML: {problem}", "InvalidYAML") from None
+        raise _error(path, f"not valid YAML: {problem}", code="InvalidYAML") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         where = f" (line {line})" if line else ""
         raise _error(
-            path, f"not valid YAML: {str(exc).splitlines()[0]}{where}", "InvalidYAML", line
+            path,
+            f"not valid YAML: {str(exc).splitlines()[0]}{where}",
+            code="InvalidYAML",
+            line=line,
         ) from exc
 
 
 def _too_deep(path: Path) -> LoadError:
-    return _error(path, f"an object nests deeper than {MAX_DEPTH} levels", "TooDeep")
+    return _error(path, f"an object nests deeper than {MAX_DEPTH} levels", code="TooDeep")
 
 
-def _check_depth(path: Path, document: object, size: int) -> None:
+def _check_depth(path: Path, document: object, *, size: int) -> None:
     """The depth of a parsed YAML document (JSON is checked on its bytes, :func:`json_too_deep`),
     and what its aliases expand to: at most MAX_ALIASED_VALUES more values than it writes and
     at most twice as many, and at most MAX_ALIASED_CHARS more characters of strings than the
@@ -231,7 +234,7 @@ def _check_depth(path: Path, document: object, size: int) -> None:
         depth, values, written, chars = yaml_shape(document)
     except AliasLoop:
         raise _error(
-            path, "a YAML alias names a node it is inside: it never ends", "TooDeep"
+            path, "a YAML alias names a node it is inside: it never ends", code="TooDeep"
         ) from None
     if depth > MAX_DEPTH:
         raise _too_deep(path)
@@ -240,14 +243,14 @@ def _check_depth(path: Path, document: object, size: int) -> None:
             path,
             f"YAML aliases expand {written} written values to {values}: "
             "more than Kubernetes objects need",
-            "TooDeep",
+            code="TooDeep",
         )
     if chars > size + MAX_ALIASED_CHARS and chars > 2 * size:
         raise _error(
             path,
             f"YAML aliases expand a file of {size} bytes to {chars} characters of text: "
             "more than Kubernetes objects need",
-            "TooDeep",
+            code="TooDeep",
         )
 
 
@@ -261,18 +264,18 @@ def iter_objects(path: Path, *, strict_keys: bool = False) -> Iterator[Mapping[s
     for document in _documents(path, strict_keys=strict_keys):
         if path.suffix != ".json":  # JSON was checked on its bytes
             size = size or path.stat().st_size
-            _check_depth(path, document, size)
+            _check_depth(path, document, size=size)
         if document is None:
             continue
         if not isinstance(document, dict):
             raise _error(
-                path, "each document must be a Kubernetes object (a mapping)", "NotAnObject"
+                path, "each document must be a Kubernetes object (a mapping)", code="NotAnObject"
             )
         kind = document.get("kind")
         if isinstance(kind, str) and kind.endswith("List") and "items" in document:
             items = document.get("items") or []
             if not isinstance(items, list):
-                raise _error(path, "items of a List must be a list", "NotAnObject")
+                raise _error(path, "items of a List must be a list", code="NotAnObject")
             for item in items:
                 if isinstance(item, dict):
                     if kind != "List":

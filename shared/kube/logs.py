@@ -67,9 +67,9 @@ class JsonFormatter(logging.Formatter):
         entry = _entry(
             record.created,
             record.levelname.lower(),
-            record.name,
-            record.getMessage(),
-            fields if isinstance(fields, dict) else None,
+            logger=record.name,
+            msg=record.getMessage(),
+            fields=fields if isinstance(fields, dict) else None,
         )
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
@@ -77,7 +77,7 @@ class JsonFormatter(logging.Formatter):
 
 
 def _entry(
-    created: float, level: str, logger: str, msg: str, fields: dict[str, Any] | None
+    created: float, level: str, *, logger: str, msg: str, fields: dict[str, Any] | None
 ) -> dict[str, Any]:
     """A line's keys in their order: ts, level, logger, msg, then the fields."""
     entry: dict[str, Any] = {"ts": timestamp(created), "level": level, "logger": logger}
@@ -114,11 +114,11 @@ class JsonLines(logging.StreamHandler):  # type: ignore[type-arg]
         super().__init__(stream)
         self.held: list[str] = []
 
-    def write_fields(self, name: str, msg: str, fields: BoundedFields) -> None:
+    def write_fields(self, name: str, msg: str, *, fields: BoundedFields) -> None:
         """One info line of `fields`, as JsonFormatter writes a record of them, without the
         record: the webhook's line per review spent more on logging's machinery than on its
         JSON."""
-        entry = _entry(time.time(), "info", name, msg, fields)
+        entry = _entry(time.time(), "info", logger=name, msg=msg, fields=fields)
         self.held.append(orjson.dumps(entry, default=str).decode())
         if len(self.held) == 1:
             try:
@@ -145,7 +145,7 @@ class JsonLines(logging.StreamHandler):  # type: ignore[type-arg]
                 self.held = []
 
 
-def log_fields(logger: logging.Logger, msg: str, fields: BoundedFields) -> None:
+def log_fields(logger: logging.Logger, msg: str, *, fields: BoundedFields) -> None:
     """`logger.info(msg, extra={"fields": fields})`, the same line, written directly when nothing
     but `setup_logging`'s JSON handler would see the record: no handler or filter on the logger
     or its ancestors, one root handler with no level above info. `msg` is a constant (never
@@ -154,7 +154,7 @@ def log_fields(logger: logging.Logger, msg: str, fields: BoundedFields) -> None:
     if handler is None:
         logger.info(msg, extra={"fields": fields})
     elif logger.isEnabledFor(logging.INFO):
-        handler.write_fields(logger.name, msg, fields)
+        handler.write_fields(logger.name, msg, fields=fields)
 
 
 def _direct_handler(logger: logging.Logger) -> JsonLines | None:

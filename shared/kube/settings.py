@@ -97,7 +97,7 @@ DEPRECATED_ENV: Final = {"GPUCLASS_LICENCE_NAMESPACE": "GPUCLASS_LICENSE_NAMESPA
 
 
 def migrate_deprecated(
-    argv: Sequence[str], environ: MutableMapping[str, str], prog: str
+    argv: Sequence[str], environ: MutableMapping[str, str], *, prog: str
 ) -> list[str]:
     """Rewrite deprecated flags and variables to their new names, warning once for each on stderr.
 
@@ -210,8 +210,8 @@ def cli_source(cls: type[S], prog: str) -> CliSettingsSource[Any]:
     )
 
 
-def parse_settings(cls: type[S], argv: Sequence[str] | None, prog: str) -> S:
+def parse_settings(cls: type[S], argv: Sequence[str] | None, *, prog: str) -> S:
     """Flags, then environment, then defaults; `--help` prints every flag and exits, and
     `--version` prints `<prog> <version>` and exits."""
-    args = migrate_deprecated(sys.argv[1:] if argv is None else argv, os.environ, prog)
+    args = migrate_deprecated(sys.argv[1:] if argv is None else argv, os.environ, prog=prog)
     return CliApp.run(cls, cli_args=args, cli_settings_source=cli_source(cls, prog))

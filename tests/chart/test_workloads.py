@@ -177,8 +177,8 @@ def test_the_binaries_accept_the_rendered_flags(
     objects = render_objects(values)
     [webhook] = pod_spec(deployment(objects, "webhook"))["containers"]
     [reconciler] = pod_spec(deployment(objects, "reconciler"))["containers"]
-    hook = parse_settings(WebhookSettings, webhook["args"], "gpuclass-webhook")
-    loop = parse_settings(ReconcilerSettings, reconciler["args"], "gpuclass-reconciler")
+    hook = parse_settings(WebhookSettings, webhook["args"], prog="gpuclass-webhook")
+    loop = parse_settings(ReconcilerSettings, reconciler["args"], prog="gpuclass-reconciler")
     settings = merged["settings"]
     for parsed in (hook, loop):
         assert parsed.vgpu_entitled is settings["vgpuEntitled"]
@@ -257,14 +257,14 @@ def test_webhook_limits_and_shutdown_reach_the_binary_and_the_pod() -> None:
     }
     spec = pod_spec(deployment(render_objects(values), "webhook"))
     [container] = spec["containers"]
-    hook = parse_settings(WebhookSettings, container["args"], "gpuclass-webhook")
+    hook = parse_settings(WebhookSettings, container["args"], prog="gpuclass-webhook")
     assert (hook.max_connections, hook.header_timeout_seconds) == (300, 3)
     assert (hook.drain_seconds, hook.shutdown_grace_seconds) == (4, 12)
     assert container["lifecycle"]["preStop"] == {"sleep": {"seconds": 7}}
     assert spec["terminationGracePeriodSeconds"] == 7 + 4 + 12 + 5
     default = pod_spec(deployment(render_objects({}), "webhook"))
     [plain] = default["containers"]
-    settings = parse_settings(WebhookSettings, plain["args"], "gpuclass-webhook")
+    settings = parse_settings(WebhookSettings, plain["args"], prog="gpuclass-webhook")
     assert settings.max_body_buffer_bytes == WebhookSettings().max_body_buffer_bytes
     assert default["terminationGracePeriodSeconds"] >= (
         plain["lifecycle"]["preStop"]["sleep"]["seconds"]

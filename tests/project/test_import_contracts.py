@@ -89,7 +89,7 @@ def tree_copy(tmp_path: Path) -> Path:
             "reconciler/state/usage.py", "import time", "pure-shell-state", id="state-clock"
         ),
         pytest.param(
-            "reconciler/state/cache.py",
+            "reconciler/state/store.py",
             "from gpuclass.reconciler.api import client",
             "pure-shell-state",
             id="state-imports-adapter",

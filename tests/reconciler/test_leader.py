@@ -7,7 +7,7 @@ from typing import Any
 
 from gpuclass.reconciler.api.fake import MemoryKube
 from gpuclass.reconciler.api.port import ApiError
-from gpuclass.reconciler.leader import LeaderElector
+from gpuclass.reconciler.leader import LeaderElector, LeaseSettings
 
 KEY = ("ns", "lease")
 
@@ -20,12 +20,13 @@ class Clock:
         return self.now
 
 
+LEASE = LeaseSettings(namespace="ns", name="lease", identity="me")
+
+
 def elector(kube: MemoryKube, clock: Clock, identity: str = "me") -> LeaderElector:
     return LeaderElector(
         kube,
-        namespace="ns",
-        name="lease",
-        identity=identity,
+        LeaseSettings(namespace="ns", name="lease", identity=identity),
         clock=clock,
         wall=lambda: f"wall-{clock.now}",
     )
@@ -102,9 +103,7 @@ def test_seeing_another_holder_deposes_at_once() -> None:
     async def scenario() -> None:
         kube, clock = MemoryKube(), Clock()
         changes: list[bool] = []
-        me = LeaderElector(
-            kube, namespace="ns", name="lease", identity="me", clock=clock, on_change=changes.append
-        )
+        me = LeaderElector(kube, LEASE, clock=clock, on_change=changes.append)
         assert await me.acquire(timeout=0)
         lease = kube.store["Lease"][KEY]
         kube.apply({**lease, "spec": {**lease["spec"], "holderIdentity": "usurper"}})
@@ -147,9 +146,7 @@ def test_a_late_renewal_reports_leadership_again_so_refused_writes_are_made() ->
         changes: list[bool] = []
         me = LeaderElector(
             kube,
-            namespace="ns",
-            name="lease",
-            identity="me",
+            LEASE,
             clock=clock,
             wall=lambda: f"wall-{clock.now}",
             on_change=changes.append,

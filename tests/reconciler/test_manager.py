@@ -22,7 +22,7 @@ from gpuclass.reconciler.leader import AlwaysLeader, Leadership
 from gpuclass.reconciler.manager import Manager
 from gpuclass.reconciler.settings import ReconcilerSettings
 from gpuclass.reconciler.state.licenses import copy_digest, parse_record
-from gpuclass.reconciler.state.sources import Source
+from gpuclass.reconciler.state.resources import Resource
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.model.secrets import Redacted
 from tests.builders import (
@@ -102,7 +102,7 @@ class Running:
         calm = 0
         for _ in range(500):
             await asyncio.sleep(0.01)
-            busy = bool(self.reconciler.state.dirty) or (
+            busy = bool(self.reconciler.store.dirty) or (
                 worker is not None and worker._wake.is_set()
             )
             calm = 0 if busy else calm + 1
@@ -165,7 +165,7 @@ def test_pod_event_moves_free_with_one_write() -> None:
             await r.settle()
             assert r.status("c")["free"] == 1
             assert [w["name"] for w in r.writes()][2:] == ["c"]
-            kube.remove("Pod", "tenant-a", "q")
+            kube.remove("Pod", "tenant-a", name="q")
             await r.settle()
             assert r.status("c")["free"] == 3
             assert r.sample("gpuclass_free_units", **{"class": "c"}) == 3
@@ -206,24 +206,24 @@ class HeldWatch(MemoryKube):
     """MemoryKube whose watch of one source holds its events while `holding`: a slow or stuck watch,
     so the view stays behind the server until the test lets the events through."""
 
-    def __init__(self, objects: list[dict[str, Any]], *, source: Source) -> None:
+    def __init__(self, objects: list[dict[str, Any]], *, source: Resource) -> None:
         super().__init__(objects)
         self.held_source, self.holding = source, False
         self.held: list[tuple[asyncio.Queue[Any], Change]] = []
         self.record_writes: list[tuple[str, str]] = []
         """Record ConfigMap writes: (create or replace, the resourceVersion it is pinned to)."""
 
-    def _offer(self, source: Source, queue: asyncio.Queue[Any], change: Change) -> None:
+    def _offer(self, source: Resource, queue: asyncio.Queue[Any], change: Change) -> None:
         if self.holding and source == self.held_source:
             self.held.append((queue, change))
         else:
-            super()._offer(source, queue, change)
+            super()._offer(source, queue, change=change)
 
     def let_through(self) -> None:
         self.holding = False
         held, self.held = self.held, []
         for queue, change in held:
-            super()._offer(self.held_source, queue, change)
+            super()._offer(self.held_source, queue, change=change)
 
     async def create_config_map(
         self, namespace: str, body: dict[str, Any]
@@ -235,7 +235,7 @@ class HeldWatch(MemoryKube):
         self, namespace: str, name: str, body: dict[str, Any]
     ) -> dict[str, Any] | None:
         self.record_writes.append(("replace", body["metadata"].get("resourceVersion", "")))
-        return await super().replace_config_map(namespace, name, body)
+        return await super().replace_config_map(namespace, name, body=body)
 
 
 def stored_version(kube: MemoryKube, kind: str, key: tuple[str, str]) -> str:
@@ -256,7 +256,7 @@ def test_only_the_watch_moves_the_view_never_a_write_response() -> None:
     async def scenario() -> None:
         kube = HeldWatch(world(), source="gpuclasses")
         async with Running(kube) as r:
-            state = r.reconciler.state
+            state = r.reconciler.store
             before = state.classes["c"]
             kube.holding = True
             kube.apply(pod("q", "n1", {R: 2}))
@@ -350,12 +350,12 @@ def test_the_second_record_write_of_a_pass_is_pinned_to_the_first_ones_version()
             await meanwhile()
             key = ("cozy-system", names.COPY_RECORD_NAME)
             first = next(c.version for c in kube.history if c.kind == "ConfigMap" and not c.old)
-            assert r.reconciler.state.copy_records == {}  # the view has seen neither write
+            assert r.reconciler.store.copy_records == {}  # the view has seen neither write
             assert kube.record_writes == [("create", ""), ("replace", str(first))]
             assert record(kube) == {("tenant-a", COPY): copy_digest_of(kube, "tenant-a")}
             kube.let_through()
             await r.settle()
-            assert r.reconciler.state.copy_record.resource_version == stored_version(
+            assert r.reconciler.store.copy_record.resource_version == stored_version(
                 kube, "ConfigMap", key
             )
             assert len(kube.record_writes) == 2
@@ -373,7 +373,7 @@ def test_410_relists_from_scratch() -> None:
             # a deletion the watch never reports: only a re-list can see it
             del kube.store["Pod"][("tenant-a", "p")]
             kube.expire_watches()
-            await until(lambda: ("tenant-a", "p") not in r.reconciler.state.pods)
+            await until(lambda: ("tenant-a", "p") not in r.reconciler.store.pods)
             await r.settle()
             assert r.status("c")["free"] == 4
             assert r.sample("gpuclass_watch_restarts_total", resource="pods") == 1
@@ -413,7 +413,7 @@ def test_dropped_watch_relists() -> None:
 def test_list_failure_backs_off_then_syncs() -> None:
     async def scenario() -> None:
         kube = MemoryKube(world())
-        kube.errors["list"] = [ApiError(0, "ConnectionError", "refused")]
+        kube.errors["list"] = [ApiError(0, "ConnectionError", message="refused")]
         async with Running(kube) as r:
             assert r.reconciler.ready
             assert r.status("c")["free"] == 3
@@ -574,7 +574,7 @@ def test_license_copy_created_updated_deleted() -> None:
                 == "RmVhdHVyZVR5cGU9NAo="
             )
             assert record(kube) == {("tenant-a", COPY): copy_digest_of(kube, "tenant-a")}
-            kube.remove("VirtualMachineInstance", "tenant-a", "vm")
+            kube.remove("VirtualMachineInstance", "tenant-a", name="vm")
             await r.settle()
             assert ("tenant-a", COPY) not in kube.store["Secret"]
             assert record(kube) == {}
@@ -672,7 +672,7 @@ def test_a_full_record_stops_new_copies_but_not_deletions(monkeypatch: Any) -> N
             started(kube, "tenant-root")  # a second entry no longer fits
             await r.settle()
             assert ("tenant-root", COPY) not in kube.store["Secret"]
-            kube.remove("Pod", "tenant-a", "virt-launcher-vm-x1")  # the first VM stops
+            kube.remove("Pod", "tenant-a", name="virt-launcher-vm-x1")  # the first VM stops
             await r.settle()
             assert ("tenant-a", COPY) not in kube.store["Secret"]  # deleted although full
             assert set(record(kube)) == {("tenant-root", COPY)}  # and the room it left is used
@@ -686,10 +686,10 @@ def test_a_copy_removed_by_hand_comes_back_on_resync() -> None:
         async with Running(kube) as r:
             started(kube)
             await r.settle()
-            kube.remove("Secret", "tenant-a", COPY)  # the tenant deletes its copy
+            kube.remove("Secret", "tenant-a", name=COPY)  # the tenant deletes its copy
             await r.settle()
             assert ("tenant-a", COPY) not in kube.store["Secret"]  # nothing watches it ...
-            r.reconciler.state.mark_all()  # ... until the periodic resync
+            r.reconciler.store.mark_all()  # ... until the periodic resync
             assert r.reconciler.worker is not None
             r.reconciler.worker.wake()
             await r.settle()
@@ -737,7 +737,7 @@ def test_policy_refusal_is_an_event_without_retry_storm() -> None:
     async def scenario() -> None:
         kube = MemoryKube(world())
         kube.errors["create_secret"] = [
-            ApiError(403, "Forbidden", "denied by ValidatingAdmissionPolicy")
+            ApiError(403, "Forbidden", message="denied by ValidatingAdmissionPolicy")
         ] * 100
         async with Running(kube) as r:
             started(kube)
@@ -781,7 +781,7 @@ def test_finalizer_added_while_used_and_removed_after() -> None:
             kube.apply(vmi("vm", "tenant-a", classes=["c"], devices=[R]))
             await r.settle()
             assert finalizers(kube, "c") == [names.IN_USE_FINALIZER]
-            kube.remove("VirtualMachineInstance", "tenant-a", "vm")
+            kube.remove("VirtualMachineInstance", "tenant-a", name="vm")
             await r.settle()
             assert finalizers(kube, "c") == []
             assert [w["finalizers"] for w in r.writes("finalizers")] == [
@@ -807,7 +807,7 @@ def test_deleting_class_released_when_unused_and_series_removed() -> None:
             )
             await r.settle()
             assert finalizers(kube, "c") == [names.IN_USE_FINALIZER]  # still used: held
-            kube.remove("VirtualMachineInstance", "tenant-a", "vm")
+            kube.remove("VirtualMachineInstance", "tenant-a", name="vm")
             await r.settle()
             assert ("", "c") not in kube.store[names.KIND]  # released: the API server deleted it
             assert r.sample("gpuclass_free_units", **{"class": "c"}) is None
@@ -862,7 +862,7 @@ def test_renamed_class_keeps_its_finalizer_while_vms_admitted_under_the_old_name
             kube.apply(renamed)
             await r.settle()
             assert finalizers(kube, "c") == [names.IN_USE_FINALIZER]  # the VM keeps its class
-            kube.remove("VirtualMachineInstance", "tenant-a", "vm")
+            kube.remove("VirtualMachineInstance", "tenant-a", name="vm")
             await r.settle()
             assert finalizers(kube, "c") == []
 
@@ -873,7 +873,7 @@ def test_periodic_resync_repairs_what_no_event_marked() -> None:
     async def scenario() -> None:
         kube = MemoryKube(world())
         async with Running(kube, resync_seconds=0.3) as r:
-            state = r.reconciler.state
+            state = r.reconciler.store
             stored = kube.store[names.KIND][("", "c")]
             stored["status"] = {**stored["status"], "free": 999}  # behind the watch's back
             state.upsert("gpuclasses", stored)

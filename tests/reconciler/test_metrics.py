@@ -91,7 +91,7 @@ async def settle(manager: Manager) -> None:
     for _ in range(50):
         await asyncio.sleep(0.02)
         worker = manager.worker
-        if manager.ready and not manager.state.dirty and worker and not worker._wake.is_set():
+        if manager.ready and not manager.store.dirty and worker and not worker._wake.is_set():
             await asyncio.sleep(0.05)
             return
     raise AssertionError("never settled")
@@ -125,8 +125,8 @@ def test_usage_series_follow_the_cluster() -> None:
             assert sample("gpuclass_tenant_units", namespace="tenant-b", **c) == 1
             assert sample("gpuclass_waiting_vmis", **c) == 1
 
-            kube.remove("VirtualMachineInstance", "tenant-b", "vm-new")
-            kube.remove("VirtualMachineInstance", "tenant-a", "vm-a")
+            kube.remove("VirtualMachineInstance", "tenant-b", name="vm-new")
+            kube.remove("VirtualMachineInstance", "tenant-a", name="vm-a")
             await settle(manager)
             assert sample("gpuclass_waiting_vmis", **c) is None, "no stale series"
             assert sample("gpuclass_tenant_units", namespace="tenant-a", **c) is None
@@ -155,11 +155,11 @@ def test_condition_reason_is_one_series_per_condition() -> None:
         labels = {"class": "c", "type": type_, "reason": value}
         return metrics.registry.get_sample_value("gpuclass_condition_reason", labels)
 
-    metrics.set_class("c", _status(("False", "AllUnitsInUse")), Figures())
+    metrics.set_class("c", _status(("False", "AllUnitsInUse")), figures=Figures())
     assert reason("Schedulable", "AllUnitsInUse") == 1
     assert reason("Ready", "Ready") == 1
 
-    metrics.set_class("c", _status(("False", "NoEligibleNode")), Figures())
+    metrics.set_class("c", _status(("False", "NoEligibleNode")), figures=Figures())
     assert reason("Schedulable", "NoEligibleNode") == 1
     assert reason("Schedulable", "AllUnitsInUse") is None, "the old reason's series is gone"
 
@@ -179,18 +179,18 @@ def test_class_series_follow_every_pass_and_come_back_after_forget() -> None:
     def condition(type_: str, value: str) -> float | None:
         return sample("gpuclass_condition", type=type_, status=value)
 
-    metrics.set_class("c", {**_status(("True", "CanStart")), "free": 3}, Figures(free=3))
-    metrics.set_class("c", {**_status(("True", "CanStart")), "free": 2}, Figures(free=2))
+    metrics.set_class("c", {**_status(("True", "CanStart")), "free": 3}, figures=Figures(free=3))
+    metrics.set_class("c", {**_status(("True", "CanStart")), "free": 2}, figures=Figures(free=2))
     assert sample("gpuclass_free_units") == 2
     assert condition("Schedulable", "True") == 1
 
-    metrics.set_class("c", {**_status(("False", "CanStart")), "free": 0}, Figures())
+    metrics.set_class("c", {**_status(("False", "CanStart")), "free": 0}, figures=Figures())
     assert (condition("Schedulable", "True"), condition("Schedulable", "False")) == (0, 1)
 
     metrics.forget_class("c")
     assert sample("gpuclass_free_units") is None
     assert condition("Schedulable", "False") is None
-    metrics.set_class("c", {**_status(("False", "CanStart")), "free": 0}, Figures())
+    metrics.set_class("c", {**_status(("False", "CanStart")), "free": 0}, figures=Figures())
     assert sample("gpuclass_free_units") == 0
     assert condition("Schedulable", "False") == 1
     assert sample("gpuclass_condition_reason", type="Ready", reason="Ready") == 1

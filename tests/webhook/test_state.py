@@ -19,7 +19,7 @@ from gpuclass.shared.kube.errors import ApiError
 from gpuclass.shared.kube.listwatch import ListPage, RawObject, WatchEvent
 from gpuclass.webhook.state import CatalogCache
 
-Expired = ApiError(410, "Expired", "too old resource version")
+Expired = ApiError(410, "Expired", message="too old resource version")
 
 
 def gpuclass(name: str, resource: str, rv: str = "1") -> RawObject:

@@ -172,7 +172,7 @@ def _same_key(cert: x509.Certificate, key_pem: bytes) -> bool:
 
 
 def _ca(
-    data: Mapping[str, bytes], cert_key: str, key_key: str
+    data: Mapping[str, bytes], cert_key: str, *, key_key: str
 ) -> tuple[CertRef | None, CAFacts | None]:
     certs, _ = _certs(data.get(cert_key, b""))
     if len(certs) != 1:
@@ -239,8 +239,8 @@ def _stamp(value: dt.datetime | None) -> str | None:
 
 def inspect_secret(data: Mapping[str, bytes], annotations: Mapping[str, str]) -> SecretState:
     """The Secret's facts; anything missing, unparseable or mismatched counts as absent."""
-    current_cert, current = _ca(data, CURRENT, CURRENT_KEY)
-    _, upcoming = _ca(data, NEXT, NEXT_KEY)
+    current_cert, current = _ca(data, CURRENT, key_key=CURRENT_KEY)
+    _, upcoming = _ca(data, NEXT, key_key=NEXT_KEY)
     retired, _ = _certs(data.get(RETIRED, b""))
     signers = [c.cert for c in (current, upcoming) if c is not None]
     if current_cert is not None and current is None:
@@ -280,8 +280,8 @@ def bundle_pem(certs: Iterable[CertRef]) -> bytes:
 def apply_update(
     data: Mapping[str, bytes],
     annotations: Mapping[str, str],
-    step: UpdateSecret,
     *,
+    step: UpdateSecret,
     now: dt.datetime,
     policy: CertPolicy,
 ) -> tuple[dict[str, bytes], dict[str, str]]:
@@ -309,19 +309,19 @@ def apply_update(
     else:
         out.pop(RETIRED, None)
     notes = dict(annotations)
-    _set(notes, TRUSTED_AT, _stamp(step.next_trusted_at))
-    _set(notes, RETIRE_AFTER, _stamp(step.retire_after))
-    _set(notes, CURRENT_TRUSTED_AT, _stamp(step.current_trusted_at))
+    _set(notes, TRUSTED_AT, value=_stamp(step.next_trusted_at))
+    _set(notes, RETIRE_AFTER, value=_stamp(step.retire_after))
+    _set(notes, CURRENT_TRUSTED_AT, value=_stamp(step.current_trusted_at))
     if step.clear_rotate:
         notes.pop(ROTATE, None)
     state = inspect_secret(out, notes)
     out[BUNDLE] = bundle_pem(trusted_set(state, now))
-    _set(notes, CA_NOT_AFTER, _stamp(state.current.cert.not_after) if state.current else None)
-    _set(notes, CERT_NOT_AFTER, _stamp(state.serving.not_after) if state.serving else None)
+    _set(notes, CA_NOT_AFTER, value=_stamp(state.current.cert.not_after) if state.current else None)
+    _set(notes, CERT_NOT_AFTER, value=_stamp(state.serving.not_after) if state.serving else None)
     return out, notes
 
 
-def _set(notes: dict[str, str], key: str, value: str | None) -> None:
+def _set(notes: dict[str, str], key: str, *, value: str | None) -> None:
     if value is None:
         notes.pop(key, None)
     else:

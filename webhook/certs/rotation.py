@@ -250,7 +250,7 @@ def plan(state: SecretState, bundles: Bundles, *, now: datetime, policy: CertPol
 
 
 def _secret_step(state: SecretState, *, now: datetime, policy: CertPolicy) -> Step:
-    if state.current is not None and _certificate_due(state, state.current, now, policy):
+    if state.current is not None and _certificate_due(state, state.current, now=now, policy=policy):
         if _must_propagate(state):
             # A fresh CA while another's certificate may still be served (the move from another
             # certificate mode, an emptied Secret): the API servers get a moment to see the
@@ -267,7 +267,7 @@ def _secret_step(state: SecretState, *, now: datetime, policy: CertPolicy) -> St
             if now < signs_at:
                 return Wait(signs_at)
         return UpdateSecret(
-            _certificate_reason(state, state.current, policy),
+            _certificate_reason(state, state.current, policy=policy),
             issue_certificate=True,
             next_trusted_at=state.next_trusted_at,
             clear_rotate=state.rotate == "certificate",
@@ -291,7 +291,7 @@ def _secret_step(state: SecretState, *, now: datetime, policy: CertPolicy) -> St
                 retired=_unique([*state.retired, *_parseable_current(state)]),
                 retire_after=now + policy.overlap,
             )
-    elif _ca_due(state, now, policy):
+    elif _ca_due(state, now, policy=policy):
         return UpdateSecret(
             "rotation requested"
             if state.rotate == "ca"
@@ -322,7 +322,7 @@ def _must_propagate(state: SecretState) -> bool:
     return state.serving is None or state.serving.issuer != current.cert.fingerprint
 
 
-def _certificate_due(state: SecretState, ca: CAFacts, now: datetime, policy: CertPolicy) -> bool:
+def _certificate_due(state: SecretState, ca: CAFacts, *, now: datetime, policy: CertPolicy) -> bool:
     serving = state.serving
     if serving is None or state.rotate == "certificate":
         return True
@@ -336,7 +336,7 @@ def _certificate_due(state: SecretState, ca: CAFacts, now: datetime, policy: Cer
     return serving.not_after < ca.cert.not_after
 
 
-def _certificate_reason(state: SecretState, ca: CAFacts, policy: CertPolicy) -> str:
+def _certificate_reason(state: SecretState, ca: CAFacts, *, policy: CertPolicy) -> str:
     serving = state.serving
     if serving is None:
         return "no usable serving certificate"
@@ -349,7 +349,7 @@ def _certificate_reason(state: SecretState, ca: CAFacts, policy: CertPolicy) -> 
     return "the serving certificate is within its renewal window"
 
 
-def _ca_due(state: SecretState, now: datetime, policy: CertPolicy) -> bool:
+def _ca_due(state: SecretState, now: datetime, *, policy: CertPolicy) -> bool:
     if state.current is None or state.rotate == "ca":
         return True  # the key is lost but a certificate is still served: replace with overlap
     return state.current.cert.not_after - now <= policy.ca_renew_before

@@ -51,7 +51,7 @@ class CertAPI(Protocol):
         """The certificate Secret as stored."""
         ...
 
-    async def replace_secret(self, namespace: str, name: str, body: RawObject) -> RawObject:
+    async def replace_secret(self, namespace: str, name: str, *, body: RawObject) -> RawObject:
         """Replace the Secret; a stale resourceVersion is a 409 ApiError."""
         ...
 
@@ -59,7 +59,7 @@ class CertAPI(Protocol):
         """One webhook configuration (`kind` is `mutating` or `validating`)."""
         ...
 
-    async def replace_configuration(self, kind: str, name: str, body: RawObject) -> RawObject:
+    async def replace_configuration(self, kind: str, name: str, *, body: RawObject) -> RawObject:
         """Replace that configuration; a stale resourceVersion is a 409 ApiError."""
         ...
 
@@ -98,8 +98,8 @@ class SelfManagedCertificates:
         self,
         api: CertAPI,
         target: CertTarget,
-        policy: CertPolicy,
         *,
+        policy: CertPolicy,
         tls: ReloadingContext,
         poll_seconds: float,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
@@ -178,12 +178,14 @@ class SelfManagedCertificates:
                 if isinstance(step, WriteBundles):
                     await self._write_bundles(step, configurations)
                 else:
-                    await self._write_secret(step, secret, data, annotations, now)
+                    await self._write_secret(
+                        step, secret, data=data, annotations=annotations, now=now
+                    )
             except ApiError as exc:
                 if not exc.conflict:
                     raise
                 log.info("another replica wrote first; reading again", extra={"fields": {}})
-        raise ApiError(0, "NotSettled", f"certificates did not settle in {MAX_STEPS} steps")
+        raise ApiError(0, "NotSettled", message=f"certificates did not settle in {MAX_STEPS} steps")
 
     async def _configurations(self) -> dict[tuple[str, str], RawObject]:
         found: dict[tuple[str, str], RawObject] = {}
@@ -215,7 +217,7 @@ class SelfManagedCertificates:
             raise ApiError(
                 404,
                 "NotFound",
-                f"certificate Secret {target.namespace}/{target.secret} not found: "
+                message=f"certificate Secret {target.namespace}/{target.secret} not found: "
                 "`helm upgrade` creates it again",
             ) from None
 
@@ -228,7 +230,9 @@ class SelfManagedCertificates:
                 continue
             for hook in obj.get("webhooks") or []:
                 hook.setdefault("clientConfig", {})["caBundle"] = encoded
-            await self.api.replace_configuration(kind, name, obj)  # carries its resourceVersion
+            await self.api.replace_configuration(
+                kind, name, body=obj
+            )  # carries its resourceVersion
             log.info(
                 "caBundle written",
                 extra={
@@ -245,17 +249,18 @@ class SelfManagedCertificates:
         self,
         step: UpdateSecret,
         secret: RawObject,
+        *,
         data: Mapping[str, bytes],
         annotations: Mapping[str, str],
         now: dt.datetime,
     ) -> None:
         new_data, notes = certissue.apply_update(
-            data, annotations, step, now=now, policy=self.policy
+            data, annotations, step=step, now=now, policy=self.policy
         )
         body = dict(secret)
         body["metadata"] = {**(secret.get("metadata") or {}), "annotations": notes}
         body["data"] = {k: base64.b64encode(v).decode() for k, v in sorted(new_data.items())}
-        await self.api.replace_secret(self.target.namespace, self.target.secret, body)
+        await self.api.replace_secret(self.target.namespace, self.target.secret, body=body)
         log.info(
             "certificate Secret written",
             extra={

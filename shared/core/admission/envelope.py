@@ -115,8 +115,8 @@ def request_from(request: Mapping[str, Any], *, api_version: str) -> AdmissionRe
     if (
         not isinstance(kind, dict)
         or not isinstance(kind.get("kind"), str)
-        or not _optional(kind, "group", str)
-        or not _optional(kind, "version", str)
+        or not _optional(kind, "group", expected=str)
+        or not _optional(kind, "version", expected=str)
     ):
         raise MalformedReview(
             f"request.kind: required, an object with group, version and kind (got {_short(kind)})"
@@ -149,7 +149,7 @@ def request_from(request: Mapping[str, Any], *, api_version: str) -> AdmissionRe
 def _user(user: object) -> tuple[str, tuple[str, ...]]:
     if not isinstance(user, dict):
         return "", ()
-    if not _optional(user, "username", str) or not _optional(user, "uid", str):
+    if not _optional(user, "username", expected=str) or not _optional(user, "uid", expected=str):
         raise MalformedReview("request.userInfo: username and uid must be strings")
     groups = user.get("groups")
     if groups is not None and not (
@@ -169,7 +169,7 @@ _FIELD_TYPES: Final = (
 )
 
 
-def _optional(mapping: Mapping[str, Any], key: str, expected: type) -> bool:
+def _optional(mapping: Mapping[str, Any], key: str, *, expected: type) -> bool:
     """True when `key` is absent, null, or of the expected type (bool is not an int here)."""
     value = mapping.get(key)
     return value is None or isinstance(value, expected)

@@ -110,7 +110,7 @@ def license_reference_causes(
             ref.field_path(),
             f"names Secret {ref.name}: a licence copy reaches a VM only as the licence volume "
             "of its licensed class",
-            CauseCode.LICENSE_HAND_MOUNTED,
+            code=CauseCode.LICENSE_HAND_MOUNTED,
         )
         for ref in foreign[:LICENSE_REFERENCE_CAUSES]
     ]
@@ -122,7 +122,7 @@ def license_reference_causes(
                 f"names {more} more licence copies beyond the {LICENSE_REFERENCE_CAUSES} "
                 "listed: a licence copy reaches a VM only as the licence volume of its "
                 "licensed class",
-                CauseCode.LICENSE_HAND_MOUNTED,
+                code=CauseCode.LICENSE_HAND_MOUNTED,
             )
         )
     return causes

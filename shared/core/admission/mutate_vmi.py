@@ -46,21 +46,21 @@ def admit(request: AdmissionRequest, catalog: Catalog) -> Decision:
             )
         return Allowed()
     if request.operation == "CREATE":
-        return admit_create(obj, request.namespace, catalog)
+        return admit_create(obj, request.namespace, catalog=catalog)
     if request.operation == "UPDATE":
-        return admit_update(obj, request.old_object or {}, catalog)
+        return admit_update(obj, request.old_object or {}, catalog=catalog)
     return Allowed()
 
 
-def admit_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> Decision:
+def admit_create(obj: Mapping[str, Any], namespace: str, *, catalog: Catalog) -> Decision:
     """Every input cause and every policy cause at once; 422 if any is input (section 3)."""
-    judged = judge_create(obj, namespace, catalog)
+    judged = judge_create(obj, namespace, catalog=catalog)
     if judged.causes:
         return Denied(judged.causes)
     return Allowed(judged.operations, judged.warnings)
 
 
-def admit_update(obj: Mapping[str, Any], old: Mapping[str, Any], catalog: Catalog) -> Decision:
+def admit_update(obj: Mapping[str, Any], old: Mapping[str, Any], *, catalog: Catalog) -> Decision:
     """A running VMI's selection may not change at all, and no new reference to a license copy may
     appear; references the stored object had, and its own license volume, stay allowed so
     KubeVirt's updates pass."""
@@ -72,7 +72,7 @@ def admit_update(obj: Mapping[str, Any], old: Mapping[str, Any], catalog: Catalo
                 invalid(
                     SELECTION_PATH,
                     f"cannot be {verb} on a running VMI: recreate the VM to change its GPUs",
-                    CauseCode.SELECTION_IMMUTABLE,
+                    code=CauseCode.SELECTION_IMMUTABLE,
                 ),
             )
         )

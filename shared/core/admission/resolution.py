@@ -98,7 +98,7 @@ REMEMBERED_UNITS = 64
 entries per hostile annotation), and no honest VM asks for that many."""
 
 
-def resolve(raw: str | None, selection: Selection, catalog: Catalog) -> Resolution:
+def resolve(raw: str | None, selection: Selection, *, catalog: Catalog) -> Resolution:
     """The namespace-free part of rules 3, 4, 6, 7 and 8 for the selection parsed from `raw`,
     remembered per annotation text on `catalog` (at most :data:`RESOLUTIONS_REMEMBERED`, each of
     at most :data:`REMEMBERED_UNITS` units; a full memory starts over)."""
@@ -141,7 +141,7 @@ def _resolve(selection: Selection, catalog: Catalog) -> Resolution:
     )
 
 
-def judge_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> Judgement:
+def judge_create(obj: Mapping[str, Any], namespace: str, *, catalog: Catalog) -> Judgement:
     """Rules 1 to 8 on `obj` (a VMI, or a VM template of the same shape) in `namespace`.
 
     Every rule runs on what can be judged: the class rules (3, 4, 5) on each entry
@@ -158,14 +158,16 @@ def judge_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> Ju
     causes += raw_request_causes(
         obj, catalog, with_classes=selection.has_classes, namespace=namespace
     )
-    resolution = resolve(raw, selection, catalog)
+    resolution = resolve(raw, selection, catalog=catalog)
     licensed = resolution.licensed
     license_causes = license_reference_causes(obj, own_license_volume_refs(obj, licensed))
     if not selection.has_classes:
         return Judgement(tuple(causes + license_causes))
     causes += resolution.causes
     if resolution.vgpu:
-        causes += policy_causes(obj, namespace, selection.named, resolution.plan.offers, catalog)
+        causes += policy_causes(
+            obj, namespace, entries=selection.named, offers=resolution.plan.offers, catalog=catalog
+        )
     causes += license_causes
     wanted = resolution.wanted
     if wanted:  # the remembered entries stay the catalog's: the answer carries its own copies
@@ -178,7 +180,7 @@ def judge_create(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> Ju
     return Judgement(
         tuple(causes),
         tuple(operations),
-        resolution.warnings + tuple(quota_warnings(resolution.plan, namespace, catalog)),
+        resolution.warnings + tuple(quota_warnings(resolution.plan, namespace, catalog=catalog)),
         gpus=None if wanted is None else tuple(wanted),
         licensed=own_license,
         gpus_unjudged=wanted is None and bool(list_at(obj, *GPUS)),

@@ -85,7 +85,7 @@ def class_causes(
                 forbidden(
                     path,
                     f"class {entry.class_name} is not in the catalog (kubectl get gpuclasses)",
-                    CauseCode.CLASS_NOT_FOUND,
+                    code=CauseCode.CLASS_NOT_FOUND,
                 )
             )
         elif offer.record.spec is None:
@@ -94,7 +94,7 @@ def class_causes(
                 forbidden(
                     path,
                     f"class {entry.class_name} has an invalid spec ({why}); the hoster must fix it",
-                    CauseCode.CLASS_INVALID,
+                    code=CauseCode.CLASS_INVALID,
                 )
             )
         elif offer.record.deleting:
@@ -102,7 +102,7 @@ def class_causes(
                 forbidden(
                     path,
                     f"class {entry.class_name} is being deleted; pick another class",
-                    CauseCode.CLASS_DELETING,
+                    code=CauseCode.CLASS_DELETING,
                 )
             )
         elif offer.conflict_with:
@@ -110,7 +110,7 @@ def class_causes(
                 forbidden(
                     path,
                     f"class {entry.class_name} is unavailable: class {offer.conflict_with} already uses its resource",
-                    CauseCode.RESOURCE_NAME_CONFLICT,
+                    code=CauseCode.RESOURCE_NAME_CONFLICT,
                 )
             )
         elif not offer.permitted:
@@ -118,7 +118,7 @@ def class_causes(
                 forbidden(
                     path,
                     f"class {entry.class_name} is unavailable: its resource is not permitted by KubeVirt",
-                    CauseCode.RESOURCE_NAME_NOT_PERMITTED,
+                    code=CauseCode.RESOURCE_NAME_NOT_PERMITTED,
                 )
             )
         else:
@@ -153,7 +153,7 @@ def limit_causes(
             invalid(
                 SELECTION_PATH,
                 f"requests {_units(grand)} GPU units; at most {names.MAX_UNITS_PER_VMI} per VMI",
-                CauseCode.TOO_MANY_UNITS,
+                code=CauseCode.TOO_MANY_UNITS,
             )
         )
     for name, total in totals.items():
@@ -164,7 +164,7 @@ def limit_causes(
                 invalid(
                     SELECTION_PATH,
                     f"class {name}: {_units(total)} units requested, at most {limit} per VM",
-                    CauseCode.MAX_COUNT_EXCEEDED,
+                    code=CauseCode.MAX_COUNT_EXCEEDED,
                 )
             )
     vgpu = [n for n in totals if (o := offers.get(n)) and _is_vgpu(o)]
@@ -173,7 +173,7 @@ def limit_causes(
             invalid(
                 SELECTION_PATH,
                 f"a VM may take vGPUs from only one class (got {', '.join(vgpu)})",
-                CauseCode.MULTIPLE_VGPU_CLASSES,
+                code=CauseCode.MULTIPLE_VGPU_CLASSES,
             )
         )
     return totals, causes
@@ -190,6 +190,7 @@ def is_worker_pool(labels: object) -> bool:
 def policy_causes(
     obj: Mapping[str, Any],
     namespace: str,
+    *,
     entries: tuple[ClassEntry, ...],
     offers: Mapping[str, Offer],
     catalog: Catalog,
@@ -208,12 +209,12 @@ def policy_causes(
                 forbidden(
                     path,
                     f"class {entry.class_name} is vGPU; worker pools take passthrough classes only",
-                    CauseCode.WORKER_POOL_VGPU,
+                    code=CauseCode.WORKER_POOL_VGPU,
                 )
             )
         problem = catalog.vgpu_problem(namespace)
         if problem:
-            causes.append(forbidden(path, problem, CauseCode.NOT_ENTITLED))
+            causes.append(forbidden(path, problem, code=CauseCode.NOT_ENTITLED))
     return causes
 
 
@@ -240,7 +241,7 @@ def raw_request_causes(
                 invalid(
                     path,
                     f"{resource} is a catalog resource: do not add raw GPU requests beside class entries",
-                    CauseCode.RAW_REQUEST_BESIDE_CLASSES,
+                    code=CauseCode.RAW_REQUEST_BESIDE_CLASSES,
                 )
             )
         elif resource in catalog.vgpu_resources:
@@ -250,7 +251,9 @@ def raw_request_causes(
             if problem:
                 causes.append(
                     forbidden(
-                        path, f"{resource} is a vGPU resource: {problem}", CauseCode.NOT_ENTITLED
+                        path,
+                        f"{resource} is a vGPU resource: {problem}",
+                        code=CauseCode.NOT_ENTITLED,
                     )
                 )
 
@@ -294,8 +297,8 @@ def gpu_operations(
         if tol not in present:
             builder.append(TOLERATIONS, [tol])  # one operation each, as rule 6 always wrote them
     if licensed:
-        causes += _append_named(builder, VOLUMES, license_volume(licensed))
-        causes += _append_named(builder, DISKS, license_disk())
+        causes += _append_named(builder, VOLUMES, item=license_volume(licensed))
+        causes += _append_named(builder, DISKS, item=license_disk())
     return builder.operations, causes
 
 
@@ -304,12 +307,12 @@ def raw_gpus_beside_classes() -> Cause:
     return invalid(
         FieldPath.of("spec", "domain", "devices", "gpus"),
         "must be empty when GPU classes are selected: the admission integration adds the entries",
-        CauseCode.RAW_REQUEST_BESIDE_CLASSES,
+        code=CauseCode.RAW_REQUEST_BESIDE_CLASSES,
     )
 
 
 def _append_named(
-    builder: PatchBuilder, path: tuple[str, ...], item: dict[str, Any]
+    builder: PatchBuilder, path: tuple[str, ...], *, item: dict[str, Any]
 ) -> list[Cause]:
     """Add the license volume or disk once; a different item of that name is a clash, and a
     value there that is not a list (the schema is checked only after mutation) is refused."""
@@ -325,7 +328,7 @@ def _append_named(
                 invalid(
                     where.index(i),
                     f"the name {item['name']} is reserved for the class licence",
-                    CauseCode.RESERVED_NAME,
+                    code=CauseCode.RESERVED_NAME,
                 )
             ]
     builder.append(path, [item])
@@ -344,7 +347,7 @@ def capacity_warnings(plan: UnitPlan) -> list[str]:
     return warnings
 
 
-def quota_warnings(plan: UnitPlan, namespace: str, catalog: Catalog) -> list[str]:
+def quota_warnings(plan: UnitPlan, namespace: str, *, catalog: Catalog) -> list[str]:
     """Quota is a warning too, never a refusal: Kubernetes refuses the launcher Pod over the
     namespace's ResourceQuota, and the VM does not start until the quota has room
     (docs/decisions.md, "Can this VM start, in full")."""

@@ -104,7 +104,7 @@ def find_secret_refs(
         if len(texts) > len(stack) + 1:
             del texts[len(stack) + 1 :]
 
-    def walk(node: object, named_object: bool, pull_secrets: bool) -> None:
+    def walk(node: object, named_object: bool, *, pull_secrets: bool) -> None:
         nonlocal more, room
         if isinstance(node, dict):
             for key, value in node.items():
@@ -121,15 +121,15 @@ def find_secret_refs(
                             room -= 1
                 elif isinstance(value, dict | list):
                     stack.append(("child", key))
-                    walk(value, _is_reference_object(key), key == "imagePullSecrets")
+                    walk(value, _is_reference_object(key), pull_secrets=key == "imagePullSecrets")
                     left()
         elif isinstance(node, list):
             for i, item in enumerate(node):
                 if isinstance(item, dict | list):
                     stack.append(("index", i))
                     # imagePullSecrets: [{name: ...}] (Pod style) names Secrets by its entries.
-                    walk(item, pull_secrets, False)
+                    walk(item, pull_secrets, pull_secrets=False)
                     left()
 
-    walk(spec, False, False)
+    walk(spec, False, pull_secrets=False)
     return tuple(found), more

@@ -37,10 +37,10 @@ def admit(request: AdmissionRequest, catalog: Catalog) -> Decision:
         return Allowed()  # launcher Pods: their VMI was judged by rule 4.5 already
     if request.object is None:
         return Denied((invalid(FieldPath.of("object"), "the request carries no Pod object"),))
-    return judge_pod(request.object, request.namespace, catalog)
+    return judge_pod(request.object, request.namespace, catalog=catalog)
 
 
-def judge_pod(pod: Mapping[str, Any], namespace: str, catalog: Catalog) -> Decision:
+def judge_pod(pod: Mapping[str, Any], namespace: str, *, catalog: Catalog) -> Decision:
     """Every vGPU request of the Pod, one cause each, when `namespace` may not take vGPUs."""
     wanted = [(path, name) for path, name in resource_names(pod) if name in catalog.vgpu_resources]
     if not wanted:
@@ -48,7 +48,9 @@ def judge_pod(pod: Mapping[str, Any], namespace: str, catalog: Catalog) -> Decis
     problem = catalog.vgpu_problem(namespace)
     if problem is None:
         return Allowed()
-    return Denied(tuple(_cause(path, name, namespace, problem) for path, name in wanted))
+    return Denied(
+        tuple(_cause(path, name, namespace=namespace, problem=problem) for path, name in wanted)
+    )
 
 
 def resource_names(pod: Mapping[str, Any]) -> Iterator[tuple[FieldPath, str]]:
@@ -78,10 +80,10 @@ def resource_names(pod: Mapping[str, Any]) -> Iterator[tuple[FieldPath, str]]:
                             )
 
 
-def _cause(path: FieldPath, resource: str, namespace: str, problem: str) -> Cause:
+def _cause(path: FieldPath, resource: str, *, namespace: str, problem: str) -> Cause:
     return forbidden(
         path,
         f"{resource} is a vGPU resource, and namespace {namespace or '(none)'} may not take "
         f"vGPUs: {problem}",
-        CauseCode.NOT_ENTITLED,
+        code=CauseCode.NOT_ENTITLED,
     )

@@ -57,13 +57,13 @@ def admit(request: AdmissionRequest, catalog: Catalog) -> Decision:
     view = template_view(obj)
     if view is None:
         return Allowed()  # the API server's schema requires a template; nothing of ours to judge
-    return judge_template(view, request.namespace, catalog)
+    return judge_template(view, request.namespace, catalog=catalog)
 
 
-def judge_template(view: Mapping[str, Any], namespace: str, catalog: Catalog) -> Decision:
+def judge_template(view: Mapping[str, Any], namespace: str, *, catalog: Catalog) -> Decision:
     """The rules of a VMI CREATE on the template's view (:func:`template_view`): refusals for
     what cannot change before the VM starts, warnings for the rest."""
-    judged = judge_create(view, namespace, catalog)
+    judged = judge_create(view, namespace, catalog=catalog)
     refusals = tuple(tenant_cause(c) for c in judged.causes if not c.code.is_class_state)
     if judged.gpus_unjudged:
         # The class that left them unjudged is only a warning here, and the template's `gpus`

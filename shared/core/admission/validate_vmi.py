@@ -52,15 +52,15 @@ def admit(request: AdmissionRequest, catalog: Catalog) -> Decision:
                 ),
             )
         )
-    causes = final_causes(obj, request.namespace, catalog)
+    causes = final_causes(obj, request.namespace, catalog=catalog)
     return Denied(causes) if causes else Allowed()
 
 
-def final_causes(obj: Mapping[str, Any], namespace: str, catalog: Catalog) -> tuple[Cause, ...]:
+def final_causes(obj: Mapping[str, Any], namespace: str, *, catalog: Catalog) -> tuple[Cause, ...]:
     """Rules 1 to 5 and 8 as :func:`judge_create` judges them, and rule 6 read back: every cause
     at once. The GPU entries get this rule's own cause (they must equal the resolution; on the
     mutating call they may also be empty), so judge_create's is replaced, not repeated."""
-    judged = judge_create(obj, namespace, catalog)
+    judged = judge_create(obj, namespace, catalog=catalog)
     causes = [
         c
         for c in judged.causes
@@ -101,7 +101,7 @@ def gpu_entry_causes(obj: Mapping[str, Any], judged: Judgement) -> list[Cause]:
             f"must be exactly what the selected classes resolve to ({describe(judged.gpus)}) "
             f"but holds ({describe(found)}): the selection was not resolved, or another "
             "mutating webhook changed the GPU entries after gpuclass resolved it",
-            CauseCode.GPU_ENTRIES_MISMATCH,
+            code=CauseCode.GPU_ENTRIES_MISMATCH,
         )
     ]
 
@@ -128,7 +128,7 @@ def license_causes(obj: Mapping[str, Any], judged: Judgement) -> list[Cause]:
                 FieldPath.of(*path),
                 f"lacks {what} of class {judged.licensed}: the selection was not resolved, or "
                 "another mutating webhook removed it; the guest would start unlicensed",
-                CauseCode.LICENSE_VOLUME_MISSING,
+                code=CauseCode.LICENSE_VOLUME_MISSING,
             )
         )
     return causes

@@ -143,12 +143,12 @@ class Cause(NamedTuple):
         return Cause(self.path.rebase(prefix, new), self.message, self.kind, self.code)
 
 
-def invalid(path: FieldPath, message: str, code: CauseCode = CauseCode.INVALID) -> Cause:
+def invalid(path: FieldPath, message: str, *, code: CauseCode = CauseCode.INVALID) -> Cause:
     """A cause the client can fix in its input (a 422 when it refuses)."""
     return _made(Cause, (path, message, "invalid", code))
 
 
-def forbidden(path: FieldPath, message: str, code: CauseCode = CauseCode.FORBIDDEN) -> Cause:
+def forbidden(path: FieldPath, message: str, *, code: CauseCode = CauseCode.FORBIDDEN) -> Cause:
     """A cause that is policy, not a malformed input (a 403 when every cause is one)."""
     return _made(Cause, (path, message, "forbidden", code))
 

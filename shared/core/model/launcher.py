@@ -130,6 +130,7 @@ def _interfaces_need(spec: Mapping[str, Any], devices: Mapping[str, Any]) -> tup
 def _memory_overhead(
     domain: Mapping[str, Any],
     requested: Decimal | None,
+    *,
     arch: str,
     count: int,
     config: KubeVirtConfig,
@@ -198,7 +199,7 @@ def launcher_ask(vmi: Mapping[str, Any], config: KubeVirtConfig) -> LauncherAsk:
         guest = _quantity(dict_at(domain.get("memory")).get("guest"))
         memory = guest * 100 / config.memory_overcommit if guest else Decimal(0)
     if resources.get("overcommitGuestOverhead") is not True:
-        memory += _memory_overhead(domain, memory_request, arch, count, config)
+        memory += _memory_overhead(domain, memory_request, arch=arch, count=count, config=config)
     wanted: dict[str, int] = {}
     tun, virtio = _interfaces_need(spec, devices)
     emulation = config.launcher_devices == (TUN,)
@@ -255,7 +256,7 @@ def _mib(amount: int) -> str:
 
 
 def launcher_misfits(
-    ask: LauncherAsk, node: NodeDetail, used: Mapping[str, int]
+    ask: LauncherAsk, node: NodeDetail, *, used: Mapping[str, int]
 ) -> tuple[str, ...]:
     """Why the launcher Pod cannot land on `node` beside what its Pods already request, apart from
     readiness, taints and device units (the class figures judge those): empty when it fits. A

@@ -88,7 +88,9 @@ stored past the webhook can hold, names no class instead of costing every event 
 judgment of each entry (the cost of 256 KiB of `[1,1,...]` is in docs/performance.md)."""
 
 
-def _entry(index: int, entry: object, causes: list[Cause]) -> tuple[str | None, ClassEntry | None]:
+def _entry(
+    index: int, entry: object, *, causes: list[Cause]
+) -> tuple[str | None, ClassEntry | None]:
     """Kind of entry ('class', 'raw' or None) and the class entry; its causes are appended to
     `causes` (one list for the whole selection: a hostile one has sixteen entries to judge).
 
@@ -288,7 +290,7 @@ def size_cause(raw: str) -> Cause | None:
         SELECTION_PATH,
         f"is {size}; at most {MAX_SELECTION_BYTES} are read: list each class once with its "
         f'count, e.g. [{{"className": "x", "count": 2}}]; {UNCHECKED}',
-        CauseCode.SELECTION_TOO_LARGE,
+        code=CauseCode.SELECTION_TOO_LARGE,
     )
 
 
@@ -300,7 +302,7 @@ def entries_cause(length: int) -> Cause | None:
         SELECTION_PATH,
         f"has {length} entries; at most {MAX_SELECTION_ENTRIES}: list each class once with its "
         f'count, e.g. [{{"className": "x", "count": 2}}]; {UNCHECKED}',
-        CauseCode.SELECTION_TOO_LARGE,
+        code=CauseCode.SELECTION_TOO_LARGE,
     )
 
 
@@ -362,7 +364,7 @@ def _judge_entries(value: list[object]) -> Selection:
     kinds: set[str] = set()
     for index, item in enumerate(value):
         judged = len(causes)
-        kind, entry = _entry(index, item, causes)
+        kind, entry = _entry(index, item, causes=causes)
         if kind:
             kinds.add(kind)
         if entry:

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuclass.shared.core.base.k8s import Taint
+from gpuclass.shared.core.base.meta import Key
 from gpuclass.shared.core.base.raw import dict_at, list_at, metadata, str_map
 from gpuclass.shared.core.model.detail import (
     ClusterDetail,
@@ -232,11 +233,7 @@ def compact_node(obj: Mapping[str, Any]) -> NodeRecord | None:
     )
 
 
-ObjectKey = tuple[str, str]
-"""(namespace, name): one object of a kind; a later object with the same key replaces it."""
-
-
-def _object_key(obj: Mapping[str, Any], *, namespaced: bool) -> ObjectKey | None:
+def _object_key(obj: Mapping[str, Any], *, namespaced: bool) -> Key | None:
     meta = metadata(obj)
     name, namespace = meta.get("name"), meta.get("namespace")
     if not isinstance(name, str) or not name:
@@ -360,20 +357,3 @@ class SnapshotBuilder:
         for obj in objects:
             self.add(obj)
         return self.snapshot
-
-
-# Deprecated homes, for one release: reconciler/state/cache.py (being restructured beside this
-# change) still imports these four from here; their modules are podrequests and secrets.
-__all__ = [
-    "ClassRecord",
-    "NodeRecord",
-    "ObjectKey",
-    "PodRecord",
-    "SecretRecord",
-    "Snapshot",
-    "SnapshotBuilder",
-    "compact_class",
-    "compact_node",
-    "compact_pod",
-    "compact_secret",
-]

@@ -69,7 +69,9 @@ def _model_causes(spec: Mapping[str, Any]) -> tuple[GPUClassSpec | None, list[Ca
             if error["type"] in _KIND_ERRORS:
                 message += f" (got {json_kind(error['input'])})"
             causes.append(
-                invalid(field_path("spec", error["loc"]), message, CauseCode.FIELD_VALUE_INVALID)
+                invalid(
+                    field_path("spec", error["loc"]), message, code=CauseCode.FIELD_VALUE_INVALID
+                )
             )
         return None, causes
 
@@ -167,7 +169,7 @@ def _immutability_causes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list
                 invalid(
                     FieldPath.of("spec", name),
                     f"is immutable (was {_shown(old, name)}, now {_shown(new, name)}): create a new class for a different offer",
-                    CauseCode.FIELD_VALUE_FORBIDDEN,
+                    code=CauseCode.FIELD_VALUE_FORBIDDEN,
                 )
             )
     if ("license" in old) != ("license" in new):
@@ -175,7 +177,7 @@ def _immutability_causes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list
             invalid(
                 FieldPath.of("spec", "license"),
                 "adding or removing license changes the licensing mode, which is immutable: create a new class",
-                CauseCode.FIELD_VALUE_FORBIDDEN,
+                code=CauseCode.FIELD_VALUE_FORBIDDEN,
             )
         )
     return causes

@@ -65,7 +65,7 @@ def selected_classes(annotation: object) -> tuple[str, ...]:
 
 
 def admitted_units(
-    annotation: object, gpus: list[Any], namespace: str
+    annotation: object, gpus: list[Any], *, namespace: str
 ) -> tuple[tuple[str, int], ...]:
     """(class, units) of each class a VMI passed admission with, read from what only admission
     can produce (:func:`admitted_classes` takes the names).
@@ -103,9 +103,9 @@ def admitted_units(
     return tuple(counts.items())
 
 
-def admitted_classes(annotation: object, gpus: list[Any], namespace: str) -> frozenset[str]:
+def admitted_classes(annotation: object, gpus: list[Any], *, namespace: str) -> frozenset[str]:
     """The classes a VMI passed admission with (:func:`admitted_units`)."""
-    return frozenset(name for name, _ in admitted_units(annotation, gpus, namespace))
+    return frozenset(name for name, _ in admitted_units(annotation, gpus, namespace=namespace))
 
 
 def license_volume_secret(spec: Mapping[str, Any]) -> str | None:
@@ -134,7 +134,7 @@ def compact_vmi_use(obj: Mapping[str, Any]) -> VMIUse | None:
         if isinstance(g, dict) and isinstance(g.get("deviceName"), str)
     )
     annotation = dict_at(meta.get("annotations")).get(names.SELECTION_ANNOTATION)
-    units = admitted_units(annotation, gpus, namespace)
+    units = admitted_units(annotation, gpus, namespace=namespace)
     phase = dict_at(obj.get("status")).get("phase")
     return VMIUse(
         namespace=namespace,

@@ -69,7 +69,10 @@ class UsageIndex:
         """One pass over the nodes listing the class's resource (:func:`capacity.survey_nodes`)."""
         resource = record.resource_name or ""
         return survey_nodes(
-            record, self.nodes_by_resource.get(resource, ()), self.used.get(resource, {}), needs
+            record,
+            self.nodes_by_resource.get(resource, ()),
+            used=self.used.get(resource, {}),
+            needs=needs,
         )
 
 
@@ -127,7 +130,9 @@ def compute_figures(
     return figures_of(survey(record, index, conflict_lost=conflict_lost, needs=needs))
 
 
-def license_problem(record: ClassRecord, snapshot: Snapshot, license_namespace: str) -> str | None:
+def license_problem(
+    record: ClassRecord, snapshot: Snapshot, *, license_namespace: str
+) -> str | None:
     """Why a licensed class's source Secret is unusable, or None when it is fine (or unlicensed)."""
     if record.spec is None or record.spec.license is None:
         return None
@@ -144,9 +149,9 @@ def license_problem(record: ClassRecord, snapshot: Snapshot, license_namespace: 
 def _condition(
     type_: str,
     true: bool,
+    *,
     reason: str,
     message: str,
-    *,
     previous: Mapping[str, Any] | None,
     now: str,
     generation: int,
@@ -172,8 +177,8 @@ def conflict_condition(resource: str, conflict_with: str | None, **at: Any) -> d
     return _condition(
         "ResourceNameConflict",
         conflict_with is not None,
-        "ResourceNameInUse" if conflict_with else "ResourceNameUnique",
-        f"class {conflict_with} already uses {resource}; this offer is not available"
+        reason="ResourceNameInUse" if conflict_with else "ResourceNameUnique",
+        message=f"class {conflict_with} already uses {resource}; this offer is not available"
         if conflict_with
         else f"no older class uses {resource}",
         **at,
@@ -181,7 +186,7 @@ def conflict_condition(resource: str, conflict_with: str | None, **at: Any) -> d
 
 
 def permission_condition(
-    resource: str, permitted: frozenset[str] | None, no_kubevirt: str | None, **at: Any
+    resource: str, permitted: frozenset[str] | None, *, no_kubevirt: str | None, **at: Any
 ) -> dict[str, Any]:
     """`ResourceNameNotPermitted` (6.4): the deployed KubeVirt CR's permittedHostDevices, or why
     no CR is read (`no_kubevirt`)."""
@@ -189,27 +194,35 @@ def permission_condition(
         return _condition(
             "ResourceNameNotPermitted",
             True,
-            "NoKubeVirt",
-            no_kubevirt or "no KubeVirt CR found: configure KubeVirt first",
+            reason="NoKubeVirt",
+            message=no_kubevirt or "no KubeVirt CR found: configure KubeVirt first",
             **at,
         )
     if resource in permitted:
         message = f"{resource} is in KubeVirt's permittedHostDevices"
-        return _condition("ResourceNameNotPermitted", False, "Permitted", message, **at)
+        return _condition(
+            "ResourceNameNotPermitted", False, reason="Permitted", message=message, **at
+        )
     message = f"{resource} is missing from KubeVirt's permittedHostDevices"
-    return _condition("ResourceNameNotPermitted", True, "NotPermitted", message, **at)
+    return _condition(
+        "ResourceNameNotPermitted", True, reason="NotPermitted", message=message, **at
+    )
 
 
 def license_condition(record: ClassRecord, problem: str | None, **at: Any) -> dict[str, Any]:
     """`LicenseSecretMissing` (6.4): a licensed class's source Secret, or that none is needed."""
     licensed = record.spec is not None and record.spec.license is not None
     if problem is not None:
-        return _condition("LicenseSecretMissing", True, "SecretUnusable", problem, **at)
+        return _condition(
+            "LicenseSecretMissing", True, reason="SecretUnusable", message=problem, **at
+        )
     if licensed:
         message = "the licence source Secret is usable"
-        return _condition("LicenseSecretMissing", False, "SecretFound", message, **at)
+        return _condition(
+            "LicenseSecretMissing", False, reason="SecretFound", message=message, **at
+        )
     message = "this class delivers no platform licence"
-    return _condition("LicenseSecretMissing", False, "NotLicensed", message, **at)
+    return _condition("LicenseSecretMissing", False, reason="NotLicensed", message=message, **at)
 
 
 def compute_conditions(
@@ -233,7 +246,9 @@ def compute_conditions(
 
     conditions = [
         conflict_condition(resource, conflict_with, **at("ResourceNameConflict")),
-        permission_condition(resource, permitted, no_kubevirt, **at("ResourceNameNotPermitted")),
+        permission_condition(
+            resource, permitted, no_kubevirt=no_kubevirt, **at("ResourceNameNotPermitted")
+        ),
         license_condition(record, license, **at("LicenseSecretMissing")),
     ]
     failing = [c["type"] for c in conditions if c["status"] == "True"]
@@ -241,8 +256,8 @@ def compute_conditions(
         _condition(
             "Ready",
             not failing and not record.problems,
-            _ready_reason(record, failing),
-            _ready_message(record, failing),
+            reason=_ready_reason(record, failing),
+            message=_ready_message(record, failing),
             **at("Ready"),
         )
     )
@@ -278,7 +293,7 @@ class ClassState:
 
 
 def class_state(
-    record: ClassRecord, snapshot: Snapshot, winners: Mapping[str, str], license_namespace: str
+    record: ClassRecord, snapshot: Snapshot, *, winners: Mapping[str, str], license_namespace: str
 ) -> ClassState:
     """The class's conflict winner, permission and license problem, for the conditions and the
     admission catalog alike."""
@@ -289,15 +304,15 @@ def class_state(
         permitted=snapshot.permitted is not None
         and resource is not None
         and resource in snapshot.permitted,
-        license_problem=license_problem(record, snapshot, license_namespace),
+        license_problem=license_problem(record, snapshot, license_namespace=license_namespace),
     )
 
 
 def schedulable_condition(
     record: ClassRecord,
     found: Survey,
-    capacity: Capacity,
     *,
+    capacity: Capacity,
     ready: Mapping[str, Any],
     previous: Mapping[str, Any] | None,
     now: str,
@@ -314,8 +329,8 @@ def schedulable_condition(
     return _condition(
         names.SCHEDULABLE,
         verdict.status,
-        verdict.reason,
-        verdict.message,
+        reason=verdict.reason,
+        message=verdict.message,
         previous=previous,
         now=now,
         generation=record.generation,
@@ -332,7 +347,7 @@ def compute_status(
     now: str,
 ) -> dict[str, Any]:
     """The full status subresource of one class, as the reconciler writes it."""
-    state = class_state(record, snapshot, winners, license_namespace)
+    state = class_state(record, snapshot, winners=winners, license_namespace=license_namespace)
     found = survey(
         record,
         index,
@@ -357,7 +372,7 @@ def compute_status(
         schedulable_condition(
             record,
             found,
-            capacity,
+            capacity=capacity,
             ready=conditions[-1],
             previous=before.get(names.SCHEDULABLE),
             now=now,

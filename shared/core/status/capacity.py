@@ -122,7 +122,7 @@ def node_blocker(node: NodeRecord, needs: Needs) -> NodeBlocker | None:
 
 
 def verdict_of(
-    node: NodeRecord, allocatable: int, blocking: bool, free: int, needs: Needs
+    node: NodeRecord, allocatable: int, *, blocking: bool, free: int, needs: Needs
 ) -> Verdict:
     """The one statement of the verdict order (module docstring); both callers below use it."""
     if allocatable <= 0:
@@ -138,6 +138,7 @@ def verdict_of(
 def judge_node(
     node: NodeRecord,
     resource: str,
+    *,
     tolerations: tuple[Mapping[str, Any], ...],
     used: Mapping[str, int],
     needs: Needs,
@@ -146,7 +147,7 @@ def judge_node(
     allocatable = node.allocatable.get(resource, 0)
     blocking = untolerated_taints(tolerations, node.taints) if node.taints else ()
     free = max(allocatable - used.get(node.name, 0), 0)
-    verdict = verdict_of(node, allocatable, bool(blocking), free, needs)
+    verdict = verdict_of(node, allocatable, blocking=bool(blocking), free=free, needs=needs)
     return NodeFit(
         node.name,
         allocatable,
@@ -254,6 +255,7 @@ _NONE: frozenset[str] = frozenset()
 def node_share(
     node: NodeRecord,
     resource: str,
+    *,
     tolerations: tuple[Mapping[str, Any], ...],
     used: int,
     needs: Needs,
@@ -266,7 +268,12 @@ def node_share(
     if free < 0:
         free = 0
     keys = frozenset(t.key for t in blocking) if blocking else _NONE
-    return verdict_of(node, allocatable, bool(blocking), free, needs), free, allocatable, keys
+    return (
+        verdict_of(node, allocatable, blocking=bool(blocking), free=free, needs=needs),
+        free,
+        allocatable,
+        keys,
+    )
 
 
 def _drop_zeros(counts: dict[Any, int]) -> None:
@@ -355,7 +362,7 @@ def surveyed(record: ClassRecord, needs: Needs) -> Reads | None:
 
 
 def survey_nodes(
-    record: ClassRecord, nodes: Iterable[NodeRecord], used: Mapping[str, int], needs: Needs
+    record: ClassRecord, nodes: Iterable[NodeRecord], *, used: Mapping[str, int], needs: Needs
 ) -> Survey:
     """Judge every node that lists the class's resource; an invalid class surveys nothing.
 
@@ -368,7 +375,10 @@ def survey_nodes(
     resource, tolerations, _ = reads
     tally = Tally()
     tally.add(
-        node_share(node, resource, tolerations, used.get(node.name, 0), needs) for node in nodes
+        node_share(
+            node, resource, tolerations=tolerations, used=used.get(node.name, 0), needs=needs
+        )
+        for node in nodes
     )
     return tally.survey()
 

@@ -100,7 +100,9 @@ def build_catalog(
     index = UsageIndex.build(snapshot) if figures == "computed" else None
     offers = {}
     for name, record in snapshot.classes.items():
-        state = class_state(record, snapshot, winners, policy.license_namespace)
+        state = class_state(
+            record, snapshot, winners=winners, license_namespace=policy.license_namespace
+        )
         free: int | None
         if index is not None:
             computed = compute_figures(

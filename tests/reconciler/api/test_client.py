@@ -23,7 +23,7 @@ from kubernetes_asyncio import client
 
 from gpuclass.reconciler.api.client import KubeAdapter
 from gpuclass.reconciler.api.port import ApiError
-from gpuclass.reconciler.state.sources import POD_FIELD_SELECTOR, Scope
+from gpuclass.reconciler.state.resources import POD_FIELD_SELECTOR, Scope
 from gpuclass.shared.core.base.jsonsize import json_values
 from gpuclass.shared.kube.kubeclient import user_agent
 from gpuclass.shared.kube.ratelimit import TokenBucket
@@ -333,7 +333,7 @@ def test_errors_and_missing_objects() -> None:
 def test_copy_writes_patch_and_delete() -> None:
     async def test(kube: KubeAdapter, seen: Seen) -> None:
         patch = [{"op": "test", "path": "/metadata/labels/x", "value": "y"}]
-        assert await kube.patch_secret("t", "s", patch) == {
+        assert await kube.patch_secret("t", "s", patch=patch) == {
             "kind": "Secret",
             "metadata": {"name": "s"},
         }

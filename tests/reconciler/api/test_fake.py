@@ -177,18 +177,18 @@ async def script(backend: Backend, ns: str, suffix: str) -> list[tuple[str, str]
         fresh = {"metadata": {"resourceVersion": version(first)}, "status": STATUS}
         await step(api.patch_class_status(name, fresh))
         await step(api.patch_class_status(name, fresh))
-        await step(api.patch_class_finalizers(name, [], version(first)))
+        await step(api.patch_class_finalizers(name, [], resource_version=version(first)))
         await step(api.get_class(f"{name}-absent"))
         await step(api.patch_class_status(f"{name}-absent", {"status": STATUS}))
 
         await step(api.create_secret(ns, secret(ns, copy)))
         await step(api.create_secret(ns, secret(ns, copy)))
         changed = {**COPY_KEYS, "gridd.conf": "RmVhdHVyZVR5cGU9Mgo="}
-        applied = await api.patch_secret(ns, copy, patch_of(ns, copy, changed))
+        applied = await api.patch_secret(ns, copy, patch=patch_of(ns, copy, changed))
         seen.append((next(steps)[0], "ok"))
-        again = await api.patch_secret(ns, copy, patch_of(ns, copy, changed))
+        again = await api.patch_secret(ns, copy, patch=patch_of(ns, copy, changed))
         seen.append((next(steps)[0], "kept" if version(again) == version(applied) else "moved"))
-        await step(api.patch_secret(ns, f"{copy}-absent", patch_of(ns, f"{copy}-absent")))
+        await step(api.patch_secret(ns, f"{copy}-absent", patch=patch_of(ns, f"{copy}-absent")))
         for refused in (
             secret(ns, f"other-{suffix}"),
             secret(ns, f"{copy}-x", labels={}),
@@ -200,27 +200,27 @@ async def script(backend: Backend, ns: str, suffix: str) -> list[tuple[str, str]
         ):
             await step(api.create_secret(ns, refused))
         theirs = foreign["metadata"]["name"]
-        await step(api.patch_secret(ns, theirs, patch_of(ns, theirs)))
+        await step(api.patch_secret(ns, theirs, patch=patch_of(ns, theirs)))
         await step(api.delete_secret(ns, theirs))
         await step(api.delete_secret(ns, copy))
         await step(api.delete_secret(ns, copy))
         await step(api.create_secret(f"{ns}-absent", secret(f"{ns}-absent", copy)))
-        await step(api.patch_secret(f"{ns}-absent", copy, patch_of(f"{ns}-absent", copy)))
+        await step(api.patch_secret(f"{ns}-absent", copy, patch=patch_of(f"{ns}-absent", copy)))
 
         backend.forget_record()
         entries = f'{{"{ns}/{copy}": ""}}'
-        await step(api.replace_config_map(RELEASE_NAMESPACE, COPY_RECORD, record(entries)))
+        await step(api.replace_config_map(RELEASE_NAMESPACE, COPY_RECORD, body=record(entries)))
         first_record = await api.create_config_map(RELEASE_NAMESPACE, record(entries))
         seen.append((next(steps)[0], "ok"))
         await step(api.create_config_map(RELEASE_NAMESPACE, record(entries)))
         stale_record = record("{}", str(int(version(first_record)) - 1))
-        await step(api.replace_config_map(RELEASE_NAMESPACE, COPY_RECORD, stale_record))
+        await step(api.replace_config_map(RELEASE_NAMESPACE, COPY_RECORD, body=stale_record))
         emptied = await api.replace_config_map(
-            RELEASE_NAMESPACE, COPY_RECORD, record("{}", version(first_record))
+            RELEASE_NAMESPACE, COPY_RECORD, body=record("{}", version(first_record))
         )
         seen.append((next(steps)[0], "ok"))
         unchanged = await api.replace_config_map(
-            RELEASE_NAMESPACE, COPY_RECORD, record("{}", version(emptied))
+            RELEASE_NAMESPACE, COPY_RECORD, body=record("{}", version(emptied))
         )
         seen.append((next(steps)[0], "kept" if version(unchanged) == version(emptied) else "moved"))
         backend.forget_record()
@@ -228,8 +228,12 @@ async def script(backend: Backend, ns: str, suffix: str) -> list[tuple[str, str]
         backend.delete(held)
         deleting = await api.get_class(name)
         await step(api.get_class(name))
-        await step(api.patch_class_finalizers(name, [FINALIZER, "x.example/y"], version(deleting)))
-        await step(api.patch_class_finalizers(name, [], version(deleting)))
+        await step(
+            api.patch_class_finalizers(
+                name, [FINALIZER, "x.example/y"], resource_version=version(deleting)
+            )
+        )
+        await step(api.patch_class_finalizers(name, [], resource_version=version(deleting)))
         await step(api.get_class(name))
     finally:
         await api.close()
@@ -267,12 +271,12 @@ def test_the_fake_answers_as_kubernetes_does() -> None:
         return kube
 
     def forget_record() -> None:
-        kube.remove("ConfigMap", RELEASE_NAMESPACE, COPY_RECORD)
+        kube.remove("ConfigMap", RELEASE_NAMESPACE, name=COPY_RECORD)
 
     backend = Backend(
         connect,
         kube.apply,
-        lambda o: kube.remove(o["kind"], *_ref(o)),
+        lambda o: kube.remove(o["kind"], _ref(o)[0], name=_ref(o)[1]),
         kube.compact,
         forget_record,
     )

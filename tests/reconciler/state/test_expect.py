@@ -49,18 +49,18 @@ def conflicted(stale: str) -> Expectation:
     ],
 )
 def test_met(expectation: Expectation, held: str, source: SourceSync, met: bool) -> None:
-    assert expectation.met(held=held, view=source) is met
+    assert expectation.met(held=held, sync=source) is met
 
 
 def test_one_per_object_newest_wins_and_met_ones_are_dropped() -> None:
     expect = Expectations()
-    expect.written("gpuclasses", KEY, "12", now=1.0, lists=1)
-    expect.conflicted("gpuclasses", KEY, "12", now=2.0, lists=1)
+    expect.written("gpuclasses", KEY, version="12", now=1.0, lists=1)
+    expect.conflicted("gpuclasses", KEY, stale="12", now=2.0, lists=1)
     assert len(expect) == 1
-    unmet = expect.unmet("gpuclasses", KEY, held="12", view=view("12"))
+    unmet = expect.unmet("gpuclasses", KEY, held="12", sync=view("12"))
     assert unmet == Expectation("12", newer=True, since=2.0, lists=1)
-    assert expect.unmet("gpuclasses", KEY, held="13", view=view("13")) is None
+    assert expect.unmet("gpuclasses", KEY, held="13", sync=view("13")) is None
     assert len(expect) == 0
-    expect.written("copy-record", ("ns", "r"), "5", now=3.0, lists=1)
+    expect.written("copy-record", ("ns", "r"), version="5", now=3.0, lists=1)
     expect.drop("copy-record", ("ns", "r"))
-    assert expect.unmet("copy-record", ("ns", "r"), held="", view=view("1")) is None
+    assert expect.unmet("copy-record", ("ns", "r"), held="", sync=view("1")) is None

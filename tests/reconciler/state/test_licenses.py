@@ -440,7 +440,9 @@ def test_a_gpu_whose_device_name_is_no_name_records_no_admission(device: object)
     VMI passed admission with; a device name of another type is not that, and must not stop
     the reader (an object as deviceName raised TypeError and the VMI was skipped)."""
     gpus = [{"name": "gpu1", "deviceName": device}]
-    assert admitted_units('[{"className": "lic"}]', gpus, "tenant-a") == ()
+    assert admitted_units('[{"className": "lic"}]', gpus, namespace="tenant-a") == ()
     assert admitted_units(
-        '[{"className": "lic"}]', [{"name": "gpu1", "deviceName": "example.com/lic"}], "tenant-a"
+        '[{"className": "lic"}]',
+        [{"name": "gpu1", "deviceName": "example.com/lic"}],
+        namespace="tenant-a",
     ) == (("lic", 1),)

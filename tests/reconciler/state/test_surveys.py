@@ -89,13 +89,13 @@ class Surveys(RuleBasedStateMachine):
     def put_node(self, node: NodeRecord) -> None:
         old = self.nodes.get(node.name)
         self.nodes[node.name] = node
-        self.usage.set_node(node.name, old, node)
+        self.usage.set_node(node.name, old, new=node)
 
     @rule(name=st.sampled_from(NODE_NAMES))
     def remove_node(self, name: str) -> None:
         old = self.nodes.pop(name, None)
         if old is not None:
-            self.usage.set_node(name, old, None)
+            self.usage.set_node(name, old, new=None)
 
     @rule(
         name=st.sampled_from(["p1", "p2", "p3", "p4"]),
@@ -159,7 +159,7 @@ test_tallies_equal_the_full_walk = Surveys.TestCase
 
 def _one_class_on(node: NodeRecord) -> tuple[UsageCounters, ClassRecord]:
     usage = UsageCounters()
-    usage.set_node(node.name, None, node)
+    usage.set_node(node.name, None, new=node)
     record = class_record("c1", RESOURCES[0], None, True)
     return usage, record
 
@@ -181,10 +181,10 @@ def test_a_node_changed_after_a_survey_counts_at_the_next() -> None:
     usage, record = _one_class_on(node)
     assert usage.surveys.survey(record, NEEDS).free == 4
     cordoned = NodeRecord("n0", True, True, (), {RESOURCES[0]: 4, **KV})
-    usage.set_node("n0", node, cordoned)
+    usage.set_node("n0", node, new=cordoned)
     assert usage.surveys.survey(record, NEEDS).free == 0
     bigger = NodeRecord("n0", True, False, (), {RESOURCES[0]: 8, **KV})
-    usage.set_node("n0", cordoned, bigger)
+    usage.set_node("n0", cordoned, new=bigger)
     assert usage.surveys.survey(record, NEEDS).free == 8
 
 
@@ -201,5 +201,5 @@ def test_pods_on_nodes_that_list_nothing_grow_no_tally() -> None:
     assert usage.surveys._tallies["c1"].stale == set()
     usage.add_pod(PodRecord("n0", {RESOURCES[0]: 1}), 1)
     assert usage.surveys.survey(record, NEEDS).free == 3
-    usage.set_node("n0", NodeRecord("n0", True, False, (), {RESOURCES[0]: 4, **KV}), None)
+    usage.set_node("n0", NodeRecord("n0", True, False, (), {RESOURCES[0]: 4, **KV}), new=None)
     assert usage.surveys.survey(record, NEEDS).free == 0

@@ -80,7 +80,7 @@ def edited(name: str, **spec: Any) -> dict[str, Any]:
 
 
 def run(*objs: dict[str, Any]) -> Plan:
-    return plan(snapshot(), proposal(*objs), VMS, policy=Policy(), now="2026-12-01T00:00:00Z")
+    return plan(snapshot(), proposal(*objs), vms=VMS, policy=Policy(), now="2026-12-01T00:00:00Z")
 
 
 def by_name(p: Plan) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuclass.reconciler.state.sources import Scope, collections
+from gpuclass.reconciler.state.resources import Scope, collections
 from gpuclass.shared.kube.apicollections import (
     BOUND_PODS,
     GPUCLASSES,

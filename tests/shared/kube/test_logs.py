@@ -79,7 +79,7 @@ def test_the_direct_line_is_the_line_logging_writes(stream: io.StringIO) -> None
     _only_ours()
     logger = logging.getLogger("gpuclass.test")
     fields = BoundedFields({"uid": "u-1", "allowed": True, "causes": ["A"], "ms": 0.5})
-    log_fields(logger, "admission", fields)
+    log_fields(logger, "admission", fields=fields)
     logger.info("admission", extra={"fields": fields})
     written, through_logging = stream.getvalue().splitlines()
     assert _without_ts(written) == _without_ts(through_logging)
@@ -95,13 +95,13 @@ def test_the_direct_line_gives_way_to_anything_else_configured(stream: io.String
     extra.emit = seen.append  # type: ignore[method-assign]
     logger.addHandler(extra)
     try:
-        log_fields(logger, "admission", BoundedFields({"uid": "u-2"}))
+        log_fields(logger, "admission", fields=BoundedFields({"uid": "u-2"}))
     finally:
         logger.removeHandler(extra)
     assert [r.fields for r in seen] == [{"uid": "u-2"}]  # type: ignore[attr-defined]
     assert json.loads(stream.getvalue())["uid"] == "u-2"  # and the root handler's line too
     logging.getLogger().setLevel(logging.WARNING)
-    log_fields(logger, "admission", BoundedFields({"uid": "u-3"}))
+    log_fields(logger, "admission", fields=BoundedFields({"uid": "u-3"}))
     assert "u-3" not in stream.getvalue()
 
 
@@ -115,11 +115,11 @@ def test_direct_lines_of_one_loop_turn_are_written_at_its_end_in_order(
     written_in_turn: list[str] = []
 
     async def turn() -> None:
-        log_fields(logger, "admission", BoundedFields({"uid": "a"}))
-        log_fields(logger, "admission", BoundedFields({"uid": "b"}))
+        log_fields(logger, "admission", fields=BoundedFields({"uid": "a"}))
+        log_fields(logger, "admission", fields=BoundedFields({"uid": "b"}))
         written_in_turn.append(stream.getvalue())
         logger.warning("between", extra={"fields": {"uid": "c"}})
-        log_fields(logger, "admission", BoundedFields({"uid": "d"}))
+        log_fields(logger, "admission", fields=BoundedFields({"uid": "d"}))
         await asyncio.sleep(0)  # the turn ends: what is held is written
         written_in_turn.append(stream.getvalue())
 

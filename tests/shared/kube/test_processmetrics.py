@@ -69,3 +69,32 @@ def test_the_reconciler_serves_build_info_and_process_metrics() -> None:
             await asyncio.wait_for(running, 10)
 
     check(asyncio.run(asyncio.wait_for(scrape(), 30)))
+
+
+def test_declared_metrics_are_built_in_order_each_as_its_type_says() -> None:
+    from typing import get_type_hints
+
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+    from gpuclass.reconciler.metrics import METRICS as RECONCILER
+    from gpuclass.reconciler.metrics import ReconcilerMetrics
+    from gpuclass.shared.kube.processmetrics import MetricSpec, build_metrics
+    from gpuclass.webhook.metrics import METRICS as WEBHOOK
+    from gpuclass.webhook.metrics import WebhookMetrics
+
+    specs = (
+        MetricSpec("b", "counter", "t_b", "B.", ("x",)),
+        MetricSpec("a", "histogram", "t_a", "A.", buckets=(1.0, 2.0)),
+        MetricSpec("c", "gauge", "t_c", "C."),
+    )
+    registry = CollectorRegistry()
+    built = build_metrics(specs, registry)
+    assert list(built) == ["b", "a", "c"]
+    assert [type(m) for m in built.values()] == [Counter, Histogram, Gauge]
+    assert [m.name for m in registry.collect()] == ["t_b", "t_a", "t_c"]
+    kinds = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
+    for owner, table in ((ReconcilerMetrics, RECONCILER), (WebhookMetrics, WEBHOOK)):
+        hints = get_type_hints(owner)
+        assert {s.attribute: kinds[s.type] for s in table} == {
+            name: hint for name, hint in hints.items() if hint in kinds.values()
+        }, f"{owner.__name__}: one annotated attribute per declared metric, of its type"

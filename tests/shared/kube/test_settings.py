@@ -65,12 +65,16 @@ def test_the_listed_variables_are_honoured(
 ) -> None:
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
-    assert getattr(parse_settings(WebhookSettings, [], "gpuclass-webhook"), attribute) == expected
+    assert (
+        getattr(parse_settings(WebhookSettings, [], prog="gpuclass-webhook"), attribute) == expected
+    )
 
 
 def test_a_flag_wins_over_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUCLASS_CONTEXT", "from-env")
-    settings = parse_settings(ReconcilerSettings, ["--context", "from-flag"], "gpuclass-reconciler")
+    settings = parse_settings(
+        ReconcilerSettings, ["--context", "from-flag"], prog="gpuclass-reconciler"
+    )
     assert settings.context == "from-flag"
 
 

@@ -56,7 +56,7 @@ class World:
             else:
                 assert isinstance(step, UpdateSecret)
                 self.data, self.notes = ci.apply_update(
-                    self.data, self.notes, step, now=now, policy=POLICY
+                    self.data, self.notes, step=step, now=now, policy=POLICY
                 )
         raise AssertionError("the plan did not settle in 10 steps")
 

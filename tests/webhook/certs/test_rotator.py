@@ -141,7 +141,7 @@ def replica(
     return SelfManagedCertificates(
         api,
         target,
-        POLICY,
+        policy=POLICY,
         tls=ReloadingContext(files.cert, files.key),
         poll_seconds=1,
         clock=clock,
@@ -288,7 +288,7 @@ def test_the_webhook_refuses_to_start_with_certificates_it_cannot_keep(
     settings = parse_settings(
         WebhookSettings,
         ["--cert-secret", "s", "--cert-namespace", "n", *flags],
-        "gpuclass-webhook",
+        prog="gpuclass-webhook",
     )
     assert asyncio.run(serve(settings)) == 2
     assert "cannot start" in caplog.text

@@ -91,8 +91,8 @@ def test_denial_code(causes: tuple[Cause, ...], code: int, reason: str) -> None:
 
 def test_denial_message_and_details_name_every_cause_with_its_path() -> None:
     causes = (
-        invalid(FieldPath.of("spec", "a"), "must be x", CauseCode.FIELD_VALUE_INVALID),
-        forbidden(FieldPath.of("spec", "b"), "is not allowed", CauseCode.NOT_ENTITLED),
+        invalid(FieldPath.of("spec", "a"), "must be x", code=CauseCode.FIELD_VALUE_INVALID),
+        forbidden(FieldPath.of("spec", "b"), "is not allowed", code=CauseCode.NOT_ENTITLED),
         invalid(FieldPath(), "whole object is wrong"),
     )
     status = render(Denied(causes))["response"]["status"]

@@ -139,12 +139,12 @@ def ops_of_gpus(decision: Any) -> list[dict[str, Any]]:
 def test_changing_an_answer_does_not_change_the_next_one() -> None:
     cat = catalog()
     obj = vmi([cls("whole", 2)])
-    first = judge_create(obj, "tenant-a", cat)
+    first = judge_create(obj, "tenant-a", catalog=cat)
     patched = jsonpatch.apply_patch(obj, list(first.operations))
     for entry in patched["spec"]["domain"]["devices"]["gpus"]:  # a caller edits what it got
         entry["deviceName"] = "example.com/other"
     assert first.gpus is not None
     for entry in first.gpus:
         entry["name"] = "edited"
-    again = judge_create(obj, "tenant-a", cat)
+    again = judge_create(obj, "tenant-a", catalog=cat)
     assert again.gpus == tuple(gpus(RES["whole"], RES["whole"]))

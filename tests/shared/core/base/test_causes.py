@@ -57,7 +57,7 @@ def test_a_code_is_written_as_its_word() -> None:
     """The wire carries the word, not the enum's name (orjson, str() and f-strings alike)."""
     import orjson
 
-    cause = forbidden(FieldPath.of("spec"), "no", CauseCode.NOT_ENTITLED)
+    cause = forbidden(FieldPath.of("spec"), "no", code=CauseCode.NOT_ENTITLED)
     assert orjson.dumps({"reason": cause.code}) == b'{"reason":"NotEntitled"}'
     assert f"{cause.code}" == str(cause.code) == "NotEntitled"
     assert invalid(FieldPath.of("spec"), "no").code == "Invalid"

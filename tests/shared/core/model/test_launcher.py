@@ -229,4 +229,4 @@ def test_misfits_name_each_reason(
     reasons: tuple[str, ...],
 ) -> None:
     ask = launcher_ask(vmi({"devices": DISK, "memory": {"guest": "1Gi"}}), DEFAULT)
-    assert launcher_misfits(ask, NodeDetail(labels, allocatable), used) == reasons
+    assert launcher_misfits(ask, NodeDetail(labels, allocatable), used=used) == reasons

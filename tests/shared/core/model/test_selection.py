@@ -327,7 +327,7 @@ def test_256_kib_annotation_is_refused_by_the_cap() -> None:
     entry = json.dumps({"className": "a", "count": 0})
     raw = "[" + ", ".join([entry] * (256 * 1024 // (len(entry) + 2))) + "]"
     assert 255 * 1024 < len(raw) <= 256 * 1024
-    decision = admit_create(hostile_vmi(raw), "tenant-a", Catalog())
+    decision = admit_create(hostile_vmi(raw), "tenant-a", catalog=Catalog())
     assert isinstance(decision, Denied)
     assert [(c.field, c.code) for c in decision.causes] == [(ANN, TOO_LARGE)]
     status = render_response(decision, uid="u", api_version="admission.k8s.io/v1")["response"][

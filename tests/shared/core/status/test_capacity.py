@@ -510,8 +510,8 @@ def test_survey_counts_what_judge_node_says(
     nodes, used, tolerations = cluster
     record = compact_class(cls(tolerations=tolerations))
     assert record is not None
-    found = survey_nodes(record, nodes, used, NEEDS)
-    fits = [judge_node(n, R, record.tolerations, used, NEEDS) for n in nodes]
+    found = survey_nodes(record, nodes, used=used, needs=NEEDS)
+    fits = [judge_node(n, R, tolerations=record.tolerations, used=used, needs=NEEDS) for n in nodes]
     counted = Counter(f.verdict for f in fits)
     capacity = found.capacity()
     assert (capacity.with_free, capacity.no_free_units) == (
@@ -549,13 +549,16 @@ def test_shares_taken_out_leave_the_tally_of_the_rest(
     assert record is not None
     leaving = data.draw(st.sets(st.sampled_from([n.name for n in nodes]))) if nodes else set()
     shares = {
-        n.name: node_share(n, R, record.tolerations, used.get(n.name, 0), NEEDS) for n in nodes
+        n.name: node_share(
+            n, R, tolerations=record.tolerations, used=used.get(n.name, 0), needs=NEEDS
+        )
+        for n in nodes
     }
     tally = Tally()
     tally.add(shares.values())
     tally.add([shares[name] for name in leaving], -1)
     rest = [n for n in nodes if n.name not in leaving]
-    assert tally.survey() == survey_nodes(record, rest, used, NEEDS)
+    assert tally.survey() == survey_nodes(record, rest, used=used, needs=NEEDS)
     if leaving == set(shares):
         assert tally == Tally()
 
@@ -730,7 +733,7 @@ def _survey_equals_the_oracle(
     record = compact_class(cls(tolerations=tolerations))
     assert record is not None
     want = oracle(nodes, used, tolerations)
-    found = survey_nodes(record, nodes, used, ORACLE_DEVICES)
+    found = survey_nodes(record, nodes, used=used, needs=ORACLE_DEVICES)
     got = found.capacity().to_status()
     assert got == {k: v for k, v in want.items() if k not in ("figures", "distinct_keys")}
     assert (found.free, found.max_free_per_node, found.max_units_per_node) == want["figures"]

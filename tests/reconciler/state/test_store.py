@@ -1,4 +1,4 @@
-"""Pure state transitions: events into `reconciler.state.cache`, statuses and dirty marks out.
+"""Pure store transitions: events into `reconciler.state.store`, statuses and dirty marks out.
 
 One test per rule of docs/contract.md section 6 (eligibility, counting, conflicts,
 conditions), plus the affected-class index: what each kind of change marks dirty.
@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from gpuclass.reconciler.state.cache import ClusterCache
+from gpuclass.reconciler.state.decisions import class_status, copy_actions, status_context
 from gpuclass.reconciler.state.licenses import record_body
-from gpuclass.reconciler.state.sources import SOURCES, Source
+from gpuclass.reconciler.state.resources import RESOURCES, Resource
+from gpuclass.reconciler.state.store import ClusterStore
 from gpuclass.shared.core.base import names
 from tests.builders import gpuclass, kubevirt, launcher, namespace, node, pod, secret, vmi
 
@@ -21,29 +22,29 @@ OTHER = "example.com/other"
 TAINT = {"key": "gpu", "value": "yes", "effect": "NoSchedule"}
 
 
-def state_with(*events: tuple[Source, dict[str, Any]]) -> ClusterCache:
-    state = ClusterCache()
-    state.upsert("kubevirts", kubevirt(R, OTHER))
+def store_with(*events: tuple[Resource, dict[str, Any]]) -> ClusterStore:
+    store = ClusterStore()
+    store.upsert("kubevirts", kubevirt(R, OTHER))
     for source, obj in events:
-        state.upsert(source, obj)
-    return state
+        store.upsert(source, obj)
+    return store
 
 
-def status(state: ClusterCache, name: str = "c") -> dict[str, Any]:
-    return state.compute_status(name, state.status_context(), now="NOW")
+def status(store: ClusterStore, name: str = "c") -> dict[str, Any]:
+    return class_status(store, name, context=status_context(store), now="NOW")
 
 
-def figures(state: ClusterCache, name: str = "c") -> tuple[int, int, int]:
-    s = status(state, name)
+def figures(store: ClusterStore, name: str = "c") -> tuple[int, int, int]:
+    s = status(store, name)
     return s["free"], s["maxFreePerNode"], s["maxUnitsPerNode"]
 
 
-def conditions(state: ClusterCache, name: str = "c") -> dict[str, str]:
-    return {c["type"]: c["status"] for c in status(state, name)["conditions"]}
+def conditions(store: ClusterStore, name: str = "c") -> dict[str, str]:
+    return {c["type"]: c["status"] for c in status(store, name)["conditions"]}
 
 
-CLASS: tuple[Source, dict[str, Any]] = ("gpuclasses", gpuclass("c", R))
-TOLERANT: tuple[Source, dict[str, Any]] = (
+CLASS: tuple[Resource, dict[str, Any]] = ("gpuclasses", gpuclass("c", R))
+TOLERANT: tuple[Resource, dict[str, Any]] = (
     "gpuclasses",
     gpuclass("c", R, tolerations=[{"key": "gpu", "operator": "Exists"}]),
 )
@@ -197,83 +198,83 @@ TOLERANT: tuple[Source, dict[str, Any]] = (
     ],
 )
 def test_figures(
-    events: list[tuple[Source, dict[str, Any]]], expected: tuple[int, int, int]
+    events: list[tuple[Resource, dict[str, Any]]], expected: tuple[int, int, int]
 ) -> None:
-    assert figures(state_with(*events)) == expected
+    assert figures(store_with(*events)) == expected
 
 
 def test_deleted_pod_and_node_release() -> None:
-    state = state_with(
+    store = store_with(
         CLASS,
         ("nodes", node("n1", {R: 4})),
         ("nodes", node("n2", {R: 8})),
         ("pods", pod("p", "n1", {R: 3})),
     )
-    assert figures(state) == (9, 8, 8)
-    state.delete("pods", pod("p", "n1", {}))
-    assert figures(state) == (12, 8, 8)
-    state.delete("nodes", node("n2", {}))
-    assert figures(state) == (4, 4, 4)
+    assert figures(store) == (9, 8, 8)
+    store.delete("pods", pod("p", "n1", {}))
+    assert figures(store) == (12, 8, 8)
+    store.delete("nodes", node("n2", {}))
+    assert figures(store) == (4, 4, 4)
 
 
 def test_node_turning_not_ready_and_back() -> None:
-    state = state_with(CLASS, ("nodes", node("n1", {R: 4})))
-    state.upsert("nodes", node("n1", {R: 4}, ready=False))
-    assert figures(state) == (0, 0, 4)
-    state.upsert("nodes", node("n1", {R: 4}))
-    assert figures(state) == (4, 4, 4)
+    store = store_with(CLASS, ("nodes", node("n1", {R: 4})))
+    store.upsert("nodes", node("n1", {R: 4}, ready=False))
+    assert figures(store) == (0, 0, 4)
+    store.upsert("nodes", node("n1", {R: 4}))
+    assert figures(store) == (4, 4, 4)
 
 
 def test_sweep_after_relist_forgets_missing_objects() -> None:
-    state = state_with(
+    store = store_with(
         CLASS,
         ("nodes", node("n1", {R: 4})),
         ("pods", pod("a", "n1", {R: 1})),
         ("pods", pod("b", "n1", {R: 1})),
     )
-    state.sweep("pods", {("tenant-a", "a")})
-    assert figures(state) == (3, 3, 4)
-    state.sweep("nodes", set())
-    assert figures(state) == (0, 0, 0)
+    store.sweep("pods", {("tenant-a", "a")})
+    assert figures(store) == (3, 3, 4)
+    store.sweep("nodes", set())
+    assert figures(store) == (0, 0, 0)
 
 
 def test_conflict_loser_reports_zero_and_names_winner() -> None:
-    state = state_with(
+    store = store_with(
         ("gpuclasses", gpuclass("old", R, created="2026-01-01T00:00:00Z")),
         ("gpuclasses", gpuclass("new", R, created="2026-02-01T00:00:00Z")),
         ("nodes", node("n1", {R: 4})),
     )
-    assert figures(state, "old") == (4, 4, 4)
-    assert figures(state, "new") == (0, 0, 0)
-    assert conditions(state, "new")["ResourceNameConflict"] == "True"
-    assert conditions(state, "new")["Ready"] == "False"
-    assert "old" in status(state, "new")["conditions"][0]["message"]
-    assert conditions(state, "old")["ResourceNameConflict"] == "False"
+    assert figures(store, "old") == (4, 4, 4)
+    assert figures(store, "new") == (0, 0, 0)
+    assert conditions(store, "new")["ResourceNameConflict"] == "True"
+    assert conditions(store, "new")["Ready"] == "False"
+    assert "old" in status(store, "new")["conditions"][0]["message"]
+    assert conditions(store, "old")["ResourceNameConflict"] == "False"
 
 
 def test_same_timestamp_conflict_decided_by_name() -> None:
-    state = state_with(
+    store = store_with(
         ("gpuclasses", gpuclass("b", R)),
         ("gpuclasses", gpuclass("a", R)),
         ("nodes", node("n1", {R: 4})),
     )
-    assert figures(state, "a") == (4, 4, 4)
-    assert figures(state, "b") == (0, 0, 0)
+    assert figures(store, "a") == (4, 4, 4)
+    assert figures(store, "b") == (0, 0, 0)
 
 
 def test_deleting_class_holds_its_name_until_gone() -> None:
     old = gpuclass("old", R, created="2026-01-01T00:00:00Z", deleting=True)
-    state = state_with(
+    store = store_with(
         ("gpuclasses", old),
         ("gpuclasses", gpuclass("new", R, created="2026-02-01T00:00:00Z")),
         ("nodes", node("n1", {R: 4})),
     )
-    assert conditions(state, "new")["ResourceNameConflict"] == "True"
-    state.take_dirty()
-    state.delete("gpuclasses", old)
-    assert "new" in state.take_dirty().statuses
-    assert conditions(state, "new")["ResourceNameConflict"] == "False"
-    assert figures(state, "new") == (4, 4, 4)
+    assert conditions(store, "new")["ResourceNameConflict"] == "True"
+    store.take_dirty()
+    store.delete("gpuclasses", old)
+    assert "new" in store.take_dirty().statuses
+    assert conditions(store, "new")["ResourceNameConflict"] == "False"
+    assert figures(store, "new") == (4, 4, 4)
 
 
 @pytest.mark.parametrize(
@@ -319,32 +320,32 @@ def test_deleting_class_holds_its_name_until_gone() -> None:
     ],
 )
 def test_conditions(
-    events: list[tuple[Source, dict[str, Any]]], condition: str, value: str
+    events: list[tuple[Resource, dict[str, Any]]], condition: str, value: str
 ) -> None:
-    state = state_with(CLASS, *events)
-    assert conditions(state)[condition] == value
-    assert conditions(state)["Ready"] == ("False" if value == "True" else "True")
+    store = store_with(CLASS, *events)
+    assert conditions(store)[condition] == value
+    assert conditions(store)["Ready"] == ("False" if value == "True" else "True")
 
 
 def test_no_kubevirt_cr_means_not_permitted() -> None:
-    state = ClusterCache()
-    state.upsert("gpuclasses", gpuclass("c", R))
-    assert conditions(state)["ResourceNameNotPermitted"] == "True"
-    state.upsert("kubevirts", kubevirt(R))
-    assert conditions(state)["ResourceNameNotPermitted"] == "False"
-    state.delete("kubevirts", kubevirt(R))
-    assert conditions(state)["ResourceNameNotPermitted"] == "True"
+    store = ClusterStore()
+    store.upsert("gpuclasses", gpuclass("c", R))
+    assert conditions(store)["ResourceNameNotPermitted"] == "True"
+    store.upsert("kubevirts", kubevirt(R))
+    assert conditions(store)["ResourceNameNotPermitted"] == "False"
+    store.delete("kubevirts", kubevirt(R))
+    assert conditions(store)["ResourceNameNotPermitted"] == "True"
 
 
 def test_observed_generation_and_kept_transition_time() -> None:
-    state = state_with(("gpuclasses", gpuclass("c", R, generation=3)))
-    first = status(state)
+    store = store_with(("gpuclasses", gpuclass("c", R, generation=3)))
+    first = status(store)
     assert first["observedGeneration"] == 3
-    state.upsert("gpuclasses", gpuclass("c", R, generation=3, status=first))
-    later = state.compute_status("c", state.status_context(), now="LATER")
+    store.upsert("gpuclasses", gpuclass("c", R, generation=3, status=first))
+    later = class_status(store, "c", context=status_context(store), now="LATER")
     assert later == first  # nothing flipped: lastTransitionTime kept, so no write
-    state.upsert("kubevirts", kubevirt(OTHER))
-    flipped = state.compute_status("c", state.status_context(), now="LATER")
+    store.upsert("kubevirts", kubevirt(OTHER))
+    flipped = class_status(store, "c", context=status_context(store), now="LATER")
     times = {c["type"]: c["lastTransitionTime"] for c in flipped["conditions"]}
     assert times == {
         "ResourceNameConflict": "NOW",
@@ -378,8 +379,8 @@ def emulating(*resources: str) -> dict[str, Any]:
     return obj
 
 
-def indexed_state() -> ClusterCache:
-    state = state_with(
+def indexed_store() -> ClusterStore:
+    store = store_with(
         ("gpuclasses", gpuclass("c", R)),
         ("gpuclasses", gpuclass("d", OTHER)),
         ("gpuclasses", gpuclass("lic", "example.com/lic", license="src")),
@@ -387,8 +388,8 @@ def indexed_state() -> ClusterCache:
         ("nodes", node("n2", {OTHER: 4})),
         ("pods", pod("p", "n1", {R: 1})),
     )
-    state.take_dirty()
-    return state
+    store.take_dirty()
+    return store
 
 
 @pytest.mark.parametrize(
@@ -479,23 +480,23 @@ def indexed_state() -> ClusterCache:
         ),
     ],
 )
-def test_affected_classes(source: Source, obj: dict[str, Any], statuses: set[str]) -> None:
-    state = indexed_state()
-    state.upsert(source, obj)
-    assert state.take_dirty().statuses == statuses
+def test_affected_classes(source: Resource, obj: dict[str, Any], statuses: set[str]) -> None:
+    store = indexed_store()
+    store.upsert(source, obj)
+    assert store.take_dirty().statuses == statuses
 
 
 def test_namespace_keeps_only_the_entitlement_label() -> None:
     """A tenant's own labels on its namespace (any number, any size) are not kept."""
-    state = ClusterCache()
+    store = ClusterStore()
     labels = {f"tenant.example/{i}": "x" * 60 for i in range(100)}
     labels[names.VGPU_ENTITLEMENT_LABEL] = "true"
-    state.upsert("namespaces", {"metadata": {"name": "tenant-a", "labels": labels}})
-    assert state.namespaces["tenant-a"] == {names.VGPU_ENTITLEMENT_LABEL: "true"}
+    store.upsert("namespaces", {"metadata": {"name": "tenant-a", "labels": labels}})
+    assert store.namespaces["tenant-a"] == {names.VGPU_ENTITLEMENT_LABEL: "true"}
 
 
 def test_launcher_pod_counts_while_bound_and_is_forgotten_when_gone() -> None:
-    state = ClusterCache()
+    store = ClusterStore()
     launcher = pod("virt-launcher-vm-x", "n1", {R: 1}, namespace="tenant-a")
     launcher["metadata"]["ownerReferences"] = [
         {
@@ -508,20 +509,20 @@ def test_launcher_pod_counts_while_bound_and_is_forgotten_when_gone() -> None:
     launcher["spec"]["volumes"] = [
         {"name": "gpulicense", "secret": {"secretName": names.license_copy_name("c")}}
     ]
-    state.upsert("pods", launcher)
-    assert set(state.launchers.values()) == {("tenant-a", "vm", names.license_copy_name("c"))}
-    assert state.take_dirty().copies
-    state.delete("pods", launcher)
-    assert not state.launchers and state.take_dirty().copies
+    store.upsert("pods", launcher)
+    assert set(store.launchers.values()) == {("tenant-a", "vm", names.license_copy_name("c"))}
+    assert store.take_dirty().copies
+    store.delete("pods", launcher)
+    assert not store.launchers and store.take_dirty().copies
 
 
 def test_license_secret_keeps_only_the_token() -> None:
-    state = ClusterCache()
-    state.upsert("licence-secrets", secret("src", data={names.TOKEN_KEY: "dG9r", "other": "eA=="}))
-    assert set(state.license_secrets[("cozy-system", "src")].data) == {names.TOKEN_KEY}
+    store = ClusterStore()
+    store.upsert("licence-secrets", secret("src", data={names.TOKEN_KEY: "dG9r", "other": "eA=="}))
+    assert set(store.license_secrets[("cozy-system", "src")].data) == {names.TOKEN_KEY}
 
 
-def _one_of_each() -> dict[Source, dict[str, Any]]:
+def _one_of_each() -> dict[Resource, dict[str, Any]]:
     record = record_body({}, namespace="cozy-system")
     return {
         "gpuclasses": gpuclass("c", R),
@@ -535,22 +536,22 @@ def _one_of_each() -> dict[Source, dict[str, Any]]:
     }
 
 
-@pytest.mark.parametrize("source", SOURCES)
-def test_every_source_keeps_and_forgets_by_the_object_key(source: Source) -> None:
+@pytest.mark.parametrize("source", RESOURCES)
+def test_every_source_keeps_and_forgets_by_the_object_key(source: Resource) -> None:
     """keys() and sweep() read the store SPECS names: an object in is an object key out."""
     obj = {**_one_of_each()[source]}
     obj["metadata"] = {**obj["metadata"], "resourceVersion": "7"}
-    state = ClusterCache()
-    state.upsert(source, obj)
+    store = ClusterStore()
+    store.upsert(source, obj)
     meta = obj["metadata"]
     key = (meta.get("namespace", ""), meta["name"])
-    assert state.keys(source) == [key]
+    assert store.keys(source) == [key]
     # Only the stores of objects the reconciler writes keep a version (to wait for its own writes).
     kept = source in ("gpuclasses", "copy-record")
-    assert state.held_version(source, key) == ("7" if kept else "")
-    state.sweep(source, set())
-    assert state.keys(source) == []
-    assert state.held_version(source, key) == ""
+    assert store.held_version(source, key) == ("7" if kept else "")
+    store.sweep(source, set())
+    assert store.keys(source) == []
+    assert store.held_version(source, key) == ""
 
 
 # -- what tenants' deleted objects leave behind (a fuzz pass over the intake) --------------------
@@ -560,26 +561,26 @@ def test_the_intern_table_stays_bounded_and_still_shares(monkeypatch: pytest.Mon
     """A tenant can bind Pods to made-up node names and delete them: each name was interned for
     good (20,000 such Pods left 74 MB). The table starts afresh at its weight, and equal small
     values are still one object."""
-    monkeypatch.setattr("gpuclass.reconciler.state.cache.INTERN_WEIGHT", 64)
-    state = state_with(CLASS, ("nodes", node("n1", {R: 4})))
+    monkeypatch.setattr("gpuclass.reconciler.state.store.INTERN_WEIGHT", 64)
+    store = store_with(CLASS, ("nodes", node("n1", {R: 4})))
     for i in range(1_000):
         ghost = pod("p", f"ghost-{i}", {R: 1})
-        state.upsert("pods", ghost)
-        state.delete("pods", ghost)
-    assert len(state._interned) <= 64
-    state.upsert("pods", pod("a", "n1", {R: 1}))
-    state.upsert("pods", pod("b", "n1", {R: 1}))
-    a, b = state.pods[("tenant-a", "a")], state.pods[("tenant-a", "b")]
+        store.upsert("pods", ghost)
+        store.delete("pods", ghost)
+    assert len(store._interned) <= 64
+    store.upsert("pods", pod("a", "n1", {R: 1}))
+    store.upsert("pods", pod("b", "n1", {R: 1}))
+    a, b = store.pods[("tenant-a", "a")], store.pods[("tenant-a", "b")]
     assert a.node is b.node and a.requests is b.requests
-    assert figures(state) == (2, 2, 4)
+    assert figures(store) == (2, 2, 4)
 
 
 def test_a_pods_map_of_many_resources_is_not_interned() -> None:
     many = {f"example.com/r{i}": 1 for i in range(17)}
-    state = state_with(CLASS, ("pods", pod("p", "n1", many)))
-    state.delete("pods", pod("p", "n1", many))
+    store = store_with(CLASS, ("pods", pod("p", "n1", many)))
+    store.delete("pods", pod("p", "n1", many))
     assert not any(
-        isinstance(value, dict) and len(value) > 16 for value in state._interned.values()
+        isinstance(value, dict) and len(value) > 16 for value in store._interned.values()
     )
 
 
@@ -588,22 +589,22 @@ def test_a_relist_forgets_a_launcher_that_holds_no_units() -> None:
     when it went away while the watch was down, the re-list must forget it too, or its license
     copy is kept for a VMI that no longer runs."""
     licensed = gpuclass("c", R, license="src")
-    state = state_with(
+    store = store_with(
         ("gpuclasses", licensed),
         ("licence-secrets", secret("src")),
         ("namespaces", namespace("tenant-a", entitled=True)),
         ("vmis", vmi("v1", "tenant-a", classes=["c"], devices=[R], license_class="c")),
         ("pods", launcher("v1", "tenant-a", license_class="c", phase="Running")),
     )
-    assert [a.action for a in state.copy_actions(vgpu_entitled=True)] == ["create"]
-    state.sweep("pods", set())
-    assert state.launchers == {}
-    assert state.copy_actions(vgpu_entitled=True) == []
+    assert [a.action for a in copy_actions(store, vgpu_entitled=True)] == ["create"]
+    store.sweep("pods", set())
+    assert store.launchers == {}
+    assert copy_actions(store, vgpu_entitled=True) == []
 
 
 def test_a_deleted_vmi_leaves_no_class_entry_behind() -> None:
-    state = state_with(CLASS)
+    store = store_with(CLASS)
     named = vmi("v1", "tenant-a", classes=["c", "made-up"], devices=[R])
-    state.upsert("vmis", named)
-    state.delete("vmis", named)
-    assert state._vmis_by_class == {}
+    store.upsert("vmis", named)
+    store.delete("vmis", named)
+    assert store._vmis_by_class == {}

@@ -1,9 +1,9 @@
-"""Property: the incremental state equals the from-scratch computation after any sequence of events.
+"""Property: the incremental store equals the from-scratch computation after any sequence of events.
 
-A Hypothesis state machine puts, edits (one field at a time, so that the small
+A Hypothesis store machine puts, edits (one field at a time, so that the small
 changes that are easy to miss come up often) and deletes classes, nodes, pods, the
 KubeVirt CR, the license source Secret, namespaces and VMIs, feeding each change to
-:class:`reconciler.state.cache.ClusterCache`. After every step:
+:class:`reconciler.state.store.ClusterStore`. After every step:
 
 - every class whose status, or in-use verdict, changed was marked dirty, and the
   license copies were marked whenever the copy plan changed (the affected-class
@@ -22,10 +22,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from gpuclass.reconciler.state.cache import ClusterCache
+from gpuclass.reconciler.state.decisions import class_status, copy_actions, in_use, status_context
 from gpuclass.reconciler.state.inuse import classes_in_use
 from gpuclass.reconciler.state.licenses import desired_copies, launcher_license, plan_copies
-from gpuclass.reconciler.state.sources import Source
+from gpuclass.reconciler.state.resources import Resource
+from gpuclass.reconciler.state.store import ClusterStore
 from gpuclass.shared.core.base.meta import object_key
 from gpuclass.shared.core.model.snapshot import SnapshotBuilder
 from gpuclass.shared.core.model.vmiuse import compact_vmi_use
@@ -39,7 +40,7 @@ TAINTS = [
     [{"key": "other", "effect": "NoExecute"}],
 ]
 NOW = "2026-01-01T00:00:00Z"
-SOURCE_OF: dict[str, Source] = {
+SOURCE_OF: dict[str, Resource] = {
     "GPUClass": "gpuclasses",
     "Node": "nodes",
     "Pod": "pods",
@@ -55,34 +56,34 @@ class_names = st.sampled_from(["c1", "c2", "c3"])
 node_names = st.sampled_from(["n1", "n2"])
 
 
-def observe(state: ClusterCache) -> tuple[dict[str, Any], dict[str, bool], list[Any]]:
-    context = state.status_context()
-    statuses = {name: state.compute_status(name, context, now=NOW) for name in state.classes}
+def observe(store: ClusterStore) -> tuple[dict[str, Any], dict[str, bool], list[Any]]:
+    context = status_context(store)
+    statuses = {name: class_status(store, name, context=context, now=NOW) for name in store.classes}
     return (
         statuses,
-        {name: state.in_use(name) for name in state.classes},
-        state.copy_actions(vgpu_entitled=True),
+        {name: in_use(store, name) for name in store.classes},
+        copy_actions(store, vgpu_entitled=True),
     )
 
 
 class StateMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.state = ClusterCache()
+        self.store = ClusterStore()
         self.objects: dict[tuple[str, Any], dict[str, Any]] = {}
-        self.before = observe(self.state)
+        self.before = observe(self.store)
 
     # -- applying one change, and checking the dirty marks it left ----------------------------------
 
     def put(self, obj: dict[str, Any]) -> None:
         self.objects[(obj["kind"], object_key(obj))] = obj
-        self.state.upsert(SOURCE_OF[obj["kind"]], copy.deepcopy(obj))
+        self.store.upsert(SOURCE_OF[obj["kind"]], copy.deepcopy(obj))
         self.check_marks()
 
     def remove(self, kind: str, key: Any) -> None:
         obj = self.objects.pop((kind, key), None)
         if obj is not None:
-            self.state.delete(SOURCE_OF[kind], obj)
+            self.store.delete(SOURCE_OF[kind], obj)
             self.check_marks()
 
     def existing(self, kind: str, name: str) -> dict[str, Any] | None:
@@ -96,8 +97,8 @@ class StateMachine(RuleBasedStateMachine):
         )
 
     def check_marks(self) -> None:
-        after = observe(self.state)
-        dirty = self.state.take_dirty()
+        after = observe(self.store)
+        dirty = self.store.take_dirty()
         for name in set(self.before[0]) | set(after[0]):
             assert self.before[0].get(name) == after[0].get(name) or name in dirty.statuses, (
                 f"{name}: status not marked"

@@ -1,7 +1,7 @@
-"""The watched sources, in one table: name, kind, API path and selectors, and the cache store each feeds.
+"""The watched resources, in one table: name, kind, API path and selectors, and the store attribute each feeds.
 
 Every part of the reconciler that needs to know what it watches reads :data:`SPECS`:
-the cache (:mod:`reconciler.state.cache`) has one handler per source name and keeps
+the store (:mod:`reconciler.state.store`) has one handler per resource name and keeps
 its records in the attribute named by `store`; the HTTP adapter (:mod:`reconciler.api.client`) lists and watches `path` with the
 selectors; the in-memory API (:mod:`reconciler.api.fake`) serves objects of `kind`
 and filters them with :func:`selected`, the same selectors evaluated locally.
@@ -22,7 +22,7 @@ from typing import Any, Literal, get_args
 from gpuclass.shared.core.base import names
 from gpuclass.shared.kube import apicollections as api
 
-Source = Literal[
+Resource = Literal[
     "gpuclasses",
     "nodes",
     "pods",
@@ -32,7 +32,7 @@ Source = Literal[
     "namespaces",
     "vmis",
 ]
-SOURCES: tuple[Source, ...] = get_args(Source)
+RESOURCES: tuple[Resource, ...] = get_args(Resource)
 
 POD_FIELD_SELECTOR = api.BOUND_PODS_SELECTOR
 RECORD_SELECTOR = f"metadata.name={names.COPY_RECORD_NAME}"
@@ -40,7 +40,7 @@ RECORD_SELECTOR = f"metadata.name={names.COPY_RECORD_NAME}"
 
 @dataclass(frozen=True, slots=True)
 class Scope:
-    """The namespaces and names the settings choose for the scoped sources."""
+    """The namespaces and names the settings choose for the scoped resources."""
 
     license_namespace: str = names.DEFAULT_LICENSE_NAMESPACE
     kubevirt_namespace: str = names.DEFAULT_KUBEVIRT_NAMESPACE
@@ -61,23 +61,23 @@ class Scope:
 
 
 @dataclass(frozen=True, slots=True)
-class SourceSpec:
+class ResourceSpec:
     """One watched collection.
 
     `namespace` says which namespace the path is scoped to: "" for the whole cluster,
     "license", "kubevirt" or "record" for the namespace the settings name.
     """
 
-    name: Source
+    name: Resource
     collection: api.Collection
     """Kind, path and the collection's own field selector (shared/kube/apicollections.py)."""
     store: str
-    """The `ClusterCache` attribute holding the source's records."""
+    """The `ClusterStore` attribute holding the resource's records."""
     cluster_scoped: bool = False
     """Cluster-scoped kinds are stored by name alone; the others by (namespace, name)."""
     namespace: Literal["", "licence", "kubevirt", "record"] = ""
     field_selector: str = ""
-    """A selector of this source's own (`metadata.name=`); else the collection's."""
+    """A selector of this resource's own (`metadata.name=`); else the collection's."""
     label_selector: str = ""
     by_name: bool = False
     """Read one name at a time (`Scope.license_secret_names`), never the whole collection."""
@@ -88,11 +88,11 @@ class SourceSpec:
 
     @property
     def kind(self) -> str:
-        """The kind of the source's objects."""
+        """The kind of the resource's objects."""
         return self.collection.kind
 
     def path(self, scope: Scope) -> str:
-        """The collection path, in the namespace the scope gives this source (quoted)."""
+        """The collection path, in the namespace the scope gives this resource (quoted)."""
         return self.collection.at(scope.namespace(self.namespace) or "")
 
     def params(self) -> dict[str, str]:
@@ -101,34 +101,34 @@ class SourceSpec:
         return {key: value for key, value in selectors.items() if value}
 
 
-SPECS: Mapping[Source, SourceSpec] = {
+SPECS: Mapping[Resource, ResourceSpec] = {
     spec.name: spec
     for spec in (
-        SourceSpec("gpuclasses", api.GPUCLASSES, "classes", cluster_scoped=True),
-        SourceSpec("nodes", api.NODES, "nodes", cluster_scoped=True),
-        SourceSpec("pods", api.BOUND_PODS, "pods"),
-        SourceSpec("kubevirts", api.KUBEVIRTS, "kubevirts", namespace="kubevirt"),
-        SourceSpec(
+        ResourceSpec("gpuclasses", api.GPUCLASSES, "classes", cluster_scoped=True),
+        ResourceSpec("nodes", api.NODES, "nodes", cluster_scoped=True),
+        ResourceSpec("pods", api.BOUND_PODS, "pods"),
+        ResourceSpec("kubevirts", api.KUBEVIRTS, "kubevirts", namespace="kubevirt"),
+        ResourceSpec(
             "licence-secrets", api.SECRETS, "license_secrets", namespace="licence", by_name=True
         ),
-        SourceSpec(
+        ResourceSpec(
             "copy-record",
             api.CONFIGMAPS,
             "copy_records",
             namespace="record",
             field_selector=RECORD_SELECTOR,
         ),
-        SourceSpec("namespaces", api.NAMESPACES, "namespaces", cluster_scoped=True),
-        SourceSpec("vmis", api.VMIS, "vmis"),
+        ResourceSpec("namespaces", api.NAMESPACES, "namespaces", cluster_scoped=True),
+        ResourceSpec("vmis", api.VMIS, "vmis"),
     )
 }
-assert tuple(SPECS) == SOURCES, "one spec per source, in the Source order"
+assert tuple(SPECS) == RESOURCES, "one spec per resource, in the Resource order"
 
 
 def collections(scope: Scope) -> dict[str, tuple[str, dict[str, str]]]:
     """Path and selectors of each watched collection, as the HTTP client takes them.
 
-    A `by_name` source's names are :meth:`Scope.license_secret_names`; the client reads
+    A `by_name` resource's names are :meth:`Scope.license_secret_names`; the client reads
     each with a `metadata.name` field selector (:func:`name_selector`).
     """
     return {spec.name: (spec.path(scope), spec.params()) for spec in SPECS.values()}
@@ -139,8 +139,8 @@ def name_selector(name: str) -> dict[str, str]:
     return {"fieldSelector": f"metadata.name={name}"}
 
 
-def selected(spec: SourceSpec, obj: Mapping[str, Any], scope: Scope) -> bool:
-    """Whether the server would return `obj` for the source: its namespace scope and selectors.
+def selected(spec: ResourceSpec, obj: Mapping[str, Any], *, scope: Scope) -> bool:
+    """Whether the server would return `obj` for the resource: its namespace scope and selectors.
 
     The field selectors are the Pods' one (bound, not finished) and `metadata.name`
     equalities; the label selector an equality; those are the only forms :data:`SPECS` uses.

@@ -1,14 +1,17 @@
-"""The reconciler's incremental cache of the cluster (its informers' store), and what each change dirties.
+"""The reconciler's store (client-go's word): compact records of the cluster, indexed, and the
+marks of what each change dirties.
 
-Raw objects go in one at a time, by the *source* (:data:`reconciler.state.sources.SPECS`)
+Raw objects go in one at a time, by the watched *resource* (:data:`reconciler.state.resources.SPECS`)
 they came from: `upsert` for an ADDED/MODIFIED object, `delete` for a DELETED one, `sweep`
 after a re-list to drop what the list no longer holds. What stays are the small
 records of :mod:`shared.core.model.snapshot` (pods keyed by namespace/name so updates and
-deletes land), :class:`shared.core.model.vmiuse.VMIUse` records, and usage counters.
+deletes land), :class:`shared.core.model.vmiuse.VMIUse` records, usage counters and the
+indexes the decisions read (:mod:`reconciler.state.decisions` says what the classes and
+copies should be; this module only stores).
 
 The reflector (`shared.kube.listwatch`) is the only caller of those three: the
-reconciler's own writes reach the view through the watch like any other change, never
-from a write's response, so a late response cannot roll the view back. The worker
+reconciler's own writes reach the store through the watch like any other change, never
+from a write's response, so a late response cannot roll the store back. The worker
 waits for its writes to come back instead (:mod:`reconciler.state.expect`).
 
 Each change marks only what it can affect (level-based: the mark says "look at
@@ -22,150 +25,44 @@ this again", never "this happened"):
 - a licence source Secret: the classes naming it, and the licence copies;
 - a VMI: the in-use finalizer of the classes it selects, and the copies if it
   mounts a licence (a change of its phase alone only moves the usage counters of
-  :class:`VMIUsage`); a bound launcher Pod that mounts a licence copy, a Namespace
-  or the copy record: the copies.
+  :class:`reconciler.state.usage.VMIUsage`); a bound launcher Pod that mounts a licence
+  copy, a Namespace or the copy record: the copies.
 
-No store grows with what a tenant may create beyond the few small records per
-object above: no Secret of a tenant is ever read (docs/decisions.md, "Licence copies").
-
-Pure: no I/O, no clock; `now` and settings come in as arguments.
+Nothing held grows with what a tenant may create beyond the few small records per object
+above: no Secret of a tenant is ever read (docs/decisions.md, "Licence copies"). Pure: no I/O,
+no clock.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from gpuclass.reconciler.state.inuse import uses_class
-from gpuclass.reconciler.state.licenses import (
-    CopyAction,
-    SecretKey,
-    Started,
-    desired_copies,
-    launcher_licence,
-    parse_record,
-    plan_copies,
-)
-from gpuclass.reconciler.state.sources import SPECS, Source
-from gpuclass.reconciler.state.usage import UsageCounters
+from gpuclass.reconciler.state.licenses import Started, launcher_license, parse_record
+from gpuclass.reconciler.state.records import CopyRecord, Dirty, StoredClass
+from gpuclass.reconciler.state.resources import SPECS, Resource
+from gpuclass.reconciler.state.usage import UsageCounters, VMIUsage
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.meta import Key, object_key, resource_version
 from gpuclass.shared.core.model.kubevirt import KubeVirtConfig, read_kubevirt
-from gpuclass.shared.core.model.snapshot import (
-    ClassRecord,
-    NodeRecord,
-    PodRecord,
-    SecretRecord,
-    Snapshot,
-    compact_class,
-    compact_node,
-    compact_pod,
-    compact_secret,
-)
+from gpuclass.shared.core.model.podrequests import PodRecord, compact_pod
+from gpuclass.shared.core.model.secrets import SecretRecord, compact_secret
+from gpuclass.shared.core.model.snapshot import ClassRecord, NodeRecord, compact_class, compact_node
 from gpuclass.shared.core.model.vmiuse import VMIUse, compact_vmi_use
-from gpuclass.shared.core.status.availability import (
-    Figures,
-    compute_figures,
-    compute_status,
-    conflict_winners,
-)
+from gpuclass.shared.core.status.availability import conflict_winners
 
-
-@dataclass(frozen=True, slots=True)
-class StoredClass:
-    """A class as stored: its record, its raw status (compared whole) and its resourceVersion.
-
-    `hold_version` is the resourceVersion at which its finalizers or deletion mark
-    last changed: releasing the finalizer needs a VMI view at least that recent
-    (status writes move `resource_version` but cannot let a VMI appear).
-    """
-
-    record: ClassRecord
-    raw_status: Mapping[str, Any] | None
-    resource_version: str
-    hold_version: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class CopyRecord:
-    """The record ConfigMap as the view holds it: its entries and its resourceVersion."""
-
-    entries: Mapping[SecretKey, str]
-    resource_version: str
-
-
-@dataclass(slots=True)
-class Dirty:
-    """What to look at again: class statuses, class finalizers, and the licence copies
-    (`verify_copies`: write every wanted copy again, recorded or not)."""
-
-    statuses: set[str] = field(default_factory=set)
-    finalizers: set[str] = field(default_factory=set)
-    copies: bool = False
-    verify_copies: bool = False
-
-    def __bool__(self) -> bool:
-        return bool(self.statuses or self.finalizers or self.copies)
-
-    def __len__(self) -> int:
-        return len(self.statuses) + len(self.finalizers) + int(self.copies)
-
-
-HOLDING_PHASES = frozenset({"Scheduled", "Running"})
-"""VMI phases whose launcher Pod is bound: the VMI's units are in use (docs/metrics.md)."""
-WAITING_PHASES = frozenset({"", "Pending", "Scheduling"})
-"""VMI phases before its launcher Pod is bound: the VMI waits for capacity (docs/metrics.md)."""
 INTERN_ITEMS = 16  # larger maps and tuples are not shared: no honest cluster repeats them
 INTERN_WEIGHT = 1 << 16  # entries plus their items: about 20 MB of values no record holds, at most
 
 
-@dataclass(slots=True)
-class VMIUsage:
-    """Units in use per (namespace, class) and VMIs waiting per class, kept current per event."""
+class ClusterStore:
+    """The reconciler's store: compact records per resource, indexes, usage counters, dirty marks.
 
-    units: dict[tuple[str, str], int] = field(default_factory=dict)
-    waiting: dict[str, int] = field(default_factory=dict)
-    changed: bool = True
-
-    def add(self, vmi: VMIUse, sign: int) -> None:
-        """Count a VMI in (`sign` 1) or out (-1): its units while its launcher is bound, one waiting
-        VMI per class before; other phases (Succeeded, Failed) count nowhere."""
-        if not vmi.units:
-            return
-        if vmi.phase in HOLDING_PHASES:
-            for class_name, count in vmi.units:
-                _bump(self.units, (vmi.namespace, class_name), sign * count)
-        elif vmi.phase in WAITING_PHASES:
-            for class_name, _ in vmi.units:
-                _bump(self.waiting, class_name, sign)
-        else:
-            return
-        self.changed = True
-
-
-def _bump(counts: dict[Any, int], key: Any, by: int) -> None:
-    total = counts.get(key, 0) + by
-    if total:
-        counts[key] = total
-    else:
-        counts.pop(key, None)
-
-
-@dataclass(frozen=True, slots=True)
-class StatusContext:
-    """What computing statuses needs, built once per batch (winners are catalog-wide)."""
-
-    snapshot: Snapshot
-    winners: Mapping[str, str]
-
-
-class ClusterCache:
-    """The reconciler's cache: compact records per source, usage counters and the dirty marks.
-
-    Its records are written only by the reflector (`upsert`, `delete`, `sweep`). The worker
-    reads them and takes the dirty marks (`take_dirty`); the worker and the manager may mark
-    everything dirty (`mark_all`); neither writes a record.
+    Its records are written only by the reflector (`upsert`, `delete`, `sweep`), which also
+    sets the marks of what each change affects. The worker reads the records (through
+    :mod:`reconciler.state.decisions`), takes the marks (`take_dirty`) and marks again what it
+    must revisit (a deferred or failed write); the worker and the manager may mark everything
+    (`mark_all`). Nobody else writes a record.
     """
 
     def __init__(self, *, license_namespace: str = names.DEFAULT_LICENSE_NAMESPACE) -> None:
@@ -179,7 +76,7 @@ class ClusterCache:
         self.kubevirt = KubeVirtConfig()
         self.license_secrets: dict[Key, SecretRecord] = {}
         self.copy_records: dict[Key, CopyRecord] = {}
-        """At most one entry: the record ConfigMap (the source selects it by name)."""
+        """At most one entry: the record ConfigMap (the resource selects it by name)."""
         self.launchers: dict[Key, Started] = {}
         """Bound launcher Pods that mount a licence copy: pod key -> (namespace, VMI, copy)."""
         self.namespaces: dict[str, Mapping[str, str]] = {}
@@ -187,14 +84,13 @@ class ClusterCache:
         self.usage = UsageCounters()
         self.vmi_usage = VMIUsage()
         self.dirty = Dirty()
-        self._by_resource: dict[str, set[str]] = {}
-        self._winners: dict[str, str] | None = None
-        """`conflict_winners(records)`, kept until a class comes, goes, or changes its claim."""
+        self._by_resource_name: dict[str, set[str]] = {}
+        self._winners: dict[str, str] | None = None  # see winners()
         self._vmis_by_class: dict[str, set[Key]] = {}
         self._license_vmis: dict[Key, VMIUse] = {}
         self._interned: dict[object, Any] = {}
         self._interned_weight = 0
-        self._handlers: dict[Source, Callable[[Key, Mapping[str, Any] | None], None]] = {
+        self._handlers: dict[Resource, Callable[[Key, Mapping[str, Any] | None], None]] = {
             "gpuclasses": self._set_class,
             "nodes": self._set_node,
             "pods": self._set_pod,
@@ -204,56 +100,52 @@ class ClusterCache:
             "namespaces": self._set_namespace,
             "vmis": self._set_vmi,
         }
-        assert set(self._handlers) == set(SPECS), "one handler per watched source"
+        assert set(self._handlers) == set(SPECS), "one handler per watched resource"
 
-    # -- events in ---------------------------------------------------------------------------
-
-    def upsert(self, source: Source, obj: Mapping[str, Any]) -> None:
-        """The reflector's ADDED/MODIFIED (or listed) object: its source's handler stores the
-        compact record and marks what it can affect."""
+    def upsert(self, resource: Resource, obj: Mapping[str, Any]) -> None:
+        """An ADDED/MODIFIED (or listed) object: its handler stores it and marks what it affects."""
         key = object_key(obj)
         if key is not None:
-            self._handlers[source](key, obj)
+            self._handlers[resource](key, obj)
 
-    def delete(self, source: Source, obj: Mapping[str, Any]) -> None:
+    def delete(self, resource: Resource, obj: Mapping[str, Any]) -> None:
         """The reflector's DELETED object: its handler drops the record and marks what it affected."""
         key = object_key(obj)
         if key is not None:
-            self._handlers[source](key, None)
+            self._handlers[resource](key, None)
 
-    def held_version(self, source: Source, key: Key) -> str:
-        """resourceVersion the view holds for an object of `source` ("" when none or not kept).
+    def held_version(self, resource: Resource, key: Key) -> str:
+        """resourceVersion the store holds for an object of `resource` ("" when none or not kept).
 
         Only the stores of objects the reconciler writes (classes, the copy record) keep
         a version: their entries carry `resource_version`, which the worker compares with
         what its own writes returned (:mod:`reconciler.state.expect`).
         """
-        entry = self._store(source).get(self._store_key(source, key))
+        entry = self._store(resource).get(self._store_key(resource, key))
         version = getattr(entry, "resource_version", "")
         return version if isinstance(version, str) else ""
 
-    def sweep(self, source: Source, seen: set[Key]) -> None:
+    def sweep(self, resource: Resource, seen: set[Key]) -> None:
         """After a re-list: forget what the list no longer holds."""
-        for key in [k for k in self.keys(source) if k not in seen]:
-            self._handlers[source](key, None)
+        for key in [k for k in self.keys(resource) if k not in seen]:
+            self._handlers[resource](key, None)
 
-    def keys(self, source: Source) -> list[Key]:
-        """The object keys the store of `source` holds (cluster-scoped stores hold names). A Pod
+    def keys(self, resource: Resource) -> list[Key]:
+        """The object keys the store of `resource` holds (cluster-scoped stores hold names). A Pod
         is held as a holder of units, as a launcher mounting a licence copy, or both."""
-        store = self._store(source)
-        if SPECS[source].cluster_scoped:
+        store = self._store(resource)
+        if SPECS[resource].cluster_scoped:
             return [("", name) for name in store]
-        if source == "pods":
+        if resource == "pods":
             return list(dict.fromkeys([*store, *self.launchers]))
         return list(store)
 
-    def _store(self, source: Source) -> Mapping[Any, Any]:
-        store: Mapping[Any, Any] = getattr(self, SPECS[source].store)
-        return store
+    def _store(self, resource: Resource) -> Mapping[Any, Any]:
+        return getattr(self, SPECS[resource].store)  # type: ignore[no-any-return]
 
     @staticmethod
-    def _store_key(source: Source, key: Key) -> Any:
-        return key[1] if SPECS[source].cluster_scoped else key
+    def _store_key(resource: Resource, key: Key) -> Any:
+        return key[1] if SPECS[resource].cluster_scoped else key
 
     def take_dirty(self) -> Dirty:
         """Hand the worker everything marked so far and start a fresh set, so marks made during the
@@ -269,9 +161,9 @@ class ClusterCache:
         self.dirty.copies = True
         self.dirty.verify_copies = True
 
-    def _mark_resources(self, resources: Iterable[str]) -> None:
-        for resource in resources:
-            self.dirty.statuses |= self._by_resource.get(resource, set())
+    def _mark_resource_names(self, resource_names: Iterable[str]) -> None:
+        for resource_name in resource_names:
+            self.dirty.statuses |= self._by_resource_name.get(resource_name, set())
 
     def _intern(self, value: Any) -> Any:
         """One shared copy of equal small values (node names, request maps) across 100,000s of pods.
@@ -297,7 +189,7 @@ class ClusterCache:
         self._interned_weight += weight
         return value
 
-    # -- per source ----------------------------------------------------------------------------
+    # -- per resource ----------------------------------------------------------------------------
 
     def _set_class(self, key: Key, obj: Mapping[str, Any] | None) -> None:
         name = key[1]
@@ -319,19 +211,21 @@ class ClusterCache:
                 old.hold_version if same_hold and old is not None else version,
             )
             self.records[name] = record
-        self._class_changed(name, old.record if old else None, record)
+        self._class_changed(name, old.record if old else None, new=record)
 
-    def _class_changed(self, name: str, old: ClassRecord | None, new: ClassRecord | None) -> None:
+    def _class_changed(
+        self, name: str, old: ClassRecord | None, *, new: ClassRecord | None
+    ) -> None:
         self.dirty.statuses.add(name)
         self.dirty.finalizers.add(name)
         before = old.resource_name if old else None
         after = new.resource_name if new else None
         if before is not None:
-            self._by_resource.get(before, set()).discard(name)
+            self._by_resource_name.get(before, set()).discard(name)
         if after is not None:
-            self._by_resource.setdefault(after, set()).add(name)
+            self._by_resource_name.setdefault(after, set()).add(name)
         if old is None or new is None or before != after or old.created != new.created:
-            self._mark_resources({r for r in (before, after) if r is not None})
+            self._mark_resource_names({r for r in (before, after) if r is not None})
             self._winners = None
         if new is None:
             self.usage.surveys.forget(name)
@@ -359,7 +253,7 @@ class ClusterCache:
             del self.nodes[name]
         else:
             self.nodes[name] = record
-        self._mark_resources(self.usage.set_node(name, old, record))
+        self._mark_resource_names(self.usage.set_node(name, old, new=record))
 
     def _set_pod(self, key: Key, obj: Mapping[str, Any] | None) -> None:
         self._set_launcher(key, obj)
@@ -375,10 +269,12 @@ class ClusterCache:
         if record is not None:
             self.usage.add_pod(record, 1)
             self.pods[(self._intern(key[0]), key[1])] = record
-        self._mark_resources({*(old.requests if old else ()), *(record.requests if record else ())})
+        self._mark_resource_names(
+            {*(old.requests if old else ()), *(record.requests if record else ())}
+        )
 
     def _set_launcher(self, key: Key, obj: Mapping[str, Any] | None) -> None:
-        mount = launcher_licence(obj) if obj is not None else None
+        mount = launcher_license(obj) if obj is not None else None
         started = (key[0], *mount) if mount is not None else None
         if started == self.launchers.get(key):
             return
@@ -479,59 +375,18 @@ class ClusterCache:
         if record.license_secret is not None:
             self._license_vmis[key] = record
 
-    # -- decisions out ---------------------------------------------------------------------------
+    # -- indexes the decisions read (reconciler.state.decisions) ---------------------------------
 
-    def status_context(self) -> StatusContext:
-        """The snapshot and conflict winners a pass computes every status against, built once per
-        pass rather than per class."""
-        snapshot = Snapshot(classes=self.records, secrets=self.license_secrets)
-        snapshot.use_kubevirt(self.kubevirt)
+    def winners(self) -> Mapping[str, str]:
+        """`conflict_winners` of the classes, kept until a class comes, goes or changes its claim."""
         if self._winners is None:
             self._winners = conflict_winners(self.records)
-        return StatusContext(snapshot, self._winners)
+        return self._winners
 
-    def compute_status(self, name: str, context: StatusContext, *, now: str) -> dict[str, Any]:
-        """The class's status, by :func:`shared.core.status.availability.compute_status` over the
-        live counters and the class's survey tally (:mod:`reconciler.state.surveys`)."""
-        return compute_status(
-            self.records[name],
-            context.snapshot,
-            index=self.usage.surveys,
-            winners=context.winners,
-            license_namespace=self.license_namespace,
-            now=now,
-        )
+    def vmis_of_class(self, name: str) -> Iterable[Key]:
+        """The keys of the stored VMIs that select the class."""
+        return self._vmis_by_class.get(name, ())
 
-    def figures(self, name: str, context: StatusContext) -> Figures:
-        """The class's figures from its survey tally, for the per-class usage metrics (the status
-        itself comes from :meth:`compute_status`)."""
-        record = self.records[name]
-        winner = context.winners.get(record.resource_name) if record.resource_name else None
-        return compute_figures(
-            record,
-            self.usage.surveys,
-            conflict_lost=winner not in (None, name),
-            needs=context.snapshot.launcher_devices,
-        )
-
-    def in_use(self, name: str) -> bool:
-        """Whether a VMI the view holds passed admission with this class: what keeps the in-use
-        finalizer on. Only as complete as the VMI view; the worker's sync gate decides when a
-        False may release it."""
-        if name not in self.records:
-            return False
-        return any(uses_class(self.vmis[key], name) for key in self._vmis_by_class.get(name, ()))
-
-    def copy_actions(self, *, vgpu_entitled: bool, verify: bool = False) -> list[CopyAction]:
-        """The licence-copy writes that would bring the recorded copies to what the view wants now
-        (creates, updates, deletes); `verify` writes every wanted copy again."""
-        plan = desired_copies(
-            self._license_vmis.values(),
-            self.records,
-            secrets=self.license_secrets,
-            namespaces=self.namespaces,
-            license_namespace=self.license_namespace,
-            vgpu_entitled=vgpu_entitled,
-            started=frozenset(self.launchers.values()),
-        )
-        return plan_copies(plan, self.copy_record.entries, verify=verify)
+    def license_vmis(self) -> Iterable[VMIUse]:
+        """The stored VMIs that mount a licence."""
+        return self._license_vmis.values()
