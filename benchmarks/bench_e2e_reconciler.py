@@ -42,6 +42,7 @@ import httpx
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from tests.builders import api_gpuclass, api_namespace, api_pod, api_secret  # noqa: E402
 from tests.controlplane.api import Api  # noqa: E402
 from tests.controlplane.cluster import ControlPlane, User, eventually, find_assets  # noqa: E402
 from tests.controlplane.plugin import GPUCLASS_CRD, KUBEVIRT_CRDS  # noqa: E402
@@ -56,11 +57,7 @@ from tests.e2e_reconciler_helpers import (  # noqa: E402
     cordon,
     create_node,
     force_delete,
-    gpuclass,
-    namespace,
-    pod,
     pod_path,
-    secret,
     set_node_status,
     set_pod_phase,
 )
@@ -154,7 +151,7 @@ def setup(api: Api) -> tuple[list[str], list[str]]:
     """Classes, their GPU nodes and the namespaces; returns (class names, GPU node names)."""
     api.apply(
         [
-            namespace(n)
+            api_namespace(n)
             for n in (LICENSE_NAMESPACE, KUBEVIRT_NAMESPACE, GPU_NS, CHURN_NS, "tenant-bench")
         ]
     )
@@ -162,7 +159,7 @@ def setup(api: Api) -> tuple[list[str], list[str]]:
     classes, nodes = [], []
     for i in range(CLASSES):
         name = f"bench-{i}"
-        api.create(gpuclass(name, resource(i)))
+        api.create(api_gpuclass(name, resource(i)))
         classes.append(name)
         for j in range(NODES_PER_CLASS):
             node = f"bench-gpu-{i}-{j}"
@@ -189,7 +186,7 @@ def measure_latency(api: Api, watch: ClassWatch, classes: list[str]) -> list[flo
         started = time.perf_counter()
         if placed[name] is None:
             placed[name] = pod_name = f"lat-{i}"
-            api.create(pod(pod_name, GPU_NS, f"bench-gpu-{index}-0", {resource(index): 1}))
+            api.create(api_pod(pod_name, GPU_NS, f"bench-gpu-{index}-0", {resource(index): 1}))
             free[name] -= 1
         else:
             force_delete(api, pod_path(GPU_NS, str(placed[name])))
@@ -228,8 +225,8 @@ def churn_round(api: Api, round_: int, gpu_nodes: list[str]) -> list[Callable[[]
         "data": {"k": "v"},
     }
     steps: list[Callable[[], object]] = [
-        lambda: api.create(pod(plain, CHURN_NS, gpu_node, {"cpu": 1})),
-        lambda: api.create(pod(odd, CHURN_NS, node, {UNUSED: 1})),
+        lambda: api.create(api_pod(plain, CHURN_NS, gpu_node, {"cpu": 1})),
+        lambda: api.create(api_pod(odd, CHURN_NS, node, {UNUSED: 1})),
         heartbeat,
         lambda: label(f"/api/v1/nodes/{gpu_node}"),
         lambda: set_pod_phase(api, CHURN_NS, plain, "Running"),
@@ -242,9 +239,9 @@ def churn_round(api: Api, round_: int, gpu_nodes: list[str]) -> list[Callable[[]
             else (lambda: set_node_status(api, node, ready=round_ % 2 == 0))
         ),
         lambda: cordon(api, node, round_ % 2 == 1),
-        lambda: api.create(namespace(f"churn-ns-{round_}")),
+        lambda: api.create(api_namespace(f"churn-ns-{round_}")),
         lambda: label(f"/api/v1/namespaces/{CHURN_NS}"),
-        lambda: api.create(secret(f"churn-{round_}", CHURN_NS, {"k": "v"})),
+        lambda: api.create(api_secret(f"churn-{round_}", CHURN_NS, {"k": "v"})),
         lambda: api.create(configmap),
         lambda: force_delete(api, pod_path(CHURN_NS, plain)),
         lambda: force_delete(api, pod_path(CHURN_NS, odd)),
@@ -284,7 +281,7 @@ def positive_control(api: Api, watch: ClassWatch, reconciler: ReconcilerProcess)
     writes_before = reconciler.metric("gpuclass_status_writes_total") or 0.0
     watch.drain()
     started = time.perf_counter()
-    api.create(pod("control-after-churn", GPU_NS, "bench-gpu-0-0", {resource(0): 1}))
+    api.create(api_pod("control-after-churn", GPU_NS, "bench-gpu-0-0", {resource(0): 1}))
     seen = watch.wait_free("bench-0", free - 1) - started
     eventually(  # the counter moves just after the write the watch already delivered
         lambda: (reconciler.metric("gpuclass_status_writes_total") or 0.0) > writes_before,
@@ -302,7 +299,7 @@ def main() -> int:
         for i in range(
             STEADY_PODS
         ):  # GPU pods present throughout; the churn flips their phase and labels
-            api.create(pod(f"steady-{i}", GPU_NS, gpu_nodes[-1], {resource(CLASSES - 1): 1}))
+            api.create(api_pod(f"steady-{i}", GPU_NS, gpu_nodes[-1], {resource(CLASSES - 1): 1}))
         started = time.monotonic()
         reconciler = ReconcilerProcess(
             plane.admin_kubeconfig, pod_name="bench", timings=PRODUCTION, args=["--vgpu-entitled"]

@@ -46,6 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.builders import api_gpuclass, api_licensed_class, api_namespace, api_secret, api_vmi  # noqa: E402
 from tests.controlplane.api import Api  # noqa: E402
 from tests.controlplane.cluster import ControlPlane, eventually, find_assets  # noqa: E402
 from tests.controlplane.plugin import GPUCLASS_CRD, KUBEVIRT_CRDS  # noqa: E402
@@ -60,12 +61,7 @@ from tests.e2e_reconciler_helpers import (  # noqa: E402
     ReconcilerProcess,
     create_node,
     get_class,
-    gpuclass,
     launcher_pod,
-    licensed_class,
-    namespace,
-    secret,
-    vmi,
 )
 
 FLOOD = int(os.environ.get("BENCH_FLOOD", "100"))
@@ -157,17 +153,17 @@ def checkout(ref: str, folder: Path) -> Code:
 
 
 def setup(api: Api) -> None:
-    api.apply([namespace(n) for n in (LICENSE_NAMESPACE, KUBEVIRT_NAMESPACE)])
-    api.apply([namespace(TENANT, ENTITLED), namespace(FLOODED, ENTITLED)])
+    api.apply([api_namespace(n) for n in (LICENSE_NAMESPACE, KUBEVIRT_NAMESPACE)])
+    api.apply([api_namespace(TENANT, ENTITLED), api_namespace(FLOODED, ENTITLED)])
     PermittedDevices().permit(api, [resource(i) for i in range(CLASSES)])
-    api.create(secret(SOURCE, LICENSE_NAMESPACE, {TOKEN_KEY: "bench-token"}))
+    api.create(api_secret(SOURCE, LICENSE_NAMESPACE, {TOKEN_KEY: "bench-token"}))
     for i in range(CLASSES - 1):
-        api.create(gpuclass(f"bench-{i}", resource(i)))
+        api.create(api_gpuclass(f"bench-{i}", resource(i)))
         create_node(api, f"bench-node-{i}", {resource(i): 8})
-    api.create(licensed_class(LICENSED, resource(CLASSES - 1), SOURCE))
+    api.create(api_licensed_class(LICENSED, resource(CLASSES - 1), SOURCE))
     create_node(api, "bench-node-vgpu", {resource(CLASSES - 1): 4})
     machine = api.create(
-        vmi(
+        api_vmi(
             "bench-vm",
             TENANT,
             classes=[LICENSED],
@@ -193,7 +189,7 @@ def flood(api: Api) -> float:
     """The tenant's labelled Secrets; returns the seconds they took to create."""
     started = time.monotonic()
     for index in range(FLOOD):
-        body = secret(f"flood-{index:03d}", FLOODED, {}, labels=MANAGED)
+        body = api_secret(f"flood-{index:03d}", FLOODED, {}, labels=MANAGED)
         body["data"] = {"blob": base64.b64encode(os.urandom(FLOOD_BYTES * 3 // 4)).decode()}
         api.create(body)
     return time.monotonic() - started
@@ -222,14 +218,14 @@ def still_works(api: Api, tag: str) -> float:
     """A new class gets its status: seconds it took."""
     name = f"bench-control-{tag}"
     started = time.monotonic()
-    api.create(gpuclass(name, resource(0)))
+    api.create(api_gpuclass(name, resource(0)))
     eventually(
         lambda: "free" in ((get_class(api, name) or {}).get("status") or {}),
         timeout=60,
         what=f"{name}'s status",
     )
     elapsed = time.monotonic() - started
-    api.delete(gpuclass(name, resource(0)))
+    api.delete(api_gpuclass(name, resource(0)))
     return elapsed
 
 

@@ -57,6 +57,7 @@ from gpuclass.reconciler.api.client import KubeAdapter  # noqa: E402
 from gpuclass.reconciler.manager import Manager  # noqa: E402
 from gpuclass.reconciler.settings import ReconcilerSettings  # noqa: E402
 from gpuclass.reconciler.state.resources import RESOURCES  # noqa: E402
+from tests.builders import api_gpuclass, api_namespace, api_pod  # noqa: E402
 from tests.controlplane.api import Api, ApiError, RawObject  # noqa: E402
 from tests.controlplane.cluster import ControlPlane, User, eventually, find_assets  # noqa: E402
 from tests.controlplane.components import kwok, kwok_node, set_allocatable  # noqa: E402
@@ -69,9 +70,6 @@ from tests.e2e_reconciler_helpers import (  # noqa: E402
     PRODUCTION,
     PermittedDevices,
     ReconcilerProcess,
-    gpuclass,
-    namespace,
-    pod,
     pod_path,
 )
 from tests.webhook_process import WebhookProcess  # noqa: E402
@@ -174,9 +172,11 @@ def pod_tasks() -> list[Callable[[Api], object]]:
         node, index = gpus[i % len(gpus)]
         if i // len(gpus) >= UNITS - 2:
             break
-        tasks.append(creation(pod(f"gpu-{i}", NS, node, {resource(index): 1}, labels=LABELS)))
+        tasks.append(creation(api_pod(f"gpu-{i}", NS, node, {resource(index): 1}, labels=LABELS)))
     for i in range(PODS - len(tasks)):
-        tasks.append(creation(pod(f"cpu-{i}", NS, node_name(i % NODES), {"cpu": 1}, labels=LABELS)))
+        tasks.append(
+            creation(api_pod(f"cpu-{i}", NS, node_name(i % NODES), {"cpu": 1}, labels=LABELS))
+        )
     return tasks
 
 
@@ -208,10 +208,12 @@ def setup(plane: ControlPlane, clients: Clients) -> tuple[float, int]:
     """Classes, nodes, pods; returns (seconds taken, pods still Pending)."""
     started = time.monotonic()
     api = plane.admin
-    api.apply([namespace(n) for n in (LICENSE_NAMESPACE, KUBEVIRT_NAMESPACE, NS, CHURN_NS, TENANT)])
+    api.apply(
+        [api_namespace(n) for n in (LICENSE_NAMESPACE, KUBEVIRT_NAMESPACE, NS, CHURN_NS, TENANT)]
+    )
     PermittedDevices().permit(api, [resource(i) for i in range(CLASSES)])
     for i in range(CLASSES):
-        api.create(gpuclass(f"scale-{i}", resource(i), maxCount=8))
+        api.create(api_gpuclass(f"scale-{i}", resource(i), maxCount=8))
     create_nodes(clients)
     in_parallel(clients, pod_tasks())
     pending = wait_running(api, timeout=max(300.0, PODS / 20))
@@ -354,7 +356,7 @@ class Probes:
         if placed is None:
             pod_name = f"probe-{name}-{time.monotonic_ns()}"
             index = int(name.rsplit("-", 1)[1])
-            self.api.create(pod(pod_name, NS, self.node[name], {resource(index): 1}))
+            self.api.create(api_pod(pod_name, NS, self.node[name], {resource(index): 1}))
             self.placed[name] = pod_name
         else:
             self.api.request("DELETE", pod_path(NS, placed), params={"gracePeriodSeconds": "0"})
@@ -393,9 +395,11 @@ class Background:
         self.made += 1
         node, index = self.gpu_nodes[self.made % len(self.gpu_nodes)]
         if self.made % 2:
-            body = pod(f"churn-gpu-{self.made}", CHURN_NS, node, {resource(index): 1})
+            body = api_pod(f"churn-gpu-{self.made}", CHURN_NS, node, {resource(index): 1})
         else:
-            body = pod(f"churn-cpu-{self.made}", CHURN_NS, node_name(self.made % NODES), {"cpu": 1})
+            body = api_pod(
+                f"churn-cpu-{self.made}", CHURN_NS, node_name(self.made % NODES), {"cpu": 1}
+            )
         self.api.create(body)
         self.alive.append(body["metadata"]["name"])
 

@@ -2,19 +2,26 @@
 
 Test modules import from here (or from the e2e plumbing modules), never from one
 another: `tests/project/test_import_contracts.py` forbids importing a `tests.test_*` module.
+Each builder is defined here once (`tests/project/test_import_contracts.py` checks that no
+plumbing module defines one again).
 
 - raw objects as the fakes and the pure core read them, one builder per kind
-  (`gpuclass`, `node`, `pod`, `kubevirt`, `secret`, `namespace`, `vmi`);
-- :func:`example_class` / :func:`with_status`: a class as a client creates it on the
-  real API server, and one whose status the reconciler has written;
+  (`gpuclass`, `node`, `pod`, `kubevirt`, `secret`, `namespace`, `vmi`): offline snapshots,
+  with what the API server would have set (a class's uid, creationTimestamp, generation; a
+  Pod's phase) and the fields the compaction functions read, nothing more;
+- bodies an API server accepts, as a client creates them (`api_namespace`, `api_gpuclass`,
+  `api_licensed_class`, `api_secret` from plain-text data, `api_pod` with images, requests
+  and limits, `api_vmi` with its root disk, memory and licence disk), for the end-to-end
+  tests and benchmarks against a real control plane; :func:`example_class` is an
+  `api_gpuclass` named after its resource, and :func:`with_status` one whose status the
+  reconciler has written;
 - :func:`selecting_vmi` and :class:`World`: VMIs and catalog names for the webhook
   end-to-end tests;
 - AdmissionReview requests for the offline CLI (:func:`vmi_request`, :func:`review_file`);
 - :func:`changed_fields`: the JSON pointers a patch changed.
 
-The server-valid builders used with a running `gpuclass-reconciler` (full Pod
-containers, images, the KubeVirt license volume) sit beside the process plumbing in
-`tests/e2e_reconciler_helpers.py`.
+What runs `gpuclass-reconciler` and writes as a kubelet or KubeVirt would (node status, pod
+phase, virt-launcher Pods) is process plumbing, in `tests/e2e_reconciler_helpers.py`.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -246,12 +254,30 @@ def vmi(
 # -- on the real API server ---------------------------------------------------------------------
 
 
-def example_class(name: str, **spec: Any) -> RawObject:
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def unb64(data: str) -> str:
+    return base64.b64decode(data).decode()
+
+
+def api_namespace(name: str, labels: Mapping[str, str] | None = None) -> RawObject:
+    """A Namespace body; no `labels` key unless some are given."""
+    meta: RawObject = {"name": name}
+    if labels:
+        meta["labels"] = dict(labels)
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+def api_gpuclass(name: str, resource: str, **spec: Any) -> RawObject:
+    """A GPUClass body (no server-set metadata): a passthrough class of `resource`, vendor
+    `example`, model `e2e`; `spec` adds or replaces spec fields."""
     body = {
         "vendor": "example",
-        "model": "example-model",
+        "model": "e2e",
         "mode": "passthrough",
-        "source": {"devicePlugin": {"resourceName": f"example.com/{name}"}},
+        "source": {"devicePlugin": {"resourceName": resource}},
         **spec,
     }
     return {
@@ -259,6 +285,103 @@ def example_class(name: str, **spec: Any) -> RawObject:
         "kind": "GPUClass",
         "metadata": {"name": name},
         "spec": body,
+    }
+
+
+def api_licensed_class(name: str, resource: str, source: str, feature_type: int = 1) -> RawObject:
+    """An `api_gpuclass` in vgpu mode licensed from the Secret `source` (featureType only
+    when not the default 1)."""
+    license: RawObject = {"secretName": source}
+    if feature_type != 1:
+        license["featureType"] = feature_type
+    return api_gpuclass(name, resource, mode="vgpu", profile="e2e-1q", license=license)
+
+
+def example_class(name: str, **spec: Any) -> RawObject:
+    """An `api_gpuclass` of resource `example.com/<name>`, model `example-model`."""
+    return api_gpuclass(name, f"example.com/{name}", **{"model": "example-model", **spec})
+
+
+def api_secret(
+    name: str, ns: str, data: Mapping[str, str], labels: Mapping[str, str] | None = None
+) -> RawObject:
+    """An Opaque Secret body; `data` in plain text, base64-encoded here."""
+    meta: RawObject = {"name": name, "namespace": ns}
+    if labels is not None:
+        meta["labels"] = dict(labels)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta,
+        "type": "Opaque",
+        "data": {key: b64(value) for key, value in data.items()},
+    }
+
+
+def api_pod(
+    name: str,
+    ns: str,
+    node: str | None,
+    requests: Mapping[str, int],
+    *,
+    init_requests: Mapping[str, int] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> RawObject:
+    """A Pod body bound to `node` (as the scheduler would bind it) requesting `requests`
+    (as requests and limits, with an image, as the API server requires); no status."""
+
+    def container(cname: str, wants: Mapping[str, int]) -> RawObject:
+        c: RawObject = {"name": cname, "image": "example.org/e2e:1"}
+        if wants:
+            amounts = {k: str(v) for k, v in wants.items()}
+            c["resources"] = {"requests": amounts, "limits": dict(amounts)}
+        return c
+
+    spec: RawObject = {"containers": [container("main", requests)]}
+    if node is not None:
+        spec["nodeName"] = node
+    if init_requests is not None:
+        spec["initContainers"] = [container("init", init_requests)]
+    meta: RawObject = {"name": name, "namespace": ns}
+    if labels:
+        meta["labels"] = dict(labels)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def api_vmi(
+    name: str,
+    ns: str,
+    *,
+    classes: Sequence[str] = (),
+    devices: Sequence[str] = (),
+    license_copy: str | None = None,
+) -> RawObject:
+    """A VMI body as admission stores it: the selection annotation, `gpus` entries and, for a
+    licensed class, the licence volume and disk naming the copy `license_copy`
+    (docs/contract.md section 1); with a root disk and memory, as KubeVirt requires."""
+    meta: RawObject = {"name": name, "namespace": ns}
+    if classes:
+        meta["annotations"] = {ANN: json.dumps([{"className": c} for c in classes])}
+    disks: list[RawObject] = [{"name": "root", "disk": {"bus": "virtio"}}]
+    volumes: list[RawObject] = [{"name": "root", "containerDisk": {"image": "example.org/guest:1"}}]
+    if license_copy is not None:
+        disks.append({"name": "gpulicense", "serial": "GPULICENSE", "disk": {"bus": "virtio"}})
+        volumes.append(
+            {
+                "name": "gpulicense",
+                "secret": {"secretName": license_copy, "volumeLabel": "GPULICENSE"},
+            }
+        )
+    gpus = [{"name": f"gpu{i}", "deviceName": d} for i, d in enumerate(devices, start=1)]
+    spec: RawObject = {
+        "domain": {"devices": {"disks": disks, "gpus": gpus}, "memory": {"guest": "1Gi"}},
+        "volumes": volumes,
+    }
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": meta,
+        "spec": spec,
     }
 
 

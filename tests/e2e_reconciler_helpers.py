@@ -3,8 +3,9 @@
 - :class:`ReconcilerProcess` runs the real console script as a subprocess (its own
   process group, killed with the test process if that dies), reads its JSON log,
   finds the port it serves `/metrics` on (`--port 0`) and reads its metrics;
-- object builders (Namespace, GPUClass, Node, Pod, VMI, Secret) and the few writes
-  a kubelet or KubeVirt would make (node status, pod phase, force delete);
+- the few writes a kubelet or KubeVirt would make (a Node with its status, pod phase,
+  force delete); the object bodies themselves are built by `tests/builders.py`
+  (`api_gpuclass`, `api_pod`, `api_secret`, ...);
 - :class:`PermittedDevices` adds resource names to the KubeVirt CR and takes them out
   again, leaving other entries (other test modules') alone;
 - :func:`apply_chart_rbac` applies the chart's reconciler RBAC and Secret policy, rendered
@@ -23,7 +24,6 @@ so a test can pass `control_plane.admin` again after `restart_apiserver()`.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import ctypes
 import json
@@ -42,7 +42,7 @@ from typing import IO, Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.builders import KUBEVIRT_DEVICES, KUBEVIRT_NODE_LABELS
+from tests.builders import KUBEVIRT_DEVICES, KUBEVIRT_NODE_LABELS, b64
 from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import User, eventually
 from tests.controlplane.kubevirt_parts import install_kubevirt_cr
@@ -51,7 +51,6 @@ ROOT = Path(__file__).resolve().parent.parent
 RECONCILER = Path(sys.executable).with_name("gpuclass-reconciler")
 GPUCLASSES = "/apis/cozystack.io/v1alpha1/gpuclasses"
 MERGE = "application/merge-patch+json"
-ANNOTATION = "gpu.cozystack.io/classes"
 FINALIZER = "gpu.cozystack.io/in-use"
 ENTITLED = {"gpu.cozystack.io/vgpu": "true"}
 MANAGED = {"app.kubernetes.io/managed-by": "gpuclass"}
@@ -262,127 +261,6 @@ def license_sources(first: int, count: int) -> Iterator[str]:
     names = LICENSE_SOURCES[first : first + count]
     assert len(names) == count, "LICENSE_SOURCES has too few names for this slice"
     return iter(names)
-
-
-# -- objects ---------------------------------------------------------------------------------------
-
-
-def b64(text: str) -> str:
-    return base64.b64encode(text.encode()).decode()
-
-
-def unb64(data: str) -> str:
-    return base64.b64decode(data).decode()
-
-
-def namespace(name: str, labels: Mapping[str, str] | None = None) -> RawObject:
-    meta: RawObject = {"name": name}
-    if labels:
-        meta["labels"] = dict(labels)
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
-
-
-def gpuclass(name: str, resource: str, **spec: Any) -> RawObject:
-    body = {
-        "vendor": "example",
-        "model": "e2e",
-        "mode": "passthrough",
-        "source": {"devicePlugin": {"resourceName": resource}},
-        **spec,
-    }
-    return {
-        "apiVersion": "cozystack.io/v1alpha1",
-        "kind": "GPUClass",
-        "metadata": {"name": name},
-        "spec": body,
-    }
-
-
-def licensed_class(name: str, resource: str, source: str, feature_type: int = 1) -> RawObject:
-    license: RawObject = {"secretName": source}
-    if feature_type != 1:
-        license["featureType"] = feature_type
-    return gpuclass(name, resource, mode="vgpu", profile="e2e-1q", license=license)
-
-
-def secret(
-    name: str, ns: str, data: Mapping[str, str], labels: Mapping[str, str] | None = None
-) -> RawObject:
-    meta: RawObject = {"name": name, "namespace": ns}
-    if labels is not None:
-        meta["labels"] = dict(labels)
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": meta,
-        "type": "Opaque",
-        "data": {key: b64(value) for key, value in data.items()},
-    }
-
-
-def pod(
-    name: str,
-    ns: str,
-    node: str | None,
-    requests: Mapping[str, int],
-    *,
-    init_requests: Mapping[str, int] | None = None,
-    labels: Mapping[str, str] | None = None,
-) -> RawObject:
-    """A Pod bound to `node` (as the scheduler would bind it) requesting `requests`."""
-
-    def container(cname: str, wants: Mapping[str, int]) -> RawObject:
-        c: RawObject = {"name": cname, "image": "example.org/e2e:1"}
-        if wants:
-            amounts = {k: str(v) for k, v in wants.items()}
-            c["resources"] = {"requests": amounts, "limits": dict(amounts)}
-        return c
-
-    spec: RawObject = {"containers": [container("main", requests)]}
-    if node is not None:
-        spec["nodeName"] = node
-    if init_requests is not None:
-        spec["initContainers"] = [container("init", init_requests)]
-    meta: RawObject = {"name": name, "namespace": ns}
-    if labels:
-        meta["labels"] = dict(labels)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
-
-
-def vmi(
-    name: str,
-    ns: str,
-    *,
-    classes: Sequence[str] = (),
-    devices: Sequence[str] = (),
-    license_copy: str | None = None,
-) -> RawObject:
-    """A VMI as admission stores it: the selection annotation, `gpus` entries and, for a
-    licensed class, the license volume and disk (docs/contract.md section 1)."""
-    meta: RawObject = {"name": name, "namespace": ns}
-    if classes:
-        meta["annotations"] = {ANNOTATION: json.dumps([{"className": c} for c in classes])}
-    disks: list[RawObject] = [{"name": "root", "disk": {"bus": "virtio"}}]
-    volumes: list[RawObject] = [{"name": "root", "containerDisk": {"image": "example.org/guest:1"}}]
-    if license_copy is not None:
-        disks.append({"name": "gpulicense", "serial": "GPULICENSE", "disk": {"bus": "virtio"}})
-        volumes.append(
-            {
-                "name": "gpulicense",
-                "secret": {"secretName": license_copy, "volumeLabel": "GPULICENSE"},
-            }
-        )
-    gpus = [{"name": f"gpu{i}", "deviceName": d} for i, d in enumerate(devices, start=1)]
-    spec: RawObject = {
-        "domain": {"devices": {"disks": disks, "gpus": gpus}, "memory": {"guest": "1Gi"}},
-        "volumes": volumes,
-    }
-    return {
-        "apiVersion": "kubevirt.io/v1",
-        "kind": "VirtualMachineInstance",
-        "metadata": meta,
-        "spec": spec,
-    }
 
 
 # -- what a kubelet or KubeVirt would write --------------------------------------------------------

@@ -36,7 +36,7 @@ from typing import Any
 
 import httpx
 
-from tests.builders import selecting_vmi
+from tests.builders import api_pod, api_secret, selecting_vmi
 from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, unique_name
 from tests.e2e_reconciler_helpers import (
@@ -51,10 +51,8 @@ from tests.e2e_reconciler_helpers import (
     TOKEN_KEY,
     Timings,
     force_delete,
-    pod,
     pod_path,
     reconciler_args,
-    secret,
 )
 from tests.soak_world import (
     CERT_SECRET,
@@ -284,7 +282,7 @@ class Soak:
         spec = self.world.nodes[node]
         # plain Pods outside the tenants take whole GPUs only (a vGPU is refused there, rule 4.5)
         wants = {spec.resource: 1} if not spec.vgpu and self.rng.random() < 0.5 else {}
-        created = api.create(pod(name or unique_name("churn"), PODS_NS, node, wants))
+        created = api.create(api_pod(name or unique_name("churn"), PODS_NS, node, wants))
         self.world.pods.append(created["metadata"]["name"])
 
     def _pod_delete(self, api: Api) -> None:
@@ -328,7 +326,7 @@ class Soak:
     def _source_rotate(self, api: Api) -> None:
         source = self.rng.choice(sorted(self.world.tokens))
         token = f"token-{self.rng.randrange(10**9)}"
-        api.apply([secret(source, LICENSE_NAMESPACE, {TOKEN_KEY: token})])
+        api.apply([api_secret(source, LICENSE_NAMESPACE, {TOKEN_KEY: token})])
         self.world.tokens[source] = token
 
     def _entitlement_flip(self, api: Api) -> None:

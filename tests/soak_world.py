@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.builders import api_gpuclass, api_licensed_class, api_namespace, api_secret
 from tests.chart_helpers import NAMESPACE as RELEASE_NS
 from tests.chart_helpers import chart_webhook_configurations, documents, render
 from tests.controlplane.api import Api, ApiError, RawObject
@@ -45,11 +46,7 @@ from tests.e2e_reconciler_helpers import (
     ReconcilerProcess,
     Timings,
     apply_chart_rbac,
-    gpuclass,
-    licensed_class,
-    namespace,
     reconciler_args,
-    secret,
     wait_for_chart_rbac,
 )
 from tests.soak_service import ServiceBalancer
@@ -92,10 +89,10 @@ CLASSES = (
 
 def class_object(spec: ClassSpec) -> RawObject:
     if spec.source is not None:
-        return licensed_class(spec.name, spec.resource, spec.source, spec.feature_type)
+        return api_licensed_class(spec.name, spec.resource, spec.source, spec.feature_type)
     if spec.vgpu:
-        return gpuclass(spec.name, spec.resource, mode="vgpu", profile="soak-1b")
-    return gpuclass(spec.name, spec.resource)
+        return api_gpuclass(spec.name, spec.resource, mode="vgpu", profile="soak-1b")
+    return api_gpuclass(spec.name, spec.resource)
 
 
 def node_name(index: int) -> str:
@@ -267,11 +264,11 @@ def build_world(
     admin = plane.admin
     world = Population()
     admin.apply(
-        [namespace(n) for n in (LICENSE_NAMESPACE, KUBEVIRT_NAMESPACE, RELEASE_NS, PODS_NS)]
+        [api_namespace(n) for n in (LICENSE_NAMESPACE, KUBEVIRT_NAMESPACE, RELEASE_NS, PODS_NS)]
     )
     for i in range(tenants):
         world.entitled[tenant(i)] = i % 4 != 3  # a quarter not entitled to vGPU
-        admin.apply([namespace(tenant(i), ENTITLED if world.entitled[tenant(i)] else None)])
+        admin.apply([api_namespace(tenant(i), ENTITLED if world.entitled[tenant(i)] else None)])
     apply_chart_rbac(admin)
     webhook_rbac = documents(render(), template="rbac-webhook.yaml")
     admin.apply(webhook_rbac)
@@ -285,7 +282,7 @@ def build_world(
         if spec.source is not None:
             world.tokens[spec.source] = f"token-{rng.randrange(10**9)}"
             admin.apply(
-                [secret(spec.source, LICENSE_NAMESPACE, {TOKEN_KEY: world.tokens[spec.source]})]
+                [api_secret(spec.source, LICENSE_NAMESPACE, {TOKEN_KEY: world.tokens[spec.source]})]
             )
         admin.apply([class_object(spec)])
     launchers = Launchers(plane.user(KUBEVIRT_CONTROLLER, list(KUBEVIRT_CONTROLLER_GROUPS)))

@@ -31,12 +31,12 @@ import pytest
 from cryptography import x509
 
 from gpuclass.webhook.certs.tls import self_signed
-from tests.builders import World
+from tests.builders import World, api_gpuclass, api_namespace
 from tests.builders import selecting_vmi as vmi
 from tests.chart_helpers import NAMESPACE, documents, render
 from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, eventually, free_port
-from tests.e2e_reconciler_helpers import PermittedDevices, gpuclass, namespace
+from tests.e2e_reconciler_helpers import PermittedDevices
 from tests.webhook_process import WebhookProcess
 
 pytestmark = pytest.mark.controlplane
@@ -121,7 +121,7 @@ def bundles_now(api: Api, configurations: list[RawObject]) -> set[bytes]:
 def setting(control_plane: ControlPlane) -> Iterator[World]:
     api = control_plane.admin
     classes = World()
-    api.apply([namespace(NAMESPACE), namespace(KUBEVIRT_NS), namespace(TENANT)])
+    api.apply([api_namespace(NAMESPACE), api_namespace(KUBEVIRT_NS), api_namespace(TENANT)])
     api.apply(chart_objects("rbac-webhook.yaml"))
     policy = chart_objects("webhook-cabundle-policy.yaml")
     api.apply(policy)
@@ -131,7 +131,7 @@ def setting(control_plane: ControlPlane) -> Iterator[World]:
     api.apply(secret)
     permitted = PermittedDevices()
     permitted.permit(api, [classes.whole_resource])
-    created = api.create(gpuclass(classes.whole, classes.whole_resource))
+    created = api.create(api_gpuclass(classes.whole, classes.whole_resource))
     try:
         yield classes
     finally:
@@ -289,7 +289,7 @@ def _run(api: Api, server: WebhookProcess, configurations: list[RawObject], clas
                     stored = api.create(vmi(TENANT, [{"className": classes.whole}]), dryRun="All")
                     assert stored["spec"]["domain"]["devices"]["gpus"], "not resolved"
                 else:
-                    probe = gpuclass(f"probe-{time.monotonic_ns()}", "e2e.example.com/probe")
+                    probe = api_gpuclass(f"probe-{time.monotonic_ns()}", "e2e.example.com/probe")
                     api.create(probe, dryRun="All")
             except (ApiError, AssertionError) as exc:
                 with lock:

@@ -17,11 +17,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from tests.builders import api_secret
 from tests.chart_helpers import of_kind, render_objects
 from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
 from tests.e2e_reconciler_helpers import MERGE
-from tests.e2e_reconciler_helpers import secret as license_secret
 
 NAMESPACE = "cozy-system"
 CONTROLLER = "system:serviceaccount:cozy-kubevirt:kubevirt-controller"
@@ -78,7 +78,7 @@ def secret(name: str, namespace: str, *, labels: dict[str, str] | None = None) -
         "client_configuration_token.tok": "example-not-a-token",
         "gridd.conf": "FeatureType=1\n",
     }
-    return license_secret(name, namespace, data, labels)
+    return api_secret(name, namespace, data, labels)
 
 
 # Cilium's CiliumNetworkPolicy kind, served without its schema: the dry run shows the object is

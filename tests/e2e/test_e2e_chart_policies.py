@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.builders import api_gpuclass, api_namespace
 from tests.chart_helpers import NAMESPACE, documents, render
 from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, User, eventually, unique_name
@@ -35,8 +36,6 @@ from tests.e2e_reconciler_helpers import (
     SERVICE_ACCOUNT_GROUPS,
     apply_chart_rbac,
     delete_all,
-    gpuclass,
-    namespace,
 )
 
 pytestmark = pytest.mark.controlplane
@@ -111,7 +110,7 @@ def _decoy_configurations() -> list[RawObject]:
 @pytest.fixture(scope="module")
 def chart(control_plane: ControlPlane) -> Iterator[Chart]:
     admin = control_plane.admin
-    admin.apply([namespace(NAMESPACE), namespace("cozy-kubevirt")])
+    admin.apply([api_namespace(NAMESPACE), api_namespace("cozy-kubevirt")])
     added = apply_chart_rbac(admin)
     configurations = [admin.create(c) for c in _decoy_configurations()]
     name, groups = _webhook_account()
@@ -180,7 +179,7 @@ def tenancy(chart: Chart) -> Iterator[Tenancy]:
     admin, plane = chart.admin, chart.plane
     ns = unique_name("tenant-pol")
     tenant_name, maker_name = unique_name("alice"), unique_name("namespace-maker")
-    made = [admin.create(namespace(ns))]
+    made = [admin.create(api_namespace(ns))]
     made.append(_bind(admin, "tenant-admin", "admin", tenant_name, ns=ns))
     own = [{"apiGroups": [""], "resources": ["namespaces"], "resourceNames": [ns],
             "verbs": ["get", "patch", "update"]}]  # fmt: skip
@@ -246,10 +245,10 @@ def test_a_tenant_cannot_entitle_itself_the_platform_can(chart: Chart, tenancy: 
 def test_a_namespace_is_created_with_the_label_by_the_platform_only(
     chart: Chart, tenancy: Tenancy
 ) -> None:
-    entitled = namespace(unique_name("tenant-made"), {LABEL: "true"})
+    entitled = api_namespace(unique_name("tenant-made"), {LABEL: "true"})
     refused = _error(lambda: tenancy.maker.create(entitled))
     assert refused.status_code == 403 and "entitlement-label" in refused.body["message"]
-    plain = tenancy.maker.create(namespace(unique_name("tenant-made")))
+    plain = tenancy.maker.create(api_namespace(unique_name("tenant-made")))
     made = tenancy.platform.create(entitled)
     assert made["metadata"]["labels"][LABEL] == "true"
     delete_all(chart.admin, [plain, made])
@@ -363,7 +362,7 @@ def test_the_ownerreference_trick_with_the_garbage_collector(
 def held_class(chart: Chart) -> Iterator[str]:
     """A class as the hoster stores it, with a finalizer of someone else's."""
     name = unique_name("pol-class")
-    obj = gpuclass(name, f"{name}.example.com/gpu")
+    obj = api_gpuclass(name, f"{name}.example.com/gpu")
     obj["metadata"].update(labels={"tier": "gold"}, finalizers=["example.com/keep"])
     chart.admin.create(obj)
     yield name
@@ -451,7 +450,7 @@ def test_the_reconciler_neither_creates_nor_deletes_gpuclasses(
     chart: Chart, held_class: str
 ) -> None:
     name = unique_name("pol-new")
-    created = _error(lambda: chart.reconciler.create(gpuclass(name, f"{name}.example.com/gpu")))
+    created = _error(lambda: chart.reconciler.create(api_gpuclass(name, f"{name}.example.com/gpu")))
     deleted = _error(lambda: chart.reconciler.call("DELETE", f"{GPUCLASSES}/{held_class}"))
     assert created.status_code == deleted.status_code == 403
     assert chart.admin.get("cozystack.io/v1alpha1", "GPUClass", held_class) is not None

@@ -29,13 +29,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.builders import World
+from tests.builders import World, api_gpuclass, api_namespace
 from tests.builders import selecting_vm as vm
 from tests.builders import selecting_vmi as vmi
 from tests.chart_helpers import NAMESPACE, chart_webhook_configurations, documents, render
 from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
-from tests.e2e_reconciler_helpers import PermittedDevices, gpuclass, namespace
+from tests.e2e_reconciler_helpers import PermittedDevices
 from tests.webhook_process import WebhookProcess
 
 pytestmark = pytest.mark.controlplane
@@ -168,10 +168,10 @@ def routing(
     classes = World()
     api.apply(
         [
-            namespace(NAMESPACE),
-            namespace(KUBEVIRT_NS),
-            namespace(TENANT, {"gpu.cozystack.io/vgpu": "true"}),
-            namespace(UNLABELLED),
+            api_namespace(NAMESPACE),
+            api_namespace(KUBEVIRT_NS),
+            api_namespace(TENANT, {"gpu.cozystack.io/vgpu": "true"}),
+            api_namespace(UNLABELLED),
         ]
     )
     api.apply(webhook_rbac())
@@ -183,11 +183,11 @@ def routing(
     permitted.permit(api, [route.mdev], mediated=True)
     created = [
         api.create(
-            gpuclass(classes.whole, classes.whole_resource, tolerations=[classes.toleration])
+            api_gpuclass(classes.whole, classes.whole_resource, tolerations=[classes.toleration])
         ),
-        api.create(gpuclass(classes.byol, classes.byol_resource, mode="vgpu", profile="p")),
+        api.create(api_gpuclass(classes.byol, classes.byol_resource, mode="vgpu", profile="p")),
         api.create(
-            gpuclass(
+            api_gpuclass(
                 classes.licensed,
                 classes.licensed_resource,
                 mode="vgpu",
@@ -252,7 +252,7 @@ def test_webhook_identity_has_no_more_than_read_rights(
     }
     with routing.identity.api() as sa:
         assert {path: sa.request("GET", path).status_code for path in reads} == reads
-        probe = gpuclass(unique_name("sa-write"), "sa.example.com/gpu")
+        probe = api_gpuclass(unique_name("sa-write"), "sa.example.com/gpu")
         assert sa.request("POST", GPUCLASSES, body=probe).status_code == 403
 
 
@@ -459,12 +459,12 @@ def test_gpuclass_warnings_reach_the_client_as_warning_headers(
     control_plane: ControlPlane, routing: Routing
 ) -> None:
     api, c = control_plane.admin, routing.classes
-    keyless = gpuclass(
+    keyless = api_gpuclass(
         unique_name("keyless"),
         f"{unique_name('k')}.example.com/gpu",
         tolerations=[{"operator": "Exists"}],
     )
-    shared = gpuclass(unique_name("shared"), c.whole_resource)
+    shared = api_gpuclass(unique_name("shared"), c.whole_resource)
     for obj, text in ((keyless, "Exists"), (shared, c.whole)):
         response = api.request("POST", GPUCLASSES, body=obj, params={"fieldValidation": "Strict"})
         try:
@@ -509,7 +509,7 @@ def test_a_refusal_only_the_gpuclass_webhook_makes(
     CRD) then gets a displayName change past the CRD, and the webhook still refuses it."""
     api = control_plane.admin
     name = unique_name("stored-invalid")
-    invalid = gpuclass(name, f"{name}.example.com/gpu", memory="lots")
+    invalid = api_gpuclass(name, f"{name}.example.com/gpu", memory="lots")
     _store_around_the_api(control_plane, invalid)
     try:
         current = eventually(
@@ -524,7 +524,7 @@ def test_a_refusal_only_the_gpuclass_webhook_makes(
             'admission webhook "gpuclasses.gpuclass.cozystack.io" denied' in error.body["message"]
         )
         assert "spec.memory" in error.body["message"]
-        fresh = gpuclass(unique_name("fresh-invalid"), "fresh.example.com/gpu", memory="lots")
+        fresh = api_gpuclass(unique_name("fresh-invalid"), "fresh.example.com/gpu", memory="lots")
         first = _refusal(api, fresh)  # a new object with the same fault: the CRD refuses first
         assert first.status_code == 422
         assert "admission webhook" not in first.body["message"]

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from gpuclass.shared.cli.main import main
+from tests.builders import api_gpuclass, api_licensed_class, api_namespace, api_pod, api_secret
 from tests.controlplane.cluster import ControlPlane
 from tests.e2e_reconciler_helpers import (
     GPUCLASSES,
@@ -25,11 +26,6 @@ from tests.e2e_reconciler_helpers import (
     PermittedDevices,
     create_node,
     delete_created,
-    gpuclass,
-    licensed_class,
-    namespace,
-    pod,
-    secret,
 )
 
 TAINT = {"key": "gpu.example.com/reserved", "value": "batch", "effect": "NoSchedule"}
@@ -49,14 +45,14 @@ def cluster(control_plane: ControlPlane) -> Iterator[dict[str, Any]]:
         f"explain-{suffix}-tainted": {},
     }
     try:
-        admin.apply([namespace(KUBEVIRT_NAMESPACE), namespace(ns)])
+        admin.apply([api_namespace(KUBEVIRT_NAMESPACE), api_namespace(ns)])
         permitted.permit(admin, [res])
-        created.append(admin.create(gpuclass(f"explain-{suffix}", res)))
+        created.append(admin.create(api_gpuclass(f"explain-{suffix}", res)))
         free, busy, tainted = nodes
         for name, units, taints in ((free, 2, []), (busy, 4, []), (tainted, 8, [TAINT])):
             nodes[name] = create_node(admin, name, {res: units}, taints=taints)
             created.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
-        launcher = admin.create(pod(f"launcher-{suffix}", ns, busy, {res: 3}))
+        launcher = admin.create(api_pod(f"launcher-{suffix}", ns, busy, {res: 3}))
         created.append(launcher)
         yield {
             "class": f"explain-{suffix}",
@@ -190,15 +186,15 @@ def test_license_secret_is_read_by_name_only(
     permitted = PermittedDevices()
     created: list[dict[str, Any]] = []
     try:
-        admin.apply([namespace(KUBEVIRT_NAMESPACE)])
-        created += admin.apply([namespace(license_ns)])
+        admin.apply([api_namespace(KUBEVIRT_NAMESPACE)])
+        created += admin.apply([api_namespace(license_ns)])
         permitted.permit(admin, [res, res + "-2"])
-        created.append(admin.create(licensed_class(present, res, source)))
-        created.append(admin.create(licensed_class(absent, res + "-2", f"absent-{suffix}")))
+        created.append(admin.create(api_licensed_class(present, res, source)))
+        created.append(admin.create(api_licensed_class(absent, res + "-2", f"absent-{suffix}")))
         created.append(
-            admin.create(secret(source, license_ns, {"client_configuration_token.tok": token}))
+            admin.create(api_secret(source, license_ns, {"client_configuration_token.tok": token}))
         )
-        created.append(admin.create(secret(f"other-{suffix}", license_ns, {"k": "platform"})))
+        created.append(admin.create(api_secret(f"other-{suffix}", license_ns, {"k": "platform"})))
         created += admin.apply(reader_rbac(user.name, license_ns, source))
         create_node(admin, f"explain-lic-{suffix}", {res: 1, res + "-2": 1})
         created.append(

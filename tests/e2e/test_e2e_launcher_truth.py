@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from tests.builders import api_gpuclass, api_namespace
 from tests.controlplane.api import Api, RawObject
 from tests.controlplane.cluster import ControlPlane, eventually
 from tests.controlplane.components import (
@@ -48,8 +49,6 @@ from tests.e2e_reconciler_helpers import (
     figures,
     force_delete,
     get_class,
-    gpuclass,
-    namespace,
     node_path,
     pod_scheduled,
     settled_figures,
@@ -153,8 +152,8 @@ def world(
     kwok_kubelet: Component,
 ) -> Iterator[World]:
     api = control_plane.admin
-    api.apply([namespace(LICENSE_NAMESPACE), namespace(NS)])
-    api.create(gpuclass(CLASS, RESOURCE))
+    api.apply([api_namespace(LICENSE_NAMESPACE), api_namespace(NS)])
+    api.create(api_gpuclass(CLASS, RESOURCE))
     nodes: list[str] = []
     process = ReconcilerProcess(
         control_plane.admin_kubeconfig,

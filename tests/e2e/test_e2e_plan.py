@@ -21,14 +21,13 @@ import yaml
 from gpuclass.shared.cli.main import main
 from gpuclass.shared.core.base import names
 from gpuclass.shared.kube import apicollections as api_collections
+from tests.builders import api_gpuclass, api_namespace
 from tests.controlplane.cluster import ControlPlane
 from tests.e2e_reconciler_helpers import (
     KUBEVIRT_NAMESPACE,
     PermittedDevices,
     create_node,
     delete_created,
-    gpuclass,
-    namespace,
 )
 
 pytestmark = pytest.mark.controlplane
@@ -45,9 +44,9 @@ def world(control_plane: ControlPlane) -> Iterator[dict[str, Any]]:
     created: list[dict[str, Any]] = []
     selection = json.dumps([{"className": name, "count": 2}])
     try:
-        admin.apply([namespace(KUBEVIRT_NAMESPACE), namespace(ns)])
+        admin.apply([api_namespace(KUBEVIRT_NAMESPACE), api_namespace(ns)])
         permitted.permit(admin, [res])
-        created.append(admin.create(gpuclass(name, res)))
+        created.append(admin.create(api_gpuclass(name, res)))
         node = f"plan-{suffix}"
         create_node(admin, node, {res: 4})
         created.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})

@@ -37,6 +37,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.builders import (
+    api_gpuclass,
+    api_licensed_class,
+    api_namespace,
+    api_pod,
+    api_secret,
+    api_vmi,
+    b64,
+    unb64,
+)
 from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
 from tests.e2e_reconciler_helpers import (
@@ -61,7 +71,6 @@ from tests.e2e_reconciler_helpers import (
     Timings,
     access,
     apply_chart_rbac,
-    b64,
     conditions,
     copy_record,
     cordon,
@@ -73,19 +82,12 @@ from tests.e2e_reconciler_helpers import (
     force_delete,
     forget_copies,
     get_class,
-    gpuclass,
     launcher_pod,
     license_sources,
-    licensed_class,
-    namespace,
-    pod,
     reconciler_args,
-    secret,
     set_node_status,
     set_pod_phase,
     set_taints,
-    unb64,
-    vmi,
     wait_for_chart_rbac,
 )
 
@@ -202,12 +204,12 @@ class World:
         init_requests: dict[str, int] | None = None,
     ) -> str:
         name = unique_name("rec-pod")
-        self.create(pod(name, self.workloads, node, requests, init_requests=init_requests))
+        self.create(api_pod(name, self.workloads, node, requests, init_requests=init_requests))
         return name
 
     def source(self, token: str = "token-1") -> RawObject:
         """A license source Secret, under the next of this module's license source names."""
-        return self.create(secret(next(self.sources), LICENSE_NAMESPACE, {TOKEN_KEY: token}))
+        return self.create(api_secret(next(self.sources), LICENSE_NAMESPACE, {TOKEN_KEY: token}))
 
     def shared_source(self) -> RawObject:
         """The module's license source with token-1, for classes whose tests never change it."""
@@ -245,8 +247,12 @@ def world(control_plane: ControlPlane) -> Iterator[World]:
     controller = control_plane.user(KUBEVIRT_CONTROLLER, list(KUBEVIRT_CONTROLLER_GROUPS))
     w = World(control_plane, Fleet(user.kubeconfig), Launchers(controller))
     admin = control_plane.admin
-    admin.apply([namespace(n) for n in (LICENSE_NAMESPACE, KUBEVIRT_NAMESPACE)])
-    mine = [namespace(w.tenant, ENTITLED), namespace(w.outsider), namespace(w.workloads)]
+    admin.apply([api_namespace(n) for n in (LICENSE_NAMESPACE, KUBEVIRT_NAMESPACE)])
+    mine = [
+        api_namespace(w.tenant, ENTITLED),
+        api_namespace(w.outsider),
+        api_namespace(w.workloads),
+    ]
     lease_existed = _lease(admin) is not None
     added_rbac: list[RawObject] = []
     try:
@@ -348,7 +354,7 @@ def copy_name(class_name: str) -> str:
 
 def test_free_figures_follow_nodes_pods_cordon_and_readiness(world: World) -> None:
     res = world.resource("whole")
-    name = world.new_class(gpuclass(unique_name("rec-status"), res, tolerations=[DEDICATED]))
+    name = world.new_class(api_gpuclass(unique_name("rec-status"), res, tolerations=[DEDICATED]))
     plain = world.node({res: 4})
     dedicated = world.node({res: 2}, taints=[DEDICATED_TAINT])  # tolerated by the class
     fresh = world.node({res: 8}, keep_not_ready_taint=True)  # API server's taint: not a host yet
@@ -395,7 +401,7 @@ def test_free_figures_follow_nodes_pods_cordon_and_readiness(world: World) -> No
 
 def test_pod_deleted_and_allocatable_changed_move_the_figures(world: World) -> None:
     res = world.resource("alloc")
-    name = world.new_class(gpuclass(unique_name("rec-alloc"), res))
+    name = world.new_class(api_gpuclass(unique_name("rec-alloc"), res))
     node = world.node({res: 2})
     gone = world.pod(node, {res: 2})
     expect_figures(world, name, (0, 0, 2))
@@ -416,23 +422,23 @@ def test_newer_class_with_the_same_resource_loses_the_conflict(world: World) -> 
     res = world.resource("dup")
     base = unique_name("rec-dup")
     world.node({res: 3})
-    older = world.new_class(gpuclass(f"{base}-a", res))  # same second: the name decides
+    older = world.new_class(api_gpuclass(f"{base}-a", res))  # same second: the name decides
     expect_figures(world, older, (3, 3, 3))
-    newer = world.new_class(gpuclass(f"{base}-b", res))
+    newer = world.new_class(api_gpuclass(f"{base}-b", res))
     loser = expect_conditions(world, newer, ResourceNameConflict="True", Ready="False")
     assert figures(loser) == (0, 0, 0)
     winner = get_class(world.admin, older)
     assert conditions(winner)["ResourceNameConflict"] == "False"
     assert figures(winner) == (3, 3, 3)
 
-    world.admin.delete(gpuclass(older, res))
+    world.admin.delete(api_gpuclass(older, res))
     expect_conditions(world, newer, ResourceNameConflict="False", Ready="True")
     expect_figures(world, newer, (3, 3, 3))
 
 
 def test_resource_not_permitted_until_the_kubevirt_cr_lists_it(world: World) -> None:
     res = world.resource("unlisted")
-    name = world.new_class(gpuclass(unique_name("rec-kv"), res), permit=False)
+    name = world.new_class(api_gpuclass(unique_name("rec-kv"), res), permit=False)
     expect_conditions(world, name, ResourceNameNotPermitted="True", Ready="False")
     world.permitted.permit(world.admin, [res])
     expect_conditions(world, name, ResourceNameNotPermitted="False", Ready="True")
@@ -442,9 +448,11 @@ def test_resource_not_permitted_until_the_kubevirt_cr_lists_it(world: World) -> 
 
 def test_license_source_secret_decides_license_secret_missing(world: World) -> None:
     source = next(world.sources)
-    name = world.new_class(licensed_class(unique_name("rec-lic"), world.resource("lic"), source))
+    name = world.new_class(
+        api_licensed_class(unique_name("rec-lic"), world.resource("lic"), source)
+    )
     expect_conditions(world, name, LicenseSecretMissing="True", Ready="False")
-    stored = world.create(secret(source, LICENSE_NAMESPACE, {TOKEN_KEY: "token-1"}))
+    stored = world.create(api_secret(source, LICENSE_NAMESPACE, {TOKEN_KEY: "token-1"}))
     expect_conditions(world, name, LicenseSecretMissing="False", Ready="True")
     set_token(world.admin, stored, "")  # present, but the token is empty
     expect_conditions(world, name, LicenseSecretMissing="True", Ready="False")
@@ -461,7 +469,7 @@ def test_kubectl_get_gpuclasses_shows_the_reconciled_figures(
     world: World, control_plane: ControlPlane, kubectl: Path
 ) -> None:
     res = world.resource("columns")
-    name = world.new_class(gpuclass(unique_name("rec-columns"), res))
+    name = world.new_class(api_gpuclass(unique_name("rec-columns"), res))
     node = world.node({res: 5})
     world.pod(node, {res: 2})
     expect_figures(world, name, (3, 3, 5))
@@ -502,7 +510,7 @@ def test_capacity_and_schedulable_are_written_and_shown_with_o_wide(world: World
     """docs/contract.md 6.8 through the real API server: the CRD keeps every field (nothing
     pruned), the condition flips with lastTransitionTime, and `-o wide` shows the columns."""
     res = world.resource("explained")
-    name = world.new_class(gpuclass(unique_name("rec-explained"), res))
+    name = world.new_class(api_gpuclass(unique_name("rec-explained"), res))
     world.node({res: 4}, taints=[DEDICATED_TAINT])  # the class does not tolerate it
     expected = {
         "advertising": 1,
@@ -577,7 +585,7 @@ def licensed_setup(
     res = world.resource(unique_name("vgpu").split("-")[-1])
     source = world.source() if own_source else world.shared_source()
     name = world.new_class(
-        licensed_class(unique_name("rec-vgpu"), res, source["metadata"]["name"], feature_type)
+        api_licensed_class(unique_name("rec-vgpu"), res, source["metadata"]["name"], feature_type)
     )
     expect_conditions(world, name, Ready="True")
     return name, res, source
@@ -589,7 +597,7 @@ def licensed_vmi(
     """A VMI of a licensed class as admission stores it; with `launch`, its virt-launcher Pod
     bound to a node too (the VMI is starting: only then is a copy made)."""
     machine = world.create(
-        vmi(
+        api_vmi(
             unique_name("rec-vm"),
             ns,
             classes=[class_name],
@@ -608,7 +616,7 @@ def wait_copy(world: World, ns: str, class_name: str, token: str) -> RawObject:
         data = (found or {}).get("data") or {}
         return found if data.get(TOKEN_KEY) and unb64(data[TOKEN_KEY]) == token else None
 
-    return eventually(current, timeout=SETTLE, what=f"licence copy in {ns} with {token}")
+    return eventually(current, timeout=SETTLE, what=f"license copy in {ns} with {token}")
 
 
 def wait_no_copy(world: World, ns: str, class_name: str, what: str) -> None:
@@ -668,7 +676,7 @@ def test_no_copy_outside_entitled_namespaces_and_entitlement_is_rechecked(world:
     assert secret_or_none(world.admin, world.workloads, copy_name(name)) is None
 
     late = f"tenant-recx{world.suffix}{secrets.token_hex(2)}"
-    world.create(namespace(late))
+    world.create(api_namespace(late))
     licensed_vmi(world, late, name, res)
     world.admin.call(
         "PATCH",
@@ -688,7 +696,7 @@ def test_no_copy_outside_entitled_namespaces_and_entitlement_is_rechecked(world:
 
 def test_foreign_secret_of_the_copy_name_is_left_alone_and_reported(world: World) -> None:
     name, res, _ = licensed_setup(world)
-    foreign = world.create(secret(copy_name(name), world.tenant, {"note": "the tenant's own"}))
+    foreign = world.create(api_secret(copy_name(name), world.tenant, {"note": "the tenant's own"}))
     licensed_vmi(world, world.tenant, name, res)
     event = eventually(
         lambda: next(
@@ -715,11 +723,13 @@ def test_foreign_secret_of_the_copy_name_is_left_alone_and_reported(world: World
 
 def test_a_used_class_stays_deleting_until_its_last_vmi_is_gone(world: World) -> None:
     res = world.resource("held")
-    name = world.new_class(gpuclass(unique_name("rec-held"), res))
-    machine = world.create(vmi(unique_name("rec-vm"), world.tenant, classes=[name], devices=[res]))
+    name = world.new_class(api_gpuclass(unique_name("rec-held"), res))
+    machine = world.create(
+        api_vmi(unique_name("rec-vm"), world.tenant, classes=[name], devices=[res])
+    )
     settle(world, name, lambda o: FINALIZER in o["metadata"].get("finalizers", []), "finalizer")
 
-    world.admin.delete(gpuclass(name, res))
+    world.admin.delete(api_gpuclass(name, res))
     world.node({res: 2})  # the reconciler has seen the deletion once it reports this node
     deleting = expect_figures(world, name, (2, 2, 2))
     assert deleting["metadata"].get("deletionTimestamp")
@@ -735,9 +745,11 @@ def test_a_used_class_stays_deleting_until_its_last_vmi_is_gone(world: World) ->
 
 def test_a_renamed_class_stays_held_by_vms_admitted_under_its_old_name(world: World) -> None:
     res, renamed = world.resource("before"), world.resource("after")
-    name = world.new_class(gpuclass(unique_name("rec-rename"), res))
+    name = world.new_class(api_gpuclass(unique_name("rec-rename"), res))
     world.permitted.permit(world.admin, [renamed])
-    machine = world.create(vmi(unique_name("rec-vm"), world.tenant, classes=[name], devices=[res]))
+    machine = world.create(
+        api_vmi(unique_name("rec-vm"), world.tenant, classes=[name], devices=[res])
+    )
     settle(world, name, lambda o: FINALIZER in o["metadata"].get("finalizers", []), "finalizer")
 
     world.admin.call(  # allowed with a warning (docs/contract.md section 5): a rename
@@ -746,7 +758,7 @@ def test_a_renamed_class_stays_held_by_vms_admitted_under_its_old_name(world: Wo
         body={"spec": {"source": {"devicePlugin": {"resourceName": renamed}}}},
         content_type=MERGE,
     )
-    world.admin.delete(gpuclass(name, renamed))
+    world.admin.delete(api_gpuclass(name, renamed))
     world.node({renamed: 2})  # the reconciler has seen the rename and deletion once it counts this
     deleting = expect_figures(world, name, (2, 2, 2))
     assert deleting["metadata"].get("deletionTimestamp")
@@ -762,12 +774,12 @@ def test_a_renamed_class_stays_held_by_vms_admitted_under_its_old_name(world: Wo
 
 def test_a_class_nothing_uses_is_deleted_at_once(world: World) -> None:
     res = world.resource("unused")
-    unused = world.new_class(gpuclass(unique_name("rec-unused"), res))
-    world.create(vmi(unique_name("rec-vm"), world.tenant, classes=[unused]))  # annotation only
-    world.create(vmi(unique_name("rec-vm"), world.tenant, devices=[res]))  # raw gpus only
+    unused = world.new_class(api_gpuclass(unique_name("rec-unused"), res))
+    world.create(api_vmi(unique_name("rec-vm"), world.tenant, classes=[unused]))  # annotation only
+    world.create(api_vmi(unique_name("rec-vm"), world.tenant, devices=[res]))  # raw gpus only
     other_res = world.resource("used")
-    used = world.new_class(gpuclass(unique_name("rec-used"), other_res))
-    world.create(vmi(unique_name("rec-vm"), world.tenant, classes=[used], devices=[other_res]))
+    used = world.new_class(api_gpuclass(unique_name("rec-used"), other_res))
+    world.create(api_vmi(unique_name("rec-vm"), world.tenant, classes=[used], devices=[other_res]))
     settle(world, used, lambda o: FINALIZER in o["metadata"].get("finalizers", []), "finalizer")
 
     stored = get_class(world.admin, unused)
@@ -781,7 +793,7 @@ def test_a_class_nothing_uses_is_deleted_at_once(world: World) -> None:
 
 def test_a_status_written_by_hand_is_corrected(world: World) -> None:
     res = world.resource("tamper")
-    name = world.new_class(gpuclass(unique_name("rec-tamper"), res))
+    name = world.new_class(api_gpuclass(unique_name("rec-tamper"), res))
     world.node({res: 2})
     expect_figures(world, name, (2, 2, 2))
     world.admin.call(
@@ -799,7 +811,7 @@ def test_reconciler_catches_up_after_the_api_server_restarts(
 ) -> None:
     res = world.resource("restart")
     name, vgpu_res, _ = licensed_setup(world)
-    status_class = world.new_class(gpuclass(unique_name("rec-restart"), res))
+    status_class = world.new_class(api_gpuclass(unique_name("rec-restart"), res))
     node = world.node({res: 4})
     machine = licensed_vmi(world, world.tenant, name, vgpu_res)
     wait_copy(world, world.tenant, name, "token-1")
@@ -827,7 +839,7 @@ def test_reconciler_catches_up_after_the_api_server_restarts(
 
 def test_one_leader_and_a_killed_leader_is_replaced_within_the_lease(world: World) -> None:
     res = world.resource("leader")
-    name = world.new_class(gpuclass(unique_name("rec-leader"), res))
+    name = world.new_class(api_gpuclass(unique_name("rec-leader"), res))
     node = world.node({res: 4})
     expect_figures(world, name, (4, 4, 4))
     [first] = world.fleet.leaders()
@@ -946,7 +958,7 @@ def test_a_sub_second_lease_is_advertised_in_whole_seconds_rounded_up(world: Wor
         with contextlib.suppress(ApiError):
             world.admin.delete(lease_ref)
     writes = [
-        e for e in replica.logs() if e.get("msg", "").startswith(("status written", "licence copy"))
+        e for e in replica.logs() if e.get("msg", "").startswith(("status written", "license copy"))
     ]
     assert not writes, "\n".join(json.dumps(e) for e in writes)
 
@@ -989,7 +1001,7 @@ def test_replicas_run_with_the_charts_rights_only(
         assert not may("patch", "nodes") and not may("update", "pods")
         assert not may("update", "virtualmachineinstances", "kubevirt.io")
         assert may("create", "secrets")  # RBAC cannot narrow this; the chart's policy does:
-        assert refused(api, secret(unique_name("not-a-copy"), world.tenant, {"k": "v"}))
+        assert refused(api, api_secret(unique_name("not-a-copy"), world.tenant, {"k": "v"}))
         # No Secret read anywhere (the license sources are granted by name: section 8), and
         # copies are written by create, a label-tested JSON patch and delete only.
         assert not any(may(verb, "secrets") for verb in ("get", "list", "watch", "update"))
@@ -1007,9 +1019,9 @@ def test_replicas_run_with_the_charts_rights_only(
     done = {entry.get("msg") for replica in world.fleet.replicas for entry in replica.logs()}
     assert {
         "status written",
-        "licence copy created",
-        "licence copy updated",
-        "licence copy deleted",
+        "license copy created",
+        "license copy updated",
+        "license copy deleted",
         "in-use finalizer added",
         "in-use finalizer removed",
     } <= done
@@ -1032,7 +1044,7 @@ LOOK = 1.5  # seconds the reconciler is given to do what it must not (its passes
 
 def flood_secret(ns: str, index: int) -> RawObject:
     """A tenant's own Secret labelled as ours, of about 1 MiB (random: nothing compresses it)."""
-    body = secret(f"e2e-flood-{index:03d}", ns, {}, labels=MANAGED)
+    body = api_secret(f"e2e-flood-{index:03d}", ns, {}, labels=MANAGED)
     body["data"] = {"blob": base64.b64encode(os.urandom(FLOOD_BYTES * 3 // 4)).decode()}
     return body
 
@@ -1057,7 +1069,7 @@ def test_a_flood_of_secrets_labelled_as_ours_never_enters_the_reconciler(world: 
     eventually(lambda: fresh.metric("gpuclass_leader") == 1.0, timeout=SETTLE, what="leader")
 
     res = world.resource("flood")  # it keeps working: a status and a license copy
-    status_class = world.new_class(gpuclass(unique_name("rec-flood"), res))
+    status_class = world.new_class(api_gpuclass(unique_name("rec-flood"), res))
     world.node({res: 3})
     expect_figures(world, status_class, (3, 3, 3))
     name, vgpu_res, _ = licensed_setup(world)
@@ -1112,21 +1124,21 @@ def test_the_reconciler_reads_no_secret_but_the_named_license_sources(world: Wor
     admin = world.admin
     tls_existed = admin.get("v1", "Secret", tls_name, namespace=RELEASE_NAMESPACE) is not None
     if not tls_existed:
-        world.create(secret(tls_name, RELEASE_NAMESPACE, {"tls.key": "not-a-key"}))
+        world.create(api_secret(tls_name, RELEASE_NAMESPACE, {"tls.key": "not-a-key"}))
     other = world.create(
-        secret(unique_name("e2e-platform"), LICENSE_NAMESPACE, {TOKEN_KEY: "token-x"})
+        api_secret(unique_name("e2e-platform"), LICENSE_NAMESPACE, {TOKEN_KEY: "token-x"})
     )
     source = world.source("token-listed")
     unlisted = world.create(
-        secret(unique_name("e2e-licence-unlisted"), LICENSE_NAMESPACE, {TOKEN_KEY: "token-u"})
+        api_secret(unique_name("e2e-licence-unlisted"), LICENSE_NAMESPACE, {TOKEN_KEY: "token-u"})
     )
     unlisted_class = world.new_class(
-        licensed_class(
+        api_licensed_class(
             unique_name("rec-unlisted"), world.resource("unlisted"), unlisted["metadata"]["name"]
         )
     )
     listed_class = world.new_class(
-        licensed_class(
+        api_licensed_class(
             unique_name("rec-listed"), world.resource("listed"), source["metadata"]["name"]
         )
     )

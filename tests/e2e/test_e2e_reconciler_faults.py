@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.builders import api_gpuclass, api_licensed_class, api_namespace, api_secret, api_vmi
 from tests.controlplane.api import Api, RawObject
 from tests.controlplane.cluster import ControlPlane, eventually
 from tests.controlplane.faultproxy import Entry, FaultProxy, Rule
@@ -57,13 +58,8 @@ from tests.e2e_reconciler_helpers import (
     edit_copy_record,
     forget_copies,
     get_class,
-    gpuclass,
     license_sources,
-    licensed_class,
-    namespace,
     reconciler_args,
-    secret,
-    vmi,
     wait_for_chart_rbac,
 )
 
@@ -137,8 +133,8 @@ def left_behind(f: Faulty, tag: str) -> LeftBehind:
     }
     f.permitted.permit(f.admin, resources.values())
     for name in (used, unused):
-        f.create(gpuclass(name, resources[name]))
-    f.create(licensed_class(licensed, resources[licensed], f.source))
+        f.create(api_gpuclass(name, resources[name]))
+    f.create(api_licensed_class(licensed, resources[licensed], f.source))
     for name in (used, licensed, unused):  # as the previous replica wrote them
         f.admin.call(
             "PATCH",
@@ -152,9 +148,9 @@ def left_behind(f: Faulty, tag: str) -> LeftBehind:
         used: f"{base}-vm-used",
         licensed: f"{base}-vm-lic",
     }
-    f.create(vmi(vmis[used], f.tenant, classes=[used], devices=[resources[used]]))
+    f.create(api_vmi(vmis[used], f.tenant, classes=[used], devices=[resources[used]]))
     machine = f.create(
-        vmi(
+        api_vmi(
             vmis[licensed],
             f.tenant,
             classes=[licensed],
@@ -164,7 +160,7 @@ def left_behind(f: Faulty, tag: str) -> LeftBehind:
     )
     f.launch(machine)  # started: its copy stays
     for ns in (f.tenant, f.spare):
-        f.create(secret(copy_name, ns, copy_data, labels=MANAGED))
+        f.create(api_secret(copy_name, ns, copy_data, labels=MANAGED))
     digest = copy_digest(copy_data)  # recorded as the previous replica wrote them
     edit_copy_record(
         f.admin,
@@ -221,8 +217,8 @@ def faulty(
     admin = control_plane.admin
     suffix = secrets.token_hex(3)
     tenant, spare = f"tenant-flt{suffix}", f"tenant-fltb{suffix}"
-    mine = [namespace(tenant, ENTITLED), namespace(spare, ENTITLED)]
-    admin.apply([namespace(n) for n in (LICENSE_NAMESPACE, KUBEVIRT_NAMESPACE)])
+    mine = [api_namespace(tenant, ENTITLED), api_namespace(spare, ENTITLED)]
+    admin.apply([api_namespace(n) for n in (LICENSE_NAMESPACE, KUBEVIRT_NAMESPACE)])
     admin.apply(mine)
     added_rbac = apply_chart_rbac(admin)
     launchers = Launchers(control_plane.user(KUBEVIRT_CONTROLLER, list(KUBEVIRT_CONTROLLER_GROUPS)))
@@ -243,7 +239,7 @@ def faulty(
     f = Faulty(control_plane, proxy, kubeconfig, tenant, spare, launchers, node, source, suffix)
     try:
         f.created.append(create_node(admin, node, {}))
-        f.create(secret(source, LICENSE_NAMESPACE, {TOKEN_KEY: "token-1"}))
+        f.create(api_secret(source, LICENSE_NAMESPACE, {TOKEN_KEY: "token-1"}))
         yield f
     finally:
         proxy.stop()
@@ -404,10 +400,12 @@ def test_a_leader_killed_between_a_status_write_and_a_copy_write_is_caught_up(
         faulty.permitted.permit(faulty.admin, [resource])
         faulty.launch(
             faulty.create(
-                vmi(f"{base}-vm", copy[0], classes=[late], devices=[resource], license_copy=copy[1])
+                api_vmi(
+                    f"{base}-vm", copy[0], classes=[late], devices=[resource], license_copy=copy[1]
+                )
             )
         )
-        faulty.create(licensed_class(late, resource, faulty.source))
+        faulty.create(api_licensed_class(late, resource, faulty.source))
         eventually(lambda: held.used == 1 or None, timeout=SETTLE, what="the copy create in flight")
         status_first = (get_class(faulty.admin, late) or {}).get("status") or {}
         assert "free" in status_first, "the status is written before the copy"

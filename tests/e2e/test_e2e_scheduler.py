@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 import pytest
 
+from tests.builders import api_gpuclass, api_namespace
 from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, eventually
 from tests.controlplane.components import (
@@ -54,8 +55,6 @@ from tests.e2e_reconciler_helpers import (
     figures,
     force_delete,
     get_class,
-    gpuclass,
-    namespace,
     node_path,
     pod_path,
     pod_scheduled,
@@ -321,12 +320,12 @@ class Truth:
     # -- building and changing -------------------------------------------------------------------
 
     def create(self) -> None:
-        self.api.apply([namespace(self.ns), runtime_class(self.runtime, self.plan.resources)])
+        self.api.apply([api_namespace(self.ns), runtime_class(self.runtime, self.plan.resources)])
         for name, resource, tolerations in zip(
             self.classes, self.plan.resources, CLASS_TOLERATIONS, strict=True
         ):
             spec: dict[str, Any] = {"tolerations": tolerations} if tolerations else {}
-            self.api.create(gpuclass(name, resource, **spec))
+            self.api.create(api_gpuclass(name, resource, **spec))
         for node in self.plan.nodes.values():
             self.api.create(
                 kwok_node(node.name, {}, taints=node.taints, unschedulable=node.cordoned)
@@ -582,7 +581,7 @@ def test_the_scenarios_hold_every_case() -> None:
 @pytest.fixture(scope="module")
 def reconciler(control_plane: ControlPlane) -> Iterator[ReconcilerProcess]:
     """One reconciler for the module, as the admin, without a Lease (no other replica)."""
-    control_plane.admin.apply([namespace(LICENSE_NAMESPACE)])
+    control_plane.admin.apply([api_namespace(LICENSE_NAMESPACE)])
     process = ReconcilerProcess(
         control_plane.admin_kubeconfig,
         pod_name=f"truth-{secrets.token_hex(3)}",

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.builders import api_secret
 from tests.controlplane.cluster import AssetsUnavailable, ControlPlane, find_assets
 from tests.controlplane.components import missing_binaries
 from tests.controlplane.plugin import GPUCLASS_CRD, KUBEVIRT_CRDS
-from tests.e2e_reconciler_helpers import FAST, MANAGED, TOKEN_KEY, secret
+from tests.e2e_reconciler_helpers import FAST, MANAGED, TOKEN_KEY
 from tests.soak_run import FAULTS, Report, Shape, Soak
 from tests.soak_world import tenant
 
@@ -99,7 +100,7 @@ def test_every_process_was_sampled(soak: tuple[Soak, Report]) -> None:
 @pytest.mark.timeout(600)
 def test_the_check_sees_a_copy_nobody_mounts(soak: tuple[Soak, Report]) -> None:
     run, _ = soak
-    stray = secret("gpuclass-license-soak-licensed-1", tenant(0), {TOKEN_KEY: "x"}, MANAGED)
+    stray = api_secret("gpuclass-license-soak-licensed-1", tenant(0), {TOKEN_KEY: "x"}, MANAGED)
     admin = run.plane.admin
     with contextlib.suppress(Exception):
         admin.delete(stray)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from gpuclass.webhook import paths
-from tests.builders import World
+from tests.builders import World, api_gpuclass
 from tests.builders import selecting_vmi as vmi
 from tests.chart_helpers import render_objects, webhook_for
 from tests.controlplane.api import Api, ApiError, RawObject
@@ -26,7 +26,6 @@ from tests.controlplane.cluster import ControlPlane, eventually, unique_name
 from tests.controlplane.kubevirt_parts import install_kubevirt_cr
 from tests.controlplane.plugin import WebhookRegistry
 from tests.controlplane.webhooks import gpuclass_webhooks
-from tests.e2e_reconciler_helpers import gpuclass
 from tests.webhook_process import WebhookProcess
 
 ANN = "gpu.cozystack.io/classes"
@@ -65,9 +64,9 @@ def world(
             }
         },
     )
-    api.create(gpuclass(w.whole, w.whole_resource, tolerations=[w.toleration]))
+    api.create(api_gpuclass(w.whole, w.whole_resource, tolerations=[w.toleration]))
     api.create(
-        gpuclass(
+        api_gpuclass(
             w.licensed,
             w.licensed_resource,
             mode="vgpu",
@@ -75,7 +74,7 @@ def world(
             license={"secretName": "e2e-licence"},
         )
     )
-    api.create(gpuclass(w.byol, w.byol_resource, mode="vgpu", profile="p"))
+    api.create(api_gpuclass(w.byol, w.byol_resource, mode="vgpu", profile="p"))
     server = WebhookProcess(
         ["--kubeconfig", str(control_plane.admin_kubeconfig), "--vgpu-entitled"],
         tls_dir=tmp_path_factory.mktemp("e2e-tls"),
@@ -378,14 +377,14 @@ def test_gpuclass_validation_and_immutability(
     control_plane: ControlPlane, world: tuple[World, WebhookProcess]
 ) -> None:
     api = control_plane.admin
-    bad = gpuclass(
+    bad = api_gpuclass(
         unique_name("bad"), "example.com/x", mode="vgpu", license={"secretName": "Bad Name"}
     )
     error = refusal(api, bad)
     assert error.status_code == 422
     assert "spec.profile" in error.body["message"]
     name = unique_name("good")
-    api.create(gpuclass(name, f"{name}.example.com/gpu"))
+    api.create(api_gpuclass(name, f"{name}.example.com/gpu"))
     current = api.get("cozystack.io/v1alpha1", "GPUClass", name)
     assert current is not None
     changed = copy.deepcopy(current)
@@ -408,7 +407,7 @@ def test_new_class_reaches_the_webhook_cache(
         {"pciVendorSelector": "10DE:0009", "resourceName": resource}
     )
     api.call("PUT", api.object_path(kubevirt), body=kubevirt)
-    api.create(gpuclass(name, resource))
+    api.create(api_gpuclass(name, resource))
     eventually(
         lambda: _dry_run_allowed(api, vmi("tenant-e2e", [{"className": name}])),
         timeout=20,
@@ -431,7 +430,7 @@ def test_webhook_cache_survives_apiserver_restart(
     )
     api.call("PUT", api.object_path(kubevirt), body=kubevirt)
     eventually(
-        lambda: _create_class(api, gpuclass(name, resource)),
+        lambda: _create_class(api, api_gpuclass(name, resource)),
         timeout=30,
         what="class created after restart",
     )

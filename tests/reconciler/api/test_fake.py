@@ -27,6 +27,7 @@ from gpuclass.reconciler.api.port import ApiError, KubeAPI, RawObject
 from gpuclass.reconciler.state.licenses import DesiredCopy, copy_patch
 from gpuclass.shared.core.model.secrets import Redacted
 from tests.builders import STORED_STATUS as STATUS
+from tests.builders import api_gpuclass, api_namespace
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
 from tests.e2e_reconciler_helpers import (
     COPY_RECORD,
@@ -41,8 +42,6 @@ from tests.e2e_reconciler_helpers import (
     apply_chart_rbac,
     delete_all,
     delete_created,
-    gpuclass,
-    namespace,
     wait_for_chart_rbac,
 )
 
@@ -55,7 +54,7 @@ EXPECTED = [
     ("finalizer patch at a stale resourceVersion", "409"),
     ("get a class that does not exist", "404"),
     ("status patch of a class that does not exist", "404"),
-    ("create a licence copy", "ok"),
+    ("create a license copy", "ok"),
     ("create it again", "409"),
     ("patch it with another content (its label tested)", "ok"),
     ("an unchanged patch keeps the resourceVersion", "kept"),
@@ -160,7 +159,7 @@ def record(entries: str, resource_version: str = "") -> RawObject:
 async def script(backend: Backend, ns: str, suffix: str) -> list[tuple[str, str]]:
     """Run every step; returns (step, outcome) in order."""
     name, copy = f"contract-{suffix}", f"gpuclass-license-contract-{suffix}"
-    held = gpuclass(name, f"contract-{suffix}.example.com/gpu")
+    held = api_gpuclass(name, f"contract-{suffix}.example.com/gpu")
     held["metadata"]["finalizers"] = [FINALIZER]
     backend.create(held)
     foreign = backend.create(secret(ns, f"gpuclass-license-foreign-{suffix}", labels=None))
@@ -265,7 +264,7 @@ async def _first_event(api: KubeAPI, since: str) -> object:
 def test_the_fake_answers_as_kubernetes_does() -> None:
     suffix = unique_name("m").split("-")[-1]
     ns = f"tenant-contract-{suffix}"  # license copies live in tenant namespaces only
-    kube = MemoryKube([namespace(ns), namespace(LICENSE_NAMESPACE)])
+    kube = MemoryKube([api_namespace(ns), api_namespace(LICENSE_NAMESPACE)])
 
     async def connect() -> KubeAPI:
         return kube
@@ -293,7 +292,7 @@ def as_reconciler(control_plane: ControlPlane) -> Iterator[tuple[ControlPlane, A
     """The reconciler's service account with the chart's RBAC and license-copy policy in force."""
     user = control_plane.user(SERVICE_ACCOUNT, list(SERVICE_ACCOUNT_GROUPS))
     admin = control_plane.admin
-    admin.apply([namespace(n) for n in (LICENSE_NAMESPACE, KUBEVIRT_NAMESPACE)])
+    admin.apply([api_namespace(n) for n in (LICENSE_NAMESPACE, KUBEVIRT_NAMESPACE)])
     added = apply_chart_rbac(admin)
     probe = secret(LICENSE_NAMESPACE, f"not-a-copy-{unique_name('p').split('-')[-1]}")
     try:
@@ -322,7 +321,7 @@ def test_the_real_api_server_answers_the_same(as_reconciler: tuple[ControlPlane,
     control_plane, user = as_reconciler
     suffix = unique_name("r").split("-")[-1]
     ns = f"tenant-contract-{suffix}"  # license copies live in tenant namespaces only
-    made: list[RawObject] = [namespace(ns)]
+    made: list[RawObject] = [api_namespace(ns)]
     control_plane.admin.apply(made)
     settings = ReconcilerSettings(kubeconfig=str(user.kubeconfig), vgpu_entitled=True)
 
