@@ -1,4 +1,4 @@
-"""Licence-copy writes: carry out `reconciler.state.licenses.plan_copies` against the record, never reading a Secret.
+"""License-copy writes: carry out `reconciler.state.licenses.plan_copies` against the record, never reading a Secret.
 
 The plan is pure (which copies should exist, with what content). This module
 writes it, and keeps the record (:func:`reconciler.state.licenses.parse_record`, a ConfigMap
@@ -72,7 +72,7 @@ def secret_gate(action: CopyAction) -> Hashable:
 
 
 class CopyWriter:
-    """Writes the licence copies the worker asks for, and the record of them (see the module doc)."""
+    """Writes the license copies the worker asks for, and the record of them (see the module doc)."""
 
     def __init__(self, deps: WriterDeps, *, record_namespace: str) -> None:
         self.deps, self.api, self.metrics = deps, deps.api, deps.metrics
@@ -89,7 +89,7 @@ class CopyWriter:
                 entries[action.key] = PENDING
         if len(render_record(entries)) > MAX_RECORD_BYTES:  # full: updates and deletes still go
             log.error(
-                "licence-copy record full: no new copy is written",
+                "license-copy record full: no new copy is written",
                 extra={"fields": {"entries": len(entries), "limit_bytes": MAX_RECORD_BYTES}},
             )
             actions = [a for a in actions if a.action != "create"]
@@ -174,9 +174,9 @@ class CopyWriter:
         self.metrics.object_writes.labels("licence-copy", action.action, "ok").inc()
         fields = {"fields": {"namespace": action.namespace, "secret": action.name}}
         if action.action == "verify":  # every copy on every resync: not worth an info line
-            log.debug("licence copy written again", extra=fields)
+            log.debug("license copy written again", extra=fields)
         else:
-            log.info(f"licence copy {action.action}d", extra=fields)
+            log.info(f"license copy {action.action}d", extra=fields)
         return Written(secret_gate(action))
 
     async def _send(self, action: CopyAction) -> None:
@@ -222,5 +222,5 @@ class CopyWriter:
             reason="ForeignLicenseSecret",
             type_="Warning",
             message=f"Secret {action.namespace}/{action.name} exists and was not written by gpuclass; "
-            "it was left alone, so the VM there gets no platform licence until it is removed",
+            "it was left alone, so the VM there gets no platform license until it is removed",
         )

@@ -8,7 +8,7 @@ recompute per class), takes the whole dirty set and, per item:
   (:mod:`reconciler.state.decisions`), compared whole with the stored status, written as a merge
   patch pinned to the stored resourceVersion (:mod:`reconciler.classwrites`);
 - finalizer: `reconciler.state.inuse.finalizer_change`, patched the same way;
-- licence copies: planned by :func:`reconciler.state.decisions.copy_actions`, written by
+- license copies: planned by :func:`reconciler.state.decisions.copy_actions`, written by
   :mod:`reconciler.copies`.
 
 The writers send one write each and return what happened (:mod:`reconciler.outcomes`); the
@@ -17,7 +17,7 @@ store must show before the object is touched again, a requeue), as a controller-
 controller does with its reconcile handler's result.
 
 Nothing is written before every resource has completed its first list (the marks
-wait). A deletion — a finalizer removal, a licence-copy delete — also needs the
+wait). A deletion — a finalizer removal, a license-copy delete — also needs the
 resources it depends on synced now and at least as recent as the object it
 releases (:meth:`shared.core.base.syncview.SyncView.behind`); otherwise it waits, and a
 resource whose watch has not brought it that far is re-listed (at most every
@@ -365,7 +365,7 @@ class Worker:
         await self._apply(await self.classes.write_finalizers(entry, change), retry)
 
     async def _copies(self, *, verify: bool) -> None:
-        """One licence-copy pass: plan on the record the store holds once it shows our last write,
+        """One license-copy pass: plan on the record the store holds once it shows our last write,
         keep the writes allowed now, and apply each outcome as the copy writer yields it."""
 
         def retry() -> None:

@@ -40,7 +40,7 @@ class CopyRecord:
 
 @dataclass(slots=True)
 class Dirty:
-    """What to look at again: class statuses, class finalizers, and the licence copies
+    """What to look at again: class statuses, class finalizers, and the license copies
     (`verify_copies`: write every wanted copy again, recorded or not)."""
 
     statuses: set[str] = field(default_factory=set)

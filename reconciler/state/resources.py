@@ -54,7 +54,7 @@ class Scope:
         """The namespace a spec's `namespace` word stands for ("license", "kubevirt" or "record");
         None for "" (the whole cluster)."""
         return {
-            "licence": self.license_namespace,
+            "license": self.license_namespace,
             "kubevirt": self.kubevirt_namespace,
             "record": self.record_namespace,
         }.get(which)
@@ -75,7 +75,7 @@ class ResourceSpec:
     """The `ClusterStore` attribute holding the resource's records."""
     cluster_scoped: bool = False
     """Cluster-scoped kinds are stored by name alone; the others by (namespace, name)."""
-    namespace: Literal["", "licence", "kubevirt", "record"] = ""
+    namespace: Literal["", "license", "kubevirt", "record"] = ""
     field_selector: str = ""
     """A selector of this resource's own (`metadata.name=`); else the collection's."""
     label_selector: str = ""
@@ -109,7 +109,7 @@ SPECS: Mapping[Resource, ResourceSpec] = {
         ResourceSpec("pods", api.BOUND_PODS, "pods"),
         ResourceSpec("kubevirts", api.KUBEVIRTS, "kubevirts", namespace="kubevirt"),
         ResourceSpec(
-            "licence-secrets", api.SECRETS, "license_secrets", namespace="licence", by_name=True
+            "licence-secrets", api.SECRETS, "license_secrets", namespace="license", by_name=True
         ),
         ResourceSpec(
             "copy-record",

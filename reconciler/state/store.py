@@ -22,14 +22,14 @@ this again", never "this happened"):
   (:func:`reconciler.state.usage.node_change_resources`);
 - a class: itself, and the classes sharing its old or new resourceName (conflicts);
 - the KubeVirt CR: every class, when the permitted set changes;
-- a licence source Secret: the classes naming it, and the licence copies;
+- a license source Secret: the classes naming it, and the license copies;
 - a VMI: the in-use finalizer of the classes it selects, and the copies if it
-  mounts a licence (a change of its phase alone only moves the usage counters of
-  :class:`reconciler.state.usage.VMIUsage`); a bound launcher Pod that mounts a licence
+  mounts a license (a change of its phase alone only moves the usage counters of
+  :class:`reconciler.state.usage.VMIUsage`); a bound launcher Pod that mounts a license
   copy, a Namespace or the copy record: the copies.
 
 Nothing held grows with what a tenant may create beyond the few small records per object
-above: no Secret of a tenant is ever read (docs/decisions.md, "Licence copies"). Pure: no I/O,
+above: no Secret of a tenant is ever read (docs/decisions.md, "License copies"). Pure: no I/O,
 no clock.
 """
 
@@ -78,7 +78,7 @@ class ClusterStore:
         self.copy_records: dict[Key, CopyRecord] = {}
         """At most one entry: the record ConfigMap (the resource selects it by name)."""
         self.launchers: dict[Key, Started] = {}
-        """Bound launcher Pods that mount a licence copy: pod key -> (namespace, VMI, copy)."""
+        """Bound launcher Pods that mount a license copy: pod key -> (namespace, VMI, copy)."""
         self.namespaces: dict[str, Mapping[str, str]] = {}
         self.vmis: dict[Key, VMIUse] = {}
         self.usage = UsageCounters()
@@ -132,7 +132,7 @@ class ClusterStore:
 
     def keys(self, resource: Resource) -> list[Key]:
         """The object keys the store of `resource` holds (cluster-scoped stores hold names). A Pod
-        is held as a holder of units, as a launcher mounting a licence copy, or both."""
+        is held as a holder of units, as a launcher mounting a license copy, or both."""
         store = self._store(resource)
         if SPECS[resource].cluster_scoped:
             return [("", name) for name in store]
@@ -388,5 +388,5 @@ class ClusterStore:
         return self._vmis_by_class.get(name, ())
 
     def license_vmis(self) -> Iterable[VMIUse]:
-        """The stored VMIs that mount a licence."""
+        """The stored VMIs that mount a license."""
         return self._license_vmis.values()
