@@ -67,7 +67,7 @@ LAYERS = [
     ("handler: body read", r"webhook/limits\.py"),
     ("handler: decision", r"shared/core/|webhook/state\.py"),
     ("handler: JSON parse/encode", r"orjson|/base64\.py|binascii"),
-    ("handler: log line", r"/logging/|shared/kube/logs\.py"),
+    ("handler: log line", r"/logging/|shared/process/logs\.py"),
     ("handler: metrics", r"/prometheus_client/"),
     ("handler: route", r"webhook/app\.py"),
     ("event loop, sockets", r"/asyncio/|/selectors\.py|_socket\.socket|~:<built-in method _"),

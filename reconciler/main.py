@@ -23,9 +23,9 @@ from gpuclass.reconciler.api.port import ApiError
 from gpuclass.reconciler.manager import Manager
 from gpuclass.reconciler.offline import file_reconciler, run_once
 from gpuclass.reconciler.settings import ReconcilerSettings
-from gpuclass.shared.kube.loader import LoadError
-from gpuclass.shared.kube.logs import setup_logging
-from gpuclass.shared.kube.settings import parse_settings
+from gpuclass.shared.files.loader import LoadError
+from gpuclass.shared.process.logs import setup_logging
+from gpuclass.shared.process.settings import parse_settings
 
 log = logging.getLogger("gpuclass.reconciler")
 

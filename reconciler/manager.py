@@ -28,10 +28,10 @@ from gpuclass.reconciler.settings import ReconcilerSettings
 from gpuclass.reconciler.state.resources import RESOURCES, Resource
 from gpuclass.reconciler.state.store import ClusterStore
 from gpuclass.reconciler.worker import Worker, WorkerDeps
-from gpuclass.shared.core.base.syncview import SyncView
-from gpuclass.shared.kube.clock import now_rfc3339
-from gpuclass.shared.kube.http import OwnerStops, Probes, Server, health_app, server_config
 from gpuclass.shared.kube.listwatch import Reflector
+from gpuclass.shared.kube.syncview import SyncView
+from gpuclass.shared.process.clock import now_rfc3339
+from gpuclass.shared.process.http import OwnerStops, Probes, Server, health_app, server_config
 
 log = logging.getLogger("gpuclass.reconciler")
 
@@ -199,7 +199,7 @@ class Manager:
         return f"stale: {self.stale_reason}" if self.stale_reason else None
 
     def probes(self) -> Probes:
-        """What the shared probe routes ask this reconciler (`shared.kube.http.Probes`)."""
+        """What the shared probe routes ask this reconciler (`shared.process.http.Probes`)."""
         return Probes(
             self.metrics.registry,
             live=self.liveness_problem,

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.status.availability import Figures
-from gpuclass.shared.kube.processmetrics import (
+from gpuclass.shared.process.processmetrics import (
     MetricSpec,
     build_metrics,
     register_standard_metrics,

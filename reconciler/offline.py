@@ -26,9 +26,9 @@ from gpuclass.reconciler.leader import AlwaysLeader
 from gpuclass.reconciler.manager import Manager
 from gpuclass.reconciler.settings import ReconcilerSettings
 from gpuclass.reconciler.state.decisions import class_status, status_context
+from gpuclass.shared.files.filesource import Stamp, stamp_of
+from gpuclass.shared.files.loader import LoadError, iter_stored_objects
 from gpuclass.shared.kube.backoff import exponential
-from gpuclass.shared.kube.filesource import Stamp, stamp_of
-from gpuclass.shared.kube.loader import LoadError, iter_stored_objects
 
 log = logging.getLogger("gpuclass.reconciler.offline")
 

@@ -11,7 +11,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import NoDecode
 
 from gpuclass.reconciler.state.resources import Scope
-from gpuclass.shared.kube.settings import CommonSettings
+from gpuclass.shared.process.settings import CommonSettings
 
 
 @dataclass(frozen=True, slots=True)

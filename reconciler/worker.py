@@ -19,7 +19,7 @@ controller does with its reconcile handler's result.
 Nothing is written before every resource has completed its first list (the marks
 wait). A deletion — a finalizer removal, a license-copy delete — also needs the
 resources it depends on synced now and at least as recent as the object it
-releases (:meth:`shared.core.base.syncview.SyncView.behind`); otherwise it waits, and a
+releases (:meth:`shared.kube.syncview.SyncView.behind`); otherwise it waits, and a
 resource whose watch has not brought it that far is re-listed (at most every
 `relist_interval` seconds).
 
@@ -59,8 +59,8 @@ from gpuclass.reconciler.state.resources import Resource
 from gpuclass.reconciler.state.statusdiff import status_patch
 from gpuclass.reconciler.state.store import ClusterStore
 from gpuclass.shared.core.base.meta import Key
-from gpuclass.shared.core.base.syncview import SyncView
 from gpuclass.shared.kube.backoff import exponential
+from gpuclass.shared.kube.syncview import SyncView
 
 log = logging.getLogger("gpuclass.reconciler.worker")
 

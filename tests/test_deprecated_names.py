@@ -15,7 +15,7 @@ from gpuclass.reconciler.settings import ReconcilerSettings
 from gpuclass.reconciler.state.licenses import launcher_licence, launcher_license
 from gpuclass.shared.cli.main import main as cli_main
 from gpuclass.shared.core.base.causes import CauseCode
-from gpuclass.shared.kube.settings import migrate_deprecated, parse_settings
+from gpuclass.shared.process.settings import migrate_deprecated, parse_settings
 from tests.chart_helpers import deployment, pod_spec, render_objects
 
 

@@ -27,7 +27,7 @@ import yaml
 
 from gpuclass.reconciler.main import main as reconciler_main
 from gpuclass.shared.cli.main import main as gpuclass_main
-from gpuclass.shared.kube.loader import load_snapshot
+from gpuclass.shared.files.loader import load_snapshot
 from tests.builders import review_file, vmi_request
 from tests.conftest import OBJECTS, ROOT
 

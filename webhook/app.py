@@ -10,7 +10,7 @@ methods 405, a body too slow 408, too large 413, no room 503 (the last three clo
 the connection, so an unread body is never drained), anything unexpected a 500
 with a logged trace id (never the payload). There are no redirects. A client that
 goes away mid-body is logged at debug. Health, readiness and metrics are the routes both
-binaries share (`shared.kube.http.health_routes`), added to the FastAPI router.
+binaries share (`shared.process.http.health_routes`), added to the FastAPI router.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ from gpuclass.shared.core.admission.envelope import (
 )
 from gpuclass.shared.core.admission.review import Review, decide
 from gpuclass.shared.core.base.raw import dict_at
-from gpuclass.shared.kube.http import Probes, health_routes
-from gpuclass.shared.kube.logs import BoundedFields, log_fields
+from gpuclass.shared.process.http import Probes, health_routes
+from gpuclass.shared.process.logs import BoundedFields, log_fields
 from gpuclass.webhook import paths
 from gpuclass.webhook.limits import BODY_COMPLETE, BodyLimits, BodyRefused, read_body
 from gpuclass.webhook.metrics import WebhookMetrics

@@ -17,11 +17,11 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from gpuclass.shared.files.loader import LoadError
 from gpuclass.shared.kube.clusterconfig import ClusterConfigError
-from gpuclass.shared.kube.http import server_config
-from gpuclass.shared.kube.loader import LoadError
-from gpuclass.shared.kube.logs import setup_logging
-from gpuclass.shared.kube.settings import parse_settings
+from gpuclass.shared.process.http import server_config
+from gpuclass.shared.process.logs import setup_logging
+from gpuclass.shared.process.settings import parse_settings
 from gpuclass.webhook.app import AppContext, create_app
 from gpuclass.webhook.certs.rotator import CertTarget, SelfManagedCertificates
 from gpuclass.webhook.certs.tls import ReloadingContext, self_signed

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
-from gpuclass.shared.kube.processmetrics import (
+from gpuclass.shared.process.processmetrics import (
     MetricSpec,
     build_metrics,
     register_standard_metrics,

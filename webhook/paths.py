@@ -2,7 +2,7 @@
 
 from typing import Final
 
-from gpuclass.shared.kube import http
+from gpuclass.shared.process import http
 
 VALIDATE_GPUCLASSES: Final = "/validate/gpuclasses"
 MUTATE_VMIS: Final = "/mutate/virtualmachineinstances"
@@ -10,6 +10,6 @@ VALIDATE_VMIS: Final = "/validate/virtualmachineinstances"
 VALIDATE_VMS: Final = "/validate/virtualmachines"
 MUTATE_PODS: Final = "/mutate/pods"
 VALIDATE_PODS: Final = "/validate/pods"
-HEALTHZ: Final = http.HEALTHZ  # the probe paths are both binaries' (shared/kube/http.py)
+HEALTHZ: Final = http.HEALTHZ  # the probe paths are both binaries' (shared/process/http.py)
 READYZ: Final = http.READYZ
 METRICS: Final = http.METRICS

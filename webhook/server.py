@@ -16,7 +16,7 @@ always gets in); JSON errors for malformed requests. Its transport is wrapped in
 `JoinedWrites`, so a response's head and body go out as one TLS record and one system call.
 `WebhookServer` listens with a TLS handshake timeout; the drain on the first SIGTERM
 (`drain_seconds` of serving with readiness failing and answers saying `Connection: close`, then
-uvicorn's own graceful shutdown) is the shared server's (`shared.kube.http`). Body limits live
+uvicorn's own graceful shutdown) is the shared server's (`shared.process.http`). Body limits live
 in `webhook.limits`. docs/webhook.md lists every limit and its default.
 """
 
@@ -36,7 +36,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from gpuclass.shared.kube.http import DrainOnSignal, Server
+from gpuclass.shared.process.http import DrainOnSignal, Server
 from gpuclass.webhook.limits import BODY_COMPLETE
 
 log = logging.getLogger("gpuclass.webhook.server")
@@ -356,7 +356,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
 
 class WebhookServer(Server):
-    """The shared :class:`~gpuclass.shared.kube.http.Server` (drain on SIGTERM, exit 0) with our
+    """The shared :class:`~gpuclass.shared.process.http.Server` (drain on SIGTERM, exit 0) with our
     protocol and a TLS handshake timeout: uvicorn's `startup`, re-implemented to listen with them."""
 
     drain_log = log

@@ -9,7 +9,7 @@ from typing import Annotated
 from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
 
-from gpuclass.shared.kube.settings import CommonSettings
+from gpuclass.shared.process.settings import CommonSettings
 from gpuclass.webhook.certs.rotation import CertPolicy
 
 DAY = 86400  # seconds; whole numbers, so that --help prints them as such

@@ -16,13 +16,13 @@ from typing import Any, Protocol
 
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.base.meta import Key, object_key
-from gpuclass.shared.core.base.syncview import SyncView
 from gpuclass.shared.core.model.detail import Quota, extended_quota, group_quotas
 from gpuclass.shared.core.model.kubevirt import read_kubevirt
 from gpuclass.shared.core.model.snapshot import ClassRecord, Snapshot, compact_class
 from gpuclass.shared.core.status.catalog import Catalog, Policy, build_catalog
-from gpuclass.shared.kube.filesource import FileSource
+from gpuclass.shared.files.filesource import FileSource
 from gpuclass.shared.kube.listwatch import ListerWatcher, RawObject, Reflector
+from gpuclass.shared.kube.syncview import SyncView
 
 RESOURCES = ("gpuclasses", "namespaces", "kubevirts", "resourcequotas")
 Compact = RawObject | ClassRecord | tuple[str, Quota]

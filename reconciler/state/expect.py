@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from gpuclass.reconciler.state.resources import Resource
 from gpuclass.shared.core.base.meta import Key, version_reached
-from gpuclass.shared.core.base.syncview import SourceSync
+from gpuclass.shared.kube.syncview import SourceSync
 
 
 @dataclass(frozen=True, slots=True)

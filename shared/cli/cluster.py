@@ -14,6 +14,7 @@ from typing import Any
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.model.secrets import Redacted, SecretRecord
 from gpuclass.shared.core.model.snapshot import Snapshot, SnapshotBuilder
+from gpuclass.shared.files.loader import LoadError
 from gpuclass.shared.kube.apicollections import (
     BOUND_PODS,
     GPUCLASSES,
@@ -24,7 +25,6 @@ from gpuclass.shared.kube.apicollections import (
     VMS,
     Collection,
 )
-from gpuclass.shared.kube.loader import LoadError
 
 
 async def read_cluster(

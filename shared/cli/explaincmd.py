@@ -31,7 +31,7 @@ from gpuclass.shared.cli.explain import Explanation, explain_class
 from gpuclass.shared.cli.explainmanifest import ManifestExplanation, explain_manifest, selection_of
 from gpuclass.shared.core.model.selection import parse_selection
 from gpuclass.shared.core.model.snapshot import Snapshot
-from gpuclass.shared.kube.loader import LoadError, iter_objects, load_snapshot
+from gpuclass.shared.files.loader import LoadError, iter_objects, load_snapshot
 
 
 def add_parser(sub: Any, objects_arg: Any) -> None:

@@ -38,8 +38,8 @@ from gpuclass.shared.cli.statuscmd import run_status
 from gpuclass.shared.cli.validatecmd import add_parser as add_validate_parser
 from gpuclass.shared.cli.validatecmd import run_validate
 from gpuclass.shared.core.admission.envelope import MalformedReview
-from gpuclass.shared.kube.settings import migrate_deprecated
-from gpuclass.shared.kube.version import version_line
+from gpuclass.shared.process.settings import migrate_deprecated
+from gpuclass.shared.process.version import version_line
 
 __all__ = ["build_parser", "main"]
 

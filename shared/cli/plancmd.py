@@ -28,9 +28,9 @@ from gpuclass.shared.cli.planformat import PLAN_FORMATS, PlanFormat, render_plan
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.model.snapshot import Snapshot, SnapshotBuilder
 from gpuclass.shared.core.status.catalog import Policy
+from gpuclass.shared.files.loader import LoadError, files_under, iter_objects, iter_stored_objects
 from gpuclass.shared.kube.apicollections import NAMESPACES, VMIS, VMS
-from gpuclass.shared.kube.clock import now_rfc3339
-from gpuclass.shared.kube.loader import LoadError, files_under, iter_objects, iter_stored_objects
+from gpuclass.shared.process.clock import now_rfc3339
 
 
 def add_parser(sub: Any, objects_arg: Any) -> None:

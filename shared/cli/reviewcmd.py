@@ -21,7 +21,7 @@ from gpuclass.shared.core.admission.envelope import too_many_values
 from gpuclass.shared.core.admission.review import ENDPOINTS, MalformedReview, review
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.status.catalog import Catalog, Policy, build_catalog
-from gpuclass.shared.kube.loader import LoadError, documents_from_bytes, load_snapshot
+from gpuclass.shared.files.loader import LoadError, documents_from_bytes, load_snapshot
 
 MAX_REVIEW_BYTES = 7 * 1024 * 1024
 

@@ -12,8 +12,8 @@ from typing import Any
 from gpuclass.shared.cli.escape import json_text, text
 from gpuclass.shared.cli.options import EPILOG, objects
 from gpuclass.shared.core.status.availability import compute_all
-from gpuclass.shared.kube.clock import now_rfc3339
-from gpuclass.shared.kube.loader import LoadError, load_snapshot
+from gpuclass.shared.files.loader import LoadError, load_snapshot
+from gpuclass.shared.process.clock import now_rfc3339
 
 
 def add_parser(sub: Any, objects_arg: Any) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from gpuclass.shared.cli.lint import FileError, FileInput, lint
 from gpuclass.shared.cli.lintformat import FORMATS, Format, render
-from gpuclass.shared.kube.loader import LoadError, files_under, iter_objects
+from gpuclass.shared.files.loader import LoadError, files_under, iter_objects
 
 
 def add_parser(sub: Any) -> None:

@@ -1,7 +1,7 @@
-"""The one I/O edge the webhook, the reconciler and the CLI share.
+"""Talking to Kubernetes, for the webhook, the reconciler and the CLI alike.
 
-Object files and the loader's input guards, settings, logging, the clock, the cluster
-configuration, the HTTP client (`kubeclient`, one of the three kubernetes_asyncio
-adapters), the reflector (`listwatch`), and the probes and uvicorn wrapper both servers use
-(`http`). It imports the core and never a shell.
+The cluster configuration, the HTTP client (`kubeclient`, one of the three kubernetes_asyncio
+adapters), its errors, rate limit and retry delays, the reflector (`listwatch`) with the table of
+API collections it lists and watches (`apicollections`) and the per-resource sync state its
+consumers read (`syncview`; both pure). It imports the core and never a shell.
 """

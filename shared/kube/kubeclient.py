@@ -38,7 +38,7 @@ from gpuclass.shared.kube.clusterconfig import (
 from gpuclass.shared.kube.errors import ApiError
 from gpuclass.shared.kube.listwatch import ListPage, RawObject, WatchEvent
 from gpuclass.shared.kube.ratelimit import TokenBucket
-from gpuclass.shared.kube.version import package_version
+from gpuclass.shared.process.version import package_version
 
 WRITE_METHODS = frozenset({"PATCH", "POST", "PUT"})
 MAX_PAGE_BYTES = 32 * 1024 * 1024

@@ -8,7 +8,7 @@ from the last version or bookmark; a 410 Gone re-lists at once; a dropped watch,
 a watch that ends at once or any other failure re-lists after an exponential
 backoff with jitter, which resets after a healthy watch. The caller may ask for a
 re-list of one resource (:meth:`Reflector.request_relist`). Per resource, a
-:class:`~shared.core.base.syncview.SyncView` records whether what the store holds of it is
+:class:`~shared.kube.syncview.SyncView` records whether what the store holds of it is
 complete (listed, not re-listing) and how recent it is. An object the store cannot take
 is skipped and logged once, never the end of a resource.
 
@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from gpuclass.shared.core.base.meta import Key, object_key, resource_version
-from gpuclass.shared.core.base.syncview import SyncView
 from gpuclass.shared.kube.backoff import jittered
 from gpuclass.shared.kube.errors import ApiError
+from gpuclass.shared.kube.syncview import SyncView
 
 log = logging.getLogger("gpuclass.listwatch")
 

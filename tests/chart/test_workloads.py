@@ -167,7 +167,7 @@ def test_the_binaries_accept_the_rendered_flags(
     values: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from gpuclass.reconciler.settings import ReconcilerSettings
-    from gpuclass.shared.kube.settings import parse_settings
+    from gpuclass.shared.process.settings import parse_settings
     from gpuclass.webhook.settings import WebhookSettings
 
     for variable in [v for v in os.environ if v.startswith("GPUCLASS_")]:
@@ -246,7 +246,7 @@ def test_services_select_their_pods_and_target_declared_ports(component: str) ->
 
 def test_webhook_limits_and_shutdown_reach_the_binary_and_the_pod() -> None:
     """The limits are the binary's flags; the grace period covers preStop, drain and in-flight."""
-    from gpuclass.shared.kube.settings import parse_settings
+    from gpuclass.shared.process.settings import parse_settings
     from gpuclass.webhook.settings import WebhookSettings
 
     values = {

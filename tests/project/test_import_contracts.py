@@ -78,7 +78,7 @@ def tree_copy(tmp_path: Path) -> Path:
         ),
         pytest.param(
             "shared/core/admission/review.py",
-            "from gpuclass.shared.kube import loader",
+            "from gpuclass.shared.files import loader",
             "pure-core",
             id="core-imports-edge",
         ),
@@ -113,7 +113,7 @@ def tree_copy(tmp_path: Path) -> Path:
             id="cli-imports-webhook",
         ),
         pytest.param(
-            "shared/kube/loader.py",
+            "shared/files/loader.py",
             "from gpuclass.shared.cli import lint",
             "edge-below-shells",
             id="edge-imports-cli",

@@ -23,7 +23,7 @@ from gpuclass.reconciler.offline import file_reconciler
 from gpuclass.reconciler.settings import ReconcilerSettings
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.status.availability import compute_all
-from gpuclass.shared.kube.loader import load_snapshot
+from gpuclass.shared.files.loader import load_snapshot
 from tests.builders import launcher, vmi
 from tests.conftest import ROOT
 

@@ -28,8 +28,8 @@ from gpuclass.reconciler.settings import ReconcilerSettings
 from gpuclass.reconciler.state.licenses import copy_digest, record_body
 from gpuclass.reconciler.state.resources import RESOURCES, Resource
 from gpuclass.shared.core.base import names
-from gpuclass.shared.core.base.syncview import SourceSync, SyncView, version_reached
 from gpuclass.shared.core.model.secrets import Redacted
+from gpuclass.shared.kube.syncview import SourceSync, SyncView, version_reached
 from tests.builders import gpuclass, kubevirt, launcher, namespace, node, pod, secret, vmi
 
 R = "example.com/gpu"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuclass.reconciler.state.expect import Expectation, Expectations
-from gpuclass.shared.core.base.syncview import SourceSync
+from gpuclass.shared.kube.syncview import SourceSync
 
 KEY = ("", "c")
 

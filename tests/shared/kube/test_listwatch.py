@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from gpuclass.shared.core.base.meta import Key, object_key
-from gpuclass.shared.core.base.syncview import SyncView
 from gpuclass.shared.kube.listwatch import ListPage, Reflector, WatchEvent
+from gpuclass.shared.kube.syncview import SyncView
 
 SECRET = "s3cr3t-payload"
 

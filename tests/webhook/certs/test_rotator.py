@@ -281,7 +281,7 @@ def test_every_sync_reports_its_outcome_to_the_metrics(tmp_path: Path) -> None:
 def test_the_webhook_refuses_to_start_with_certificates_it_cannot_keep(
     flags: list[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    from gpuclass.shared.kube.settings import parse_settings
+    from gpuclass.shared.process.settings import parse_settings
     from gpuclass.webhook.main import serve
     from gpuclass.webhook.settings import WebhookSettings
 

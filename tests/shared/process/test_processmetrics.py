@@ -1,5 +1,5 @@
 """`gpuclass_build_info` and the process metrics on both servers' /metrics
-(shared/kube/processmetrics.py; docs/metrics.md, "Build and process").
+(shared/process/processmetrics.py; docs/metrics.md, "Build and process").
 
 Each server is started for real, from the example files, and scraped over HTTP(S).
 """
@@ -78,7 +78,7 @@ def test_declared_metrics_are_built_in_order_each_as_its_type_says() -> None:
 
     from gpuclass.reconciler.metrics import METRICS as RECONCILER
     from gpuclass.reconciler.metrics import ReconcilerMetrics
-    from gpuclass.shared.kube.processmetrics import MetricSpec, build_metrics
+    from gpuclass.shared.process.processmetrics import MetricSpec, build_metrics
     from gpuclass.webhook.metrics import METRICS as WEBHOOK
     from gpuclass.webhook.metrics import WebhookMetrics
 

@@ -1,4 +1,4 @@
-"""The shape of a parsed document (shared/kube/docshape.py): depth and aliasing, never expanded."""
+"""The shape of a parsed document (shared/files/docshape.py): depth and aliasing, never expanded."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuclass.shared.kube.docshape import json_too_deep, yaml_shape
+from gpuclass.shared.files.docshape import json_too_deep, yaml_shape
 
 
 def test_yaml_shape_counts_without_expanding() -> None:

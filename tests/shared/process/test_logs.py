@@ -1,4 +1,4 @@
-"""Log lines stay bounded whatever a request carries (shared/kube/logs.py)."""
+"""Log lines stay bounded whatever a request carries (shared/process/logs.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from gpuclass.shared.kube.logs import (
+from gpuclass.shared.process.logs import (
     MAX_FIELD_CHARS,
     MAX_MESSAGE_CHARS,
     BoundedFields,

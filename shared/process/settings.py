@@ -24,7 +24,7 @@ from pydantic_settings import BaseSettings, CliApp, CliSettingsSource, NoDecode,
 
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.status.catalog import Policy
-from gpuclass.shared.kube.version import version_line
+from gpuclass.shared.process.version import version_line
 
 S = TypeVar("S", bound="CommonSettings")
 

@@ -1,4 +1,4 @@
-"""The probes and the server both binaries share (shared/kube/http.py).
+"""The probes and the server both binaries share (shared/process/http.py).
 
 The health app is asked over ASGI (every answer, byte for byte), the server is started for real on
 127.0.0.1 under each signal policy, and the two binaries are asked the same probes: the webhook as
@@ -27,7 +27,7 @@ from starlette.types import ASGIApp
 from gpuclass.reconciler.offline import file_reconciler
 from gpuclass.reconciler.settings import ReconcilerSettings
 from gpuclass.shared.core.status.catalog import Catalog, Policy
-from gpuclass.shared.kube.http import (
+from gpuclass.shared.process.http import (
     HEALTHZ,
     METRICS,
     READYZ,

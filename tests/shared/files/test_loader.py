@@ -1,4 +1,4 @@
-"""Reading `--objects` files (shared/kube/loader.py): formats, folders, lists, errors, redaction."""
+"""Reading `--objects` files (shared/files/loader.py): formats, folders, lists, errors, redaction."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from gpuclass.shared.core.model.secrets import Redacted
 from gpuclass.shared.core.status.availability import conflict_winners
-from gpuclass.shared.kube.loader import (
+from gpuclass.shared.files.loader import (
     LoadError,
     as_stored,
     cyclic_gc_paused,

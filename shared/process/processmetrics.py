@@ -25,7 +25,7 @@ from prometheus_client import (
     ProcessCollector,
 )
 
-from gpuclass.shared.kube.version import package_version
+from gpuclass.shared.process.version import package_version
 
 
 def register_standard_metrics(registry: CollectorRegistry) -> None:

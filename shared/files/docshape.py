@@ -3,7 +3,7 @@
 Hostile files nest past any Kubernetes object or name one node through thousands of aliases
 (500 bytes of YAML can reach 10^8 values). :func:`json_too_deep` reads the depth of valid JSON
 from its bytes, :func:`yaml_shape` the depth, values and characters of a parsed YAML document
-looking at each node once; the loader (:mod:`shared.kube.loader`) refuses a file past the
+looking at each node once; the loader (:mod:`shared.files.loader`) refuses a file past the
 bounds before anything copies it. Pure: bytes and values in, numbers out.
 """
 

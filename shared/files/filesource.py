@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gpuclass.shared.core.base.names import DEFAULT_KUBEVIRT_NAMESPACE
 from gpuclass.shared.core.model.snapshot import Snapshot
-from gpuclass.shared.kube.loader import LoadError, files_under, load_snapshot
+from gpuclass.shared.files.loader import LoadError, files_under, load_snapshot
 
 log = logging.getLogger(__name__)
 

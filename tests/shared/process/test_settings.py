@@ -1,4 +1,4 @@
-"""The servers' flags (shared/kube/settings.py): `--help` written for people, listing every
+"""The servers' flags (shared/process/settings.py): `--help` written for people, listing every
 `GPUCLASS_*` variable, and `--version`."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from gpuclass.reconciler.main import main as reconciler_main
 from gpuclass.reconciler.settings import ReconcilerSettings
-from gpuclass.shared.kube.settings import CommonSettings, parse_settings
+from gpuclass.shared.process.settings import CommonSettings, parse_settings
 from gpuclass.webhook.main import main as webhook_main
 from gpuclass.webhook.settings import WebhookSettings
 

@@ -32,7 +32,7 @@ import yaml
 
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.model.snapshot import Snapshot, SnapshotBuilder
-from gpuclass.shared.kube.docshape import (
+from gpuclass.shared.files.docshape import (
     MAX_ALIASED_CHARS,
     MAX_ALIASED_VALUES,
     MAX_DEPTH,
