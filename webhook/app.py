@@ -34,20 +34,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpuclass.shared.core.admission.decisions import Allowed, Decision, Denied, encode_response
 from gpuclass.shared.core.admission.envelope import (
-    GPUCLASS,
-    POD,
-    VM,
-    VMI,
     AdmissionRequest,
     GroupKind,
     MalformedReview,
     too_many_values,
 )
-from gpuclass.shared.core.admission.review import Review, decide
+from gpuclass.shared.core.admission.review import ENDPOINTS, Review, decide
 from gpuclass.shared.core.base.raw import dict_at
 from gpuclass.shared.process.http import Probes, health_routes
 from gpuclass.shared.process.logs import BoundedFields, log_fields
-from gpuclass.webhook import paths
 from gpuclass.webhook.limits import BODY_COMPLETE, BodyLimits, BodyRefused, read_body
 from gpuclass.webhook.metrics import WebhookMetrics
 from gpuclass.webhook.state import CatalogState
@@ -55,13 +50,9 @@ from gpuclass.webhook.state import CatalogState
 log = logging.getLogger("gpuclass.webhook")
 
 WEBHOOKS: dict[str, tuple[str, GroupKind]] = {
-    paths.VALIDATE_GPUCLASSES: ("gpuclasses", GPUCLASS),
-    paths.MUTATE_VMIS: ("virtualmachineinstances", VMI),
-    paths.MUTATE_PODS: ("pods", POD),
-    paths.VALIDATE_VMS: ("virtualmachines", VM),
-    paths.VALIDATE_PODS: ("vgpu-pods", POD),
-    paths.VALIDATE_VMIS: ("final-virtualmachineinstances", VMI),
+    path: (endpoint.webhook, endpoint.kind) for path, endpoint in ENDPOINTS.items()
 }
+"""Each route's webhook name and kind, from the one table of endpoints."""
 LOGGED_STRING_CHARS = 128  # request-derived strings in decision lines (a uid is 36)
 
 

@@ -111,7 +111,7 @@ class CatalogCache:
 
     def __init__(
         self,
-        source: ListerWatcher[str],
+        lister_watcher: ListerWatcher[str],
         policy: Policy,
         *,
         on_restart: Callable[[str, str], None] = lambda resource, reason: None,
@@ -123,7 +123,7 @@ class CatalogCache:
         self._objects: dict[str, dict[Key, Compact]] = {r: {} for r in self._resources}
         self._sync: SyncView[str] = SyncView(self._resources, clock=time.monotonic)
         self._reflector: Reflector[str] = Reflector(
-            source,
+            lister_watcher,
             self,
             sync=self._sync,
             on_change=self._rebuild,

@@ -396,10 +396,29 @@ def test_sigterm_fails_readiness_and_serves_the_drain_before_closing(tmp_path: P
 
 
 def test_every_admission_path_is_served_by_its_endpoint_admitter() -> None:
-    """The routes and `shared.core.admission.review.ENDPOINTS` name the same paths and kinds (contract section 3)."""
+    """The routes are exactly docs/contract.md section 3's six paths, each for its kind, each
+    answered by the admitter the one table of endpoints names."""
+    from gpuclass.shared.core.admission import (
+        mutate_pod,
+        mutate_vmi,
+        validate_gpuclass,
+        validate_pod,
+        validate_vm,
+        validate_vmi,
+    )
+    from gpuclass.shared.core.admission.envelope import GPUCLASS, POD, VM, VMI
     from gpuclass.shared.core.admission.review import ENDPOINTS
     from gpuclass.webhook.app import WEBHOOKS
 
-    assert {path: kind for path, (_, kind) in WEBHOOKS.items()} == {
-        path: kind for path, (kind, _) in ENDPOINTS.items()
+    contract = {  # path: (kind, the admitter whose role its name says)
+        "/validate/gpuclasses": (GPUCLASS, validate_gpuclass.admit),
+        "/mutate/virtualmachineinstances": (VMI, mutate_vmi.admit),
+        "/mutate/pods": (POD, mutate_pod.admit),
+        "/validate/virtualmachineinstances": (VMI, validate_vmi.admit),
+        "/validate/virtualmachines": (VM, validate_vm.admit),
+        "/validate/pods": (POD, validate_pod.admit),
     }
+    assert {path: kind for path, (_, kind) in WEBHOOKS.items()} == {
+        path: kind for path, (kind, _) in contract.items()
+    }
+    assert {path: (e.kind, e.admit) for path, e in ENDPOINTS.items()} == contract

@@ -50,6 +50,7 @@ __all__ = [
     "POD",
     "VM",
     "VMI",
+    "Endpoint",
     "MalformedReview",
     "Review",
     "decide",
@@ -58,19 +59,41 @@ __all__ = [
 
 Admitter = Callable[[AdmissionRequest, Catalog], Decision]
 
-ENDPOINTS: Final[dict[str, tuple[GroupKind, Admitter]]] = {
-    "/validate/gpuclasses": (GPUCLASS, validate_gpuclass.admit),
-    "/mutate/virtualmachineinstances": (VMI, mutate_vmi.admit),
-    "/mutate/pods": (POD, mutate_pod.admit),
-    "/validate/virtualmachines": (VM, validate_vm.admit),
-    "/validate/pods": (POD, validate_pod.admit),
-    "/validate/virtualmachineinstances": (VMI, validate_vmi.admit),
+
+class Endpoint(NamedTuple):
+    """One admission path of the webhook (docs/contract.md section 3)."""
+
+    path: str
+    webhook: str  # its name in metrics and logs
+    kind: GroupKind  # what it admits
+    admit: Admitter  # who answers
+
+
+ENDPOINTS: Final[dict[str, Endpoint]] = {
+    endpoint.path: endpoint
+    for endpoint in (
+        Endpoint("/validate/gpuclasses", "gpuclasses", GPUCLASS, validate_gpuclass.admit),
+        Endpoint(
+            "/mutate/virtualmachineinstances", "virtualmachineinstances", VMI, mutate_vmi.admit
+        ),
+        Endpoint("/mutate/pods", "pods", POD, mutate_pod.admit),
+        Endpoint("/validate/virtualmachines", "virtualmachines", VM, validate_vm.admit),
+        Endpoint("/validate/pods", "vgpu-pods", POD, validate_pod.admit),
+        Endpoint(
+            "/validate/virtualmachineinstances",
+            "final-virtualmachineinstances",
+            VMI,
+            validate_vmi.admit,
+        ),
+    )
 }
-"""The webhook's admission paths (docs/contract.md section 3): the kind each admits, and who answers."""
+"""The one table of the webhook's admission paths: the webhook's routes and path constants
+(`webhook/paths.py`, `webhook/app.py`), `gpuclass review --endpoint` and the kind-only fallback
+below all derive from it; the chart's configurations are checked against it."""
 
 ADMITTERS: Final[dict[GroupKind, Admitter]] = {}
-for _kind, _admitter in ENDPOINTS.values():
-    ADMITTERS.setdefault(_kind, _admitter)  # a kind's first endpoint answers a review without one
+for _endpoint in ENDPOINTS.values():  # a kind's first endpoint answers a review without one
+    ADMITTERS.setdefault(_endpoint.kind, _endpoint.admit)
 
 
 class Review(NamedTuple):
@@ -99,7 +122,7 @@ def decide(
     request = parse_envelope(body)
     admitter: Admitter | None
     if endpoint is not None:
-        expect, admitter = ENDPOINTS[endpoint]
+        expect, admitter = ENDPOINTS[endpoint].kind, ENDPOINTS[endpoint].admit
     else:
         admitter = ADMITTERS.get(request.kind)
     if expect is not None and request.kind != expect:

@@ -98,8 +98,8 @@ def _mutated(obj: dict[str, Any], catalog: Catalog | None = None) -> dict[str, A
 def test_the_endpoint_admits_vmis_and_is_served_by_the_webhook() -> None:
     """Contract section 3: the path, its kind, and the webhook's route constant agree."""
     assert paths.VALIDATE_VMIS == FINAL
-    assert ENDPOINTS[FINAL][0] == VMI
-    assert ENDPOINTS[MUTATE][0] == VMI
+    assert ENDPOINTS[FINAL].kind == VMI
+    assert ENDPOINTS[MUTATE].kind == VMI
     # A review without an endpoint is still answered as the mutating webhook answers it.
     resolved = _answer(_vmi([{"className": "example-whole-gpu"}]), MUTATE)
     plain = review(_body(_vmi([{"className": "example-whole-gpu"}])), CATALOGS[True])
