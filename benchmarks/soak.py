@@ -33,14 +33,14 @@ sys.path.insert(0, ROOT)
 from tests.controlplane.cluster import ControlPlane, find_assets  # noqa: E402
 from tests.controlplane.plugin import GPUCLASS_CRD, KUBEVIRT_CRDS  # noqa: E402
 from tests.e2e_reconciler_helpers import FAST, PRODUCTION  # noqa: E402
-from tests.soak_run import Report, Shape, Soak  # noqa: E402
+from tests.soak_run import FAULTS, Report, Shape, Soak  # noqa: E402
 
 MEMORY_GOAL_MB_PER_HOUR = 1.0
 FD_GOAL_PER_HOUR = 1.0
 WRITES_PER_CHANGE_GOAL = 1.0
 
 
-def parse(argv: list[str]) -> Shape:
+def parse(argv: list[str]) -> tuple[Shape, Path | None]:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -61,7 +61,16 @@ def parse(argv: list[str]) -> Shape:
         "--fast-lease", action="store_true", help="3 s Lease instead of the chart's 15 s"
     )
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--faults",
+        default=",".join(FAULTS),
+        help=f"comma-separated, in turn (default: {','.join(FAULTS)})",
+    )
+    p.add_argument("--keep-logs", type=Path, help="write each process's log into this folder")
     a = p.parse_args(argv)
+    unknown = set(a.faults.split(",")) - set(FAULTS)
+    if unknown:
+        p.error(f"unknown faults {sorted(unknown)}; choose from {', '.join(FAULTS)}")
     return Shape(
         seconds=a.minutes * 60,
         nodes=a.nodes,
@@ -73,7 +82,8 @@ def parse(argv: list[str]) -> Shape:
         warmup=a.warmup,
         timings=FAST if a.fast_lease else PRODUCTION,
         seed=a.seed,
-    )
+        faults=tuple(a.faults.split(",")),
+    ), a.keep_logs
 
 
 def row(name: str, value: str, goal: str, met: bool | None) -> str:
@@ -172,6 +182,8 @@ def figures(report: Report) -> tuple[list[str], bool]:
     lines.append(
         row("churn writes the API server refused", str(report.churn_errors), "(info)", None)
     )
+    for text in report.slow_settles[:10]:
+        lines.append(f"  slow settle: {text}")
     for text in report.violations[:10]:
         lines.append(f"  violation: {text}")
     for text in adm.examples[:10]:
@@ -180,7 +192,7 @@ def figures(report: Report) -> tuple[list[str], bool]:
 
 
 def main(argv: list[str]) -> int:
-    shape = parse(argv)
+    shape, keep_logs = parse(argv)
     started = time.monotonic()
 
     def log(text: str) -> None:
@@ -193,6 +205,8 @@ def main(argv: list[str]) -> int:
             soak.setup()
             report = soak.run()
         finally:
+            if keep_logs is not None:
+                soak.keep_logs(keep_logs)
             soak.close()
     lines, held = figures(report)
     print("\n".join(lines))

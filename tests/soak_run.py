@@ -71,6 +71,7 @@ from tests.soak_world import (
 
 FAULTS = ("leader-kill", "webhook-roll", "apiserver-restart", "etcd-compact-defrag", "watch-cut")
 COPY_PREFIX = "gpuclass-license-"
+SLOW_SETTLE = 10.0  # seconds after which a settle's unmet checks are kept in the report
 QUIET_AFTER_FAULT = 120.0  # seconds of samples left out of the memory slope after each fault
 
 
@@ -92,6 +93,7 @@ class Shape:
     settle_timeout: float = 90.0
     timings: Timings = PRODUCTION
     seed: int = 1
+    faults: tuple[str, ...] = FAULTS  # injected in turn
 
     def fault_goal(self, kind: str) -> float:
         """Seconds from a fault to a consistent state again (the issue's goals)."""
@@ -137,6 +139,7 @@ class Report:
     cas_seen: int = 0
     settle_seconds: list[float] = field(default_factory=list)
     leftovers: list[str] = field(default_factory=list)
+    slow_settles: list[str] = field(default_factory=list)
     unknown_at_drain: int = 0  # VMIs and launchers stored while their create's answer was lost
 
     def slopes(self) -> dict[str, tuple[float, float, float]]:
@@ -495,6 +498,7 @@ class Soak:
         self.pause_churn()
         started = time.monotonic()
         last: list[str] = []
+        seen: list[str] = []  # what each unmet attempt found first, to say why a settle was slow
         while time.monotonic() - started < self.shape.settle_timeout:
             try:
                 last = self.problems()
@@ -502,7 +506,13 @@ class Soak:
                 last = [f"check could not run: {str(exc)[:200]}"]
             if not last:
                 self.report.checks += 1
-                return time.monotonic() - started
+                waited = time.monotonic() - started
+                if waited > SLOW_SETTLE:
+                    note = f"{self.now():.0f}s {why}: {waited:.0f} s; unmet: " + " | ".join(seen)
+                    self.report.slow_settles.append(note)
+                    self.log(f"slow settle after {note}")
+                return waited
+            seen.append(f"+{time.monotonic() - started:.0f}s {last[0][:160]} ({len(last)} in all)")
             time.sleep(2.0)
         self.report.checks += 1
         self.report.violations.append(f"{self.now():.0f}s after {why}: " + "; ".join(last[:5]))
@@ -561,7 +571,7 @@ class Soak:
         faults = 0
         while self.now() < self.shape.seconds:
             if self.now() >= next_fault:
-                kind = FAULTS[faults % len(FAULTS)]
+                kind = self.shape.faults[faults % len(self.shape.faults)]
                 faults += 1
                 at = self.now()
                 self.log(f"{at:.0f}s fault: {kind}")
@@ -641,6 +651,12 @@ class Soak:
                 ]
                 left.append(f"finalizer on {name} (VMIs selecting it: {users or 'none'})")
         return left
+
+    def keep_logs(self, folder: Path) -> None:
+        """Each webhook and reconciler process's log, one file per process, for a post-mortem."""
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, lines in self.fleet.logs().items():
+            (folder / f"{name}.log").write_text("\n".join(lines) + "\n")
 
     def close(self) -> None:
         self.stopping.set()

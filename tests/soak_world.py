@@ -141,6 +141,7 @@ class Fleet:
     proxies: dict[str, FaultProxy] = field(default_factory=dict)
     kubeconfigs: dict[str, Path] = field(default_factory=dict)
     configurations: list[RawObject] = field(default_factory=list)
+    started: dict[str, WebhookProcess | ReconcilerProcess] = field(default_factory=dict)
     _serial: int = 0
 
     def _proxied(self, role: str, user: User) -> None:
@@ -191,6 +192,7 @@ class Fleet:
             tls_dir=self.workdir / name,
         )  # fmt: skip
         self.webhooks[name] = process
+        self.started[name] = process
         self.tracked.append(Tracked(name, process.proc.pid, time.monotonic()))
         self.service.add(name, process.port)
         eventually(lambda: name in self.service.ready_names(), timeout=60, what=f"{name} ready")
@@ -219,6 +221,7 @@ class Fleet:
             start_timeout=60,
         )
         self.reconcilers[name] = process
+        self.started[name] = process
         self.tracked.append(Tracked(name, process.proc.pid, time.monotonic()))
         self.log(f"started {name} (pid {process.proc.pid})")
         return name
@@ -231,6 +234,10 @@ class Fleet:
     def kill_reconciler(self, name: str) -> None:
         self.reconcilers.pop(name).kill()
         self.log(f"SIGKILL {name}")
+
+    def logs(self) -> dict[str, list[str]]:
+        """Every process this fleet started, ended or not: its log lines."""
+        return {name: list(process.lines) for name, process in self.started.items()}
 
     def close(self) -> None:
         for process in self.webhooks.values():
