@@ -19,11 +19,11 @@ from gpuclass.shared.core.model.detail import extended_left
 from gpuclass.shared.core.model.snapshot import ClassRecord, Snapshot
 from gpuclass.shared.core.status.availability import (
     UsageIndex,
-    class_state,
     compute_figures,
     conflict_winners,
 )
 from gpuclass.shared.core.status.capacity import effective_max_count
+from gpuclass.shared.core.status.conditions import class_state
 from gpuclass.shared.core.status.entitlement import entitlement_problem
 
 
