@@ -251,7 +251,7 @@ def _values_the_templates_read() -> set[str]:
     return keys
 
 
-def _mapping_problems(node: yaml.Node, path: str = "") -> list[str]:
+def _mapping_problems(node: yaml.Node | None, path: str = "") -> list[str]:
     """Keys that are not plain strings (ints, booleans, `<<` merges) or that repeat."""
     problems: list[str] = []
     if isinstance(node, yaml.MappingNode):
