@@ -55,8 +55,21 @@ def _images(objects: list[RawObject]) -> dict[str, str]:
 
 
 def _refused(values: dict[str, Any]) -> None:
-    with pytest.raises(helm.HelmValuesError):
+    """values.schema.json refuses `values`, at the value given: the error names its path down to
+    the second level (`/webhook/pdb`), or the first where the values set two keys side by side
+    (deeper paths differ by keyword: a missing property is reported on its parent)."""
+    path, level = "", values
+    for _ in range(2):
+        if not isinstance(level, dict) or len(level) != 1:
+            break
+        [(key, level)] = level.items()
+        path += f"/{key}"
+    assert path, "give the refused value under one top-level key"
+    with pytest.raises(helm.HelmValuesError) as info:
         render(values)
+    message = str(info.value)
+    assert "don't meet the specifications of the schema" in message, message
+    assert f"at '{path}" in message, message
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ sits beside this one (tests/chart/); everything is asserted on rendered objects,
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import helm_python as helm
@@ -227,6 +228,60 @@ def test_release_name_flows_into_every_cross_reference() -> None:
     )
 
 
+# A template comment, `{{/* ... */}}` with optional trim markers: its text is never executed.
+TEMPLATE_COMMENT = re.compile(r"\{\{-?\s*/\*.*?\*/\s*-?\}\}", re.S)
+VALUES_KEY = re.compile(r"\.Values\.([A-Za-z_][A-Za-z0-9_]*)")
+VALUES_INDEXED = re.compile(r"index \$?\.Values \$(\w+)")
+STR = "tag:yaml.org,2002:str"
+
+
+def _values_the_templates_read() -> set[str]:
+    """The top-level values keys the chart's templates read: `.Values.<key>` (also `$.` and
+    `.root.`), and `index $.Values $var` where `$var` ranges over a literal list."""
+    keys: set[str] = set()
+    for path in sorted((CHART / "templates").iterdir()):
+        text = TEMPLATE_COMMENT.sub("", path.read_text())
+        keys |= set(VALUES_KEY.findall(text))
+        for var in VALUES_INDEXED.findall(text):
+            ranged = re.search(rf"range \${var} := list((?:\s+\"[^\"]+\")+)", text)
+            assert ranged, f"{path.name}: .Values indexed by ${var}, which ranges over no list"
+            keys |= set(re.findall(r'"([^"]+)"', ranged.group(1)))
+        unread = VALUES_INDEXED.sub("", VALUES_KEY.sub("", text))
+        assert ".Values" not in unread, f"{path.name} reads .Values in a way this test cannot"
+    return keys
+
+
+def _mapping_problems(node: yaml.Node | None, path: str = "") -> list[str]:
+    """Keys that are not plain strings (ints, booleans, `<<` merges) or that repeat."""
+    problems: list[str] = []
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key, value in node.value:
+            where = f"{path}.{key.value}"
+            if key.tag != STR:
+                problems.append(f"{where}: key resolves to {key.tag}")
+            if key.value in seen:
+                problems.append(f"{where}: duplicate key")
+            seen.add(key.value)
+            problems += _mapping_problems(value, where)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            problems += _mapping_problems(item, f"{path}[{index}]")
+    return problems
+
+
 def test_values_yaml_is_plain_yaml() -> None:
-    # values.yaml must parse without Helm (docs tooling reads it)
-    assert isinstance(yaml.safe_load((CHART / "values.yaml").read_text()), dict)
+    """values.yaml must read the same without Helm (docs tooling reads it): one document a safe
+    loader reads, no anchors, aliases or explicit tags, string keys each given once, and at the
+    top exactly the keys the templates read (none unread, none read that has no default)."""
+    text = (CHART / "values.yaml").read_text()
+    events = list(yaml.parse(text, Loader=yaml.SafeLoader))
+    assert sum(isinstance(e, yaml.DocumentStartEvent) for e in events) == 1
+    assert [e for e in events if isinstance(e, yaml.AliasEvent)] == []
+    assert [e.anchor for e in events if isinstance(e, yaml.NodeEvent) and e.anchor] == []
+    tagged = (yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent)
+    assert [e.tag for e in events if isinstance(e, tagged) and e.tag] == []
+    assert _mapping_problems(yaml.compose(text, Loader=yaml.SafeLoader)) == []
+    values = yaml.safe_load(text)
+    assert isinstance(values, dict)
+    assert set(values) == _values_the_templates_read()

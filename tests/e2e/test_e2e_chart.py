@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterator
 
+import httpx
 import pytest
 
 from tests.builders import api_secret
@@ -413,13 +414,21 @@ def test_kubevirts_controller_and_other_secrets_pass(
     control_plane: ControlPlane, license_mounts: str, route: str
 ) -> None:
     """The positive controls: the controller's launcher Pods mount copies; tenants mount any
-    Secret that is not a copy."""
+    Secret that is not a copy. Both are created (201), by the same route the attack uses."""
     controller = control_plane.user(CONTROLLER, ["system:masters"]).api()
     try:
-        controller.create(_pod(license_mounts, COPY, route), dryRun="All")
+        launcher = _dry_run_create(controller, _pod(license_mounts, COPY, route))
     finally:
         controller.close()
-    control_plane.admin.create(_pod(license_mounts, "my-own-secret", route), dryRun="All")
+    plain = _dry_run_create(control_plane.admin, _pod(license_mounts, "my-own-secret", route))
+    assert launcher.status_code == 201, launcher.text
+    assert plain.status_code == 201, plain.text
+
+
+def _dry_run_create(api: Api, obj: RawObject) -> httpx.Response:
+    """A server-side dry-run create of `obj`: every admission policy runs, nothing is stored."""
+    path = api.object_path(obj, collection=True)
+    return api.request("POST", path, body=obj, params={"dryRun": "All"})
 
 
 def _debug(api: Api, pod: RawObject) -> int:

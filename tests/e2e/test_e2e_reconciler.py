@@ -657,13 +657,20 @@ def test_license_copy_is_made_updated_and_removed(world: World) -> None:
 
 def test_a_copy_deleted_by_its_tenant_is_restored(world: World) -> None:
     """The reconciler cannot see copies (it reads no tenant Secret): what a tenant deletes is
-    restored by the next pass that writes the copies, here one its source's change causes."""
-    name, res, source = licensed_setup(world, own_source=True)
+    restored by the next pass that writes the copies, here one its source's change causes.
+    The restored copy is a new object holding what a copy holds (docs/contract.md section 1)."""
+    name, res, source = licensed_setup(world, own_source=True)  # featureType 1
     licensed_vmi(world, world.tenant, name, res)
     stored = wait_copy(world, world.tenant, name, "token-1")
     force_delete(world.admin, world.admin.object_path(stored))
     set_token(world.admin, source, "token-2")
-    wait_copy(world, world.tenant, name, "token-2")
+    restored = wait_copy(world, world.tenant, name, "token-2")
+    assert restored["metadata"]["uid"] != stored["metadata"]["uid"]  # deleted, then made again
+    assert restored["metadata"]["labels"] == MANAGED
+    assert {k: unb64(v) for k, v in restored["data"].items()} == {
+        TOKEN_KEY: "token-2",
+        "gridd.conf": "FeatureType=1\n",
+    }
 
 
 def test_no_copy_outside_entitled_namespaces_and_entitlement_is_rechecked(world: World) -> None:

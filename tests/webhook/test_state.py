@@ -157,6 +157,9 @@ def test_watch_events_update_the_catalog() -> None:
     )
     state = make_state(source, [])
     asyncio.run(run_until(state, lambda: set(state.catalog.offers) == {"b"}))
+    added = state.catalog.offers["b"].record  # the ADDED event's object, not a stale copy
+    assert added.spec is not None  # a valid class, read from the event
+    assert added.resource_name == "x.com/b"
 
 
 def test_expired_watch_relists_from_scratch() -> None:
