@@ -117,6 +117,7 @@ class Reflector(Generic[R]):
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
         healthy_watch_seconds: float = 1.0,
+        backoff_reset_seconds: float = 60.0,
     ) -> None:
         self.lister_watcher, self.store = lister_watcher, store
         self.sync, self.on_change, self.on_restart = sync, on_change, on_restart
@@ -125,6 +126,10 @@ class Reflector(Generic[R]):
         self.sleep, self.clock = sleep, clock
         self.rng = rng or random.Random()
         self.healthy_watch_seconds = healthy_watch_seconds
+        self.backoff_reset_seconds = backoff_reset_seconds
+        """A watch that ran this long before it broke makes its failure the first in a row again
+        (client-go's backoff manager resets after a quiet period likewise): without it, every
+        fault over the months adds a doubling and a cut watch waits the full cap to re-list."""
         self._relist_wanted: dict[R, asyncio.Event] = {}
         self._skipped: set[tuple[R, Key | None, str]] = set()
 
@@ -199,6 +204,7 @@ class Reflector(Generic[R]):
         410 or a request at once, after any failure with backoff. Only cancellation ends it."""
         attempt = 0
         while True:
+            started: float | None = None
             try:
                 version = await self.relist(resource)
                 while True:
@@ -209,10 +215,11 @@ class Reflector(Generic[R]):
                     attempt = 0
             except asyncio.CancelledError:
                 raise
-            except (ApiError, RelistRequested) as exc:
-                attempt = await self._restart(resource, exc, attempt=attempt)
-            except Exception as exc:  # a bug must not stop the loop; log it and re-list
-                log.exception("stream failed", extra={"fields": {"resource": resource}})
+            except Exception as exc:  # a bug must not stop the loop either; log it and re-list
+                if not isinstance(exc, ApiError | RelistRequested):
+                    log.exception("stream failed", extra={"fields": {"resource": resource}})
+                if started is not None and self.clock() - started >= self.backoff_reset_seconds:
+                    attempt = 0  # it broke after a long healthy watch: a first failure
                 attempt = await self._restart(resource, exc, attempt=attempt)
 
     async def _follow_unless_relist(self, resource: R, version: str) -> tuple[str, int]:

@@ -8,13 +8,17 @@ through `on_store_error`, skips the object and goes on with the rest of the sour
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import random
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
 
 from gpuclass.shared.core.base.meta import Key, object_key
+from gpuclass.shared.kube.backoff import jittered
+from gpuclass.shared.kube.errors import ApiError
 from gpuclass.shared.kube.listwatch import ListPage, Reflector, WatchEvent
 from gpuclass.shared.kube.syncview import SyncView
 
@@ -78,3 +82,61 @@ def test_a_store_that_raises_is_logged_as_a_bug_counted_and_skipped(
     assert all(
         SECRET not in r.getMessage() and SECRET not in str(r.__dict__) for r in caplog.records
     )
+
+
+class BreakingWatch:
+    """Lists at once; each watch runs `lasts` seconds of the fake clock, then breaks (a proxy
+    cutting it, an API server restarting)."""
+
+    def __init__(self, clock: list[float], lasts: float) -> None:
+        self.clock, self.lasts = clock, lasts
+
+    async def list_pages(self, resource: str) -> AsyncIterator[ListPage]:
+        yield ListPage([], "10")
+
+    async def watch(self, resource: str, resource_version: str) -> AsyncIterator[WatchEvent]:
+        self.clock[0] += self.lasts
+        raise ApiError(0, "ConnectionReset", message="the watch was cut")
+        yield WatchEvent("BOOKMARK", {})  # never reached
+
+
+def _delays_of_breaks(lasts: float, breaks: int) -> list[float]:
+    """The re-list delays the reflector asks for over `breaks` breaks of watches lasting `lasts`."""
+    clock, delays = [0.0], []
+
+    async def sleep(seconds: float) -> None:
+        delays.append(seconds)
+        if len(delays) >= breaks:
+            raise asyncio.CancelledError
+
+    reflector: Reflector[str] = Reflector(
+        BreakingWatch(clock, lasts),
+        BuggyStore(),
+        sync=SyncView(("things",), clock=lambda: clock[0]),
+        on_change=lambda: None,
+        on_restart=lambda resource, reason: None,
+        on_store_error=lambda resource: None,
+        sleep=sleep,
+        clock=lambda: clock[0],
+        rng=random.Random(7),
+    )
+    with contextlib.suppress(asyncio.CancelledError):
+        asyncio.run(reflector.run("things"))
+    return delays
+
+
+def test_a_watch_broken_after_a_long_healthy_run_relists_at_the_first_delay() -> None:
+    """A watch cut after ten minutes of health is a first failure, every time. The soak saw a
+    long-lived reconciler take 63 s and 70 s to be consistent again after its 11th and 15th
+    fault: only a watch that ended normally reset the doublings, so every cut or restart over the
+    process's life added one, and re-lists waited 30-60 s (the cap)."""
+    delays = _delays_of_breaks(lasts=600.0, breaks=12)
+    assert len(delays) == 12
+    assert max(delays) <= jittered(0, random.Random(0)) * 2  # a first failure: 0.25-0.5 s
+
+
+def test_watches_that_break_at_once_back_off_to_the_cap() -> None:
+    """The other side: a watch that keeps breaking at once doubles its delay up to the cap."""
+    delays = _delays_of_breaks(lasts=0.0, breaks=12)
+    assert delays[0] <= 0.5
+    assert delays[-1] >= 30.0  # half of the 60 s cap at least (half fixed, half jitter)
