@@ -1,8 +1,7 @@
 """The webhook's HTTP server: uvicorn's httptools protocol with per-connection limits, over TLS.
 
-httptools (llhttp) parses in C; uvicorn's h11 protocol spent about a quarter of the server's
-CPU per review parsing requests and framing responses in Python (docs/webhook.md,
-Performance). uvicorn bounds idle keep-alive time, but not the size of the headers (its
+httptools (llhttp) parses in C; uvicorn's h11 protocol parsed requests and framed responses in
+Python (docs/webhook.md, Performance, has what that cost). uvicorn bounds idle keep-alive time, but not the size of the headers (its
 httptools protocol has no cap), the number of connections, the time a client may take to send
 its headers, nor the TLS handshake; and its SIGTERM stops accepting at once.
 `GuardedProtocol` adds, per connection: a header-size cap (431), counted both on the bytes read
@@ -18,6 +17,10 @@ always gets in); JSON errors for malformed requests. Its transport is wrapped in
 (`drain_seconds` of serving with readiness failing and answers saying `Connection: close`, then
 uvicorn's own graceful shutdown) is the shared server's (`shared.process.http`). Body limits live
 in `webhook.limits`. docs/webhook.md lists every limit and its default.
+
+Why one module of about 400 lines: the protocol's states, its write joining and the server's
+listener share one connection table and one set of counters; split, each part would read the
+others' private state.
 """
 
 from __future__ import annotations

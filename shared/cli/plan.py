@@ -204,26 +204,8 @@ def plan(
     stored = {n: replace(r, status=None) for n, r in current.classes.items()}
     current = replace(current, classes=stored)
     before = compute_all(current, license_namespace=policy.license_namespace, now=now)
-    others = {n: r.resource_name for n, r in stored.items() if r.resource_name}
     by_name = {_name(p.obj): p for p in proposed if _name(p.obj)}
-    accepted: dict[str, Mapping[str, Any]] = {}
-    judged: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {}
-    for name, item in sorted(by_name.items()):
-        old_record = stored.get(name)
-        old = stored_object(old_record) if old_record else None
-        if old_record is not None and old is not None and _same_spec(old_record, item.obj):
-            accepted[name] = old
-            continue
-        claims = {n: r for n, r in others.items() if n != name}
-        verdict = validate_class(item.obj, old=old, others=claims)
-        refused = tuple(c.render() for c in verdict.causes)
-        advice = NEW_CLASS_ADVICE if any("immutable" in c.message for c in verdict.causes) else ""
-        judged[name] = (refused, tuple(verdict.warnings), advice)
-        if refused:
-            if old is not None:
-                accepted[name] = old  # refused: the stored class stays as it is
-        else:
-            accepted[name] = item.obj
+    accepted, judged = _judge(stored, by_name)
     after_snapshot = proposed_snapshot(current, accepted, now=now)
     after = compute_all(after_snapshot, license_namespace=policy.license_namespace, now=now)
     running = _running(current)
@@ -268,6 +250,37 @@ def plan(
     before_catalog, after_catalog = _catalogs(current, after_snapshot, policy=policy)
     result.vms = vm_plans(vms, before_catalog, after=after_catalog)
     return result
+
+
+Judged = dict[str, tuple[tuple[str, ...], tuple[str, ...], str]]
+"""Per proposed class: the causes admission would refuse it with, its warnings, the advice."""
+
+
+def _judge(
+    stored: Mapping[str, ClassRecord], by_name: Mapping[str, Proposed]
+) -> tuple[dict[str, Mapping[str, Any]], Judged]:
+    """Each proposed class as the GPUClass webhook would judge it against the stored catalog, and
+    the objects the merge would leave stored (a refused change keeps the stored class)."""
+    others = {n: r.resource_name for n, r in stored.items() if r.resource_name}
+    accepted: dict[str, Mapping[str, Any]] = {}
+    judged: Judged = {}
+    for name, item in sorted(by_name.items()):
+        old_record = stored.get(name)
+        old = stored_object(old_record) if old_record else None
+        if old_record is not None and old is not None and _same_spec(old_record, item.obj):
+            accepted[name] = old
+            continue
+        claims = {n: r for n, r in others.items() if n != name}
+        verdict = validate_class(item.obj, old=old, others=claims)
+        refused = tuple(c.render() for c in verdict.causes)
+        advice = NEW_CLASS_ADVICE if any("immutable" in c.message for c in verdict.causes) else ""
+        judged[name] = (refused, tuple(verdict.warnings), advice)
+        if refused:
+            if old is not None:
+                accepted[name] = old  # refused: the stored class stays as it is
+        else:
+            accepted[name] = item.obj
+    return accepted, judged
 
 
 def _catalogs(before: Snapshot, after: Snapshot, *, policy: Policy) -> tuple[Catalog, Catalog]:

@@ -23,6 +23,9 @@ The order of steps is what makes rotation safe for connections in flight:
 
 No clock, no randomness, no I/O here (docs/conventions.md rule 2): `now` comes in, decisions come
 out as values. Parsing and key generation are in `webhook/certs/issue.py`.
+
+Why one module of about 400 lines: the facts, the policy and the steps are one plan read top to
+bottom; the helpers below `plan` are its clauses, and apart they would only be read together.
 """
 
 from __future__ import annotations
