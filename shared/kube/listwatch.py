@@ -244,7 +244,11 @@ class Reflector(Generic[R]):
         requested = isinstance(exc, RelistRequested)
         expired = requested or (isinstance(exc, ApiError) and exc.gone)
         self.on_restart(resource, "requested" if requested else "expired" if expired else "error")
-        delay = 0.0 if expired and attempt == 0 else jittered(attempt, self.rng)
+        if requested:  # asked for while the watch was healthy (the caller rate-limits): no failure
+            delay, failures = 0.0, attempt
+        else:
+            delay = 0.0 if expired and attempt == 0 else jittered(attempt, self.rng)
+            failures = attempt + 1
         log.info(
             "re-listing" if expired else "list/watch failed; re-listing",
             extra={
@@ -253,4 +257,4 @@ class Reflector(Generic[R]):
         )
         if delay:
             await self.sleep(delay)
-        return attempt + 1
+        return failures
