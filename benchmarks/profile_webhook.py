@@ -65,7 +65,7 @@ LAYERS = [
     ("our connection limits", r"webhook/server\.py"),
     ("ASGI/Starlette routing", r"/starlette/|/fastapi/|webhook/app\.py:dispatch"),
     ("handler: body read", r"webhook/limits\.py"),
-    ("handler: decision", r"shared/core/|webhook/state\.py"),
+    ("handler: decision", r"shared/core/|webhook/catalogs\.py"),
     ("handler: JSON parse/encode", r"orjson|/base64\.py|binascii"),
     ("handler: log line", r"/logging/|shared/process/logs\.py"),
     ("handler: metrics", r"/prometheus_client/"),

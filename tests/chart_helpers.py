@@ -199,3 +199,19 @@ def chart_webhook_configurations(url: str, ca_pem: bytes) -> list[RawObject]:
                 "caBundle": base64.b64encode(ca_pem).decode(),
             }
     return objects
+
+
+def webhook_identity() -> tuple[str, list[str]]:
+    """The user name and groups the chart's webhook ServiceAccount authenticates as, read from
+    the chart's ClusterRoleBinding, so a test acts as exactly the account the chart binds."""
+    binding = next(
+        o
+        for o in documents(render(), template="rbac-webhook.yaml")
+        if o["kind"] == "ClusterRoleBinding"
+    )
+    subject = binding["subjects"][0]
+    ns = subject["namespace"]
+    return (
+        f"system:serviceaccount:{ns}:{subject['name']}",
+        ["system:serviceaccounts", f"system:serviceaccounts:{ns}"],
+    )

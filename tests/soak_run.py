@@ -581,7 +581,12 @@ class Soak:
                 self.report.faults.append(
                     FaultRecord(kind, at, ended - at, recovered, self.shape.fault_goal(kind))
                 )
-                self.log(f"{self.now():.0f}s {kind}: consistent after {recovered}")
+                outcome = (
+                    f"not consistent within {self.shape.settle_timeout:.0f} s"
+                    if recovered is None
+                    else f"consistent {recovered:.1f} s after it ended"
+                )
+                self.log(f"{at:.0f}s {kind}: {outcome}")
                 self.churn_go.set()
                 next_fault = self.now() + self.shape.fault_every
                 next_check = self.now() + self.shape.check_every

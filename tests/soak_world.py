@@ -25,7 +25,7 @@ from typing import Any
 
 from tests.builders import api_gpuclass, api_licensed_class, api_namespace, api_secret
 from tests.chart_helpers import NAMESPACE as RELEASE_NS
-from tests.chart_helpers import chart_webhook_configurations, documents, render
+from tests.chart_helpers import chart_webhook_configurations, documents, render, webhook_identity
 from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, User, eventually, free_port
 from tests.controlplane.components import Component, kwok, kwok_node, set_allocatable
@@ -101,20 +101,6 @@ def node_name(index: int) -> str:
 
 def tenant(index: int) -> str:
     return f"tenant-soak{index}"
-
-
-def webhook_identity() -> tuple[str, list[str]]:
-    binding = next(
-        o
-        for o in documents(render(), template="rbac-webhook.yaml")
-        if o["kind"] == "ClusterRoleBinding"
-    )
-    subject = binding["subjects"][0]
-    ns = subject["namespace"]
-    return (
-        f"system:serviceaccount:{ns}:{subject['name']}",
-        ["system:serviceaccounts", f"system:serviceaccounts:{ns}"],
-    )
 
 
 @dataclass

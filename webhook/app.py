@@ -43,9 +43,9 @@ from gpuclass.shared.core.admission.review import ENDPOINTS, Review, decide
 from gpuclass.shared.core.base.raw import dict_at
 from gpuclass.shared.process.http import Probes, health_routes
 from gpuclass.shared.process.logs import BoundedFields, log_fields
+from gpuclass.webhook.catalogs import CatalogFeed
 from gpuclass.webhook.limits import BODY_COMPLETE, BodyLimits, BodyRefused, read_body
 from gpuclass.webhook.metrics import WebhookMetrics
-from gpuclass.webhook.state import CatalogState
 
 log = logging.getLogger("gpuclass.webhook")
 
@@ -58,11 +58,11 @@ LOGGED_STRING_CHARS = 128  # request-derived strings in decision lines (a uid is
 
 @dataclass
 class AppContext:
-    """What the routes share: the catalog state, the metrics, the body limits, whether TLS is loaded
+    """What the routes share: the catalog feed, the metrics, the body limits, whether TLS is loaded
     (readiness), the background jobs the lifespan starts beside the catalog's, and `draining`,
     set on SIGTERM so /readyz fails and answers close their connection."""
 
-    state: CatalogState
+    feed: CatalogFeed
     metrics: WebhookMetrics
     body: BodyLimits
     tls_ready: Callable[[], bool] = lambda: True
@@ -153,7 +153,7 @@ class AdmissionRoute:
         except orjson.JSONDecodeError:
             return self._client_error(400, "body is not JSON: expected an AdmissionReview")
         try:
-            answer = decide(parsed, self.ctx.state.catalog, endpoint=self.path)
+            answer = decide(parsed, self.ctx.feed.catalog, endpoint=self.path)
         except MalformedReview as exc:
             return self._client_error(400, str(exc))
         payload = encode_response(answer.response())
@@ -236,7 +236,7 @@ def create_app(ctx: AppContext) -> ASGIApp:
 def _fastapi_app(ctx: AppContext, admission: dict[str, AdmissionRoute]) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        jobs: list[Callable[[], Coroutine[Any, Any, None]]] = [ctx.state.run, *ctx.background]
+        jobs: list[Callable[[], Coroutine[Any, Any, None]]] = [ctx.feed.run, *ctx.background]
         tasks = [asyncio.create_task(job()) for job in jobs]
         try:
             yield
@@ -265,19 +265,19 @@ def _probes(ctx: AppContext) -> Probes:
     """What the shared probe routes ask the webhook: its catalog tasks, its sync and TLS, the drain."""
 
     def live() -> str | None:
-        return None if ctx.state.healthy() else "catalog watch tasks stopped"
+        return None if ctx.feed.healthy() else "catalog watch tasks stopped"
 
     def ready() -> str | None:
         if ctx.draining:
             return "shutting down"
-        if not ctx.state.synced:
+        if not ctx.feed.synced:
             return "catalog not synced yet"
         return None if ctx.tls_ready() else "TLS not loaded"
 
     def before_scrape() -> None:
-        ctx.metrics.catalog_synced.set(1 if ctx.state.synced else 0)
-        if ctx.state.updated_at:
-            ctx.metrics.catalog_age.set(time.time() - ctx.state.updated_at)
+        ctx.metrics.catalog_synced.set(1 if ctx.feed.synced else 0)
+        if ctx.feed.updated_at:
+            ctx.metrics.catalog_age.set(time.time() - ctx.feed.updated_at)
 
     return Probes(ctx.metrics.registry, live=live, ready=ready, before_scrape=before_scrape)
 

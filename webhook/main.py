@@ -23,23 +23,23 @@ from gpuclass.shared.process.http import server_config
 from gpuclass.shared.process.logs import setup_logging
 from gpuclass.shared.process.settings import parse_settings
 from gpuclass.webhook.app import AppContext, create_app
+from gpuclass.webhook.catalogs import CatalogFeed, CatalogStore, FileCatalog
 from gpuclass.webhook.certs.rotator import CertTarget, SelfManagedCertificates
 from gpuclass.webhook.certs.tls import ReloadingContext, self_signed
 from gpuclass.webhook.limits import BodyBudget, BodyLimits
 from gpuclass.webhook.metrics import WebhookMetrics
 from gpuclass.webhook.server import ConnectionLimits, WebhookServer, shrink_tls_buffers
 from gpuclass.webhook.settings import WebhookSettings
-from gpuclass.webhook.state import CatalogCache, CatalogState, FileState
 
 log = logging.getLogger("gpuclass.webhook")
 
 
-async def _cluster_state(settings: WebhookSettings, metrics: WebhookMetrics) -> CatalogState:
+async def _watched_catalog(settings: WebhookSettings, metrics: WebhookMetrics) -> CatalogFeed:
     from gpuclass.shared.kube.kubeclient import api_client
     from gpuclass.webhook.kube import FIELD_MANAGER, webhook_client
 
     api = await api_client(settings.kubeconfig, binary=FIELD_MANAGER, context=settings.context)
-    return CatalogCache(
+    return CatalogStore(
         webhook_client(api, kubevirt_namespace=settings.kubevirt_namespace),
         settings.policy(),
         on_restart=lambda resource, reason: metrics.watch_restarts.labels(resource, reason).inc(),
@@ -116,15 +116,15 @@ async def serve(settings: WebhookSettings) -> int:
     certificates: SelfManagedCertificates | None = None
     try:
         tls = _self_managed_tls(settings) if settings.cert_secret else _tls(settings)
-        state: CatalogState = (
-            FileState(
+        feed: CatalogFeed = (
+            FileCatalog(
                 settings.objects,
                 settings.policy(),
                 poll_seconds=settings.objects_poll_seconds,
                 kubevirt_namespace=settings.kubevirt_namespace,
             )
             if settings.objects
-            else await _cluster_state(settings, metrics)
+            else await _watched_catalog(settings, metrics)
         )
         if settings.cert_secret:
             certificates = await _certificates(settings, tls, metrics=metrics)
@@ -145,7 +145,7 @@ async def serve(settings: WebhookSettings) -> int:
 
     background = [certificates.run] if certificates is not None else [reload_certificates]
     ctx = AppContext(
-        state,
+        feed,
         metrics,
         _body_limits(settings),
         tls_ready=_tls_ready(tls, certificates),

@@ -2,7 +2,7 @@
 
 Both servers run from files when given `--objects`, and both notice a change the same
 way, by :func:`stamp_of` (every file's modification time and size). What they rebuild
-differs: :class:`FileSource`, used by the webhook alone (`webhook.state.FileState`),
+differs: :class:`FileSource`, used by the webhook alone (`webhook.catalogs.FileCatalog`),
 reloads the snapshot when the stamp moved, keeping the last good snapshot when a file is
 briefly unreadable (mid-write); the reconciler's offline twin (`reconciler.offline`)
 imports only `stamp_of` and reloads its in-memory API server itself. The `gpuclass`

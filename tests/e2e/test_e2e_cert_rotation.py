@@ -33,7 +33,7 @@ from cryptography import x509
 from gpuclass.webhook.certs.tls import self_signed
 from tests.builders import World, api_gpuclass, api_namespace
 from tests.builders import selecting_vmi as vmi
-from tests.chart_helpers import NAMESPACE, documents, render
+from tests.chart_helpers import NAMESPACE, documents, render, webhook_identity
 from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, eventually, free_port
 from tests.e2e_reconciler_helpers import PermittedDevices
@@ -68,18 +68,6 @@ def local_configurations(url: str) -> list[RawObject]:
             assert "caBundle" not in hook["clientConfig"]
             hook["clientConfig"] = {"url": url + hook["clientConfig"]["service"]["path"]}
     return objects
-
-
-def service_account() -> tuple[str, list[str]]:
-    binding = next(
-        o for o in chart_objects("rbac-webhook.yaml") if o["kind"] == "ClusterRoleBinding"
-    )
-    subject = binding["subjects"][0]
-    ns = subject["namespace"]
-    return (
-        f"system:serviceaccount:{ns}:{subject['name']}",
-        ["system:serviceaccounts", f"system:serviceaccounts:{ns}"],
-    )
 
 
 @dataclass
@@ -149,7 +137,7 @@ def test_ca_and_certificate_rotate_with_traffic_flowing_and_no_admission_fails(
     port = free_port()
     configurations = local_configurations(f"https://127.0.0.1:{port}")
     api.apply(configurations)
-    name, groups = service_account()
+    name, groups = webhook_identity()
     identity = control_plane.user(name, groups)
     mutating, validating = (
         next(c["metadata"]["name"] for c in configurations if c["kind"] == kind)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.builders import api_gpuclass, api_namespace
-from tests.chart_helpers import NAMESPACE, documents, render
+from tests.chart_helpers import NAMESPACE, documents, render, webhook_identity
 from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, User, eventually, unique_name
 from tests.controlplane.components import Component
@@ -59,20 +59,6 @@ class Chart:
     @property
     def admin(self) -> Api:
         return self.plane.admin
-
-
-def _webhook_account() -> tuple[str, list[str]]:
-    binding = next(
-        o
-        for o in documents(render(), template="rbac-webhook.yaml")
-        if o["kind"] == "ClusterRoleBinding"
-    )
-    subject = binding["subjects"][0]
-    ns = subject["namespace"]
-    return (
-        f"system:serviceaccount:{ns}:{subject['name']}",
-        ["system:serviceaccounts", f"system:serviceaccounts:{ns}"],
-    )
 
 
 def _decoy_configurations() -> list[RawObject]:
@@ -113,7 +99,7 @@ def chart(control_plane: ControlPlane) -> Iterator[Chart]:
     admin.apply([api_namespace(NAMESPACE), api_namespace("cozy-kubevirt")])
     added = apply_chart_rbac(admin)
     configurations = [admin.create(c) for c in _decoy_configurations()]
-    name, groups = _webhook_account()
+    name, groups = webhook_identity()
     webhook = control_plane.user(name, groups).api()
     reconciler = control_plane.user(SERVICE_ACCOUNT, list(SERVICE_ACCOUNT_GROUPS)).api()
     try:

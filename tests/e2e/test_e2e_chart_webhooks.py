@@ -32,7 +32,13 @@ import pytest
 from tests.builders import World, api_gpuclass, api_namespace
 from tests.builders import selecting_vm as vm
 from tests.builders import selecting_vmi as vmi
-from tests.chart_helpers import NAMESPACE, chart_webhook_configurations, documents, render
+from tests.chart_helpers import (
+    NAMESPACE,
+    chart_webhook_configurations,
+    documents,
+    render,
+    webhook_identity,
+)
 from tests.controlplane.api import Api, ApiError, RawObject
 from tests.controlplane.cluster import ControlPlane, eventually, unique_name
 from tests.e2e_reconciler_helpers import PermittedDevices
@@ -49,17 +55,6 @@ GPUCLASSES = "/apis/cozystack.io/v1alpha1/gpuclasses"
 
 def webhook_rbac() -> list[RawObject]:
     return documents(render(), template="rbac-webhook.yaml")
-
-
-def service_account() -> tuple[str, list[str]]:
-    """The user name and groups of the chart's webhook ServiceAccount (from its binding)."""
-    binding = next(o for o in webhook_rbac() if o["kind"] == "ClusterRoleBinding")
-    subject = binding["subjects"][0]
-    ns = subject["namespace"]
-    return (
-        f"system:serviceaccount:{ns}:{subject['name']}",
-        ["system:serviceaccounts", f"system:serviceaccounts:{ns}"],
-    )
 
 
 def vgpu_pod(ns: str, resources: dict[str, str] | None = None) -> RawObject:
@@ -96,7 +91,7 @@ class Routing:
         self.plane = plane
         self.tmp = tmp
         self.classes = classes
-        name, groups = service_account()
+        name, groups = webhook_identity()
         self.identity = plane.user(name, groups)
         self.server: WebhookProcess | None = None
         self.configurations: list[RawObject] = []

@@ -271,8 +271,8 @@ def test_under_owner_stops_uvicorn_installs_no_signal_handler() -> None:
 # -- both binaries -------------------------------------------------------------------------------
 
 
-class StubCatalogState:
-    """The webhook's `CatalogState`, with the two answers its probes read set by hand."""
+class StubCatalogFeed:
+    """The webhook's `CatalogFeed`, with the two answers its probes read set by hand."""
 
     def __init__(self, *, synced: bool, healthy: bool) -> None:
         self.catalog = Catalog(policy=Policy())
@@ -287,7 +287,7 @@ class StubCatalogState:
 
 def webhook_app(*, synced: bool, healthy: bool) -> ASGIApp:
     ctx = AppContext(
-        StubCatalogState(synced=synced, healthy=healthy),
+        StubCatalogFeed(synced=synced, healthy=healthy),
         WebhookMetrics(),
         BodyLimits(1024, 1.0, BodyBudget(4096, small_bytes=1024, reserve=512)),
     )
@@ -318,7 +318,7 @@ def test_before_they_are_ready_both_binaries_answer_in_one_shape() -> None:
 
 def test_the_webhook_drain_fails_its_readiness_only() -> None:
     ctx = AppContext(
-        StubCatalogState(synced=True, healthy=True),
+        StubCatalogFeed(synced=True, healthy=True),
         WebhookMetrics(),
         BodyLimits(1024, 1.0, BodyBudget(4096, small_bytes=1024, reserve=512)),
         draining=True,

@@ -17,7 +17,7 @@ import pytest
 from gpuclass.shared.core.status.catalog import Policy
 from gpuclass.shared.kube.errors import ApiError
 from gpuclass.shared.kube.listwatch import ListPage, RawObject, WatchEvent
-from gpuclass.webhook.state import CatalogCache
+from gpuclass.webhook.catalogs import CatalogStore
 
 Expired = ApiError(410, "Expired", message="too old resource version")
 
@@ -81,7 +81,7 @@ def static(name: str, items: list[RawObject]) -> ScriptedSource:
     return ScriptedSource(name, [items], [])
 
 
-async def run_until(state: CatalogCache, condition: Any, timeout: float = 5.0) -> None:
+async def run_until(state: CatalogStore, condition: Any, timeout: float = 5.0) -> None:
     task = asyncio.create_task(state.run())
     try:
         deadline = asyncio.get_running_loop().time() + timeout
@@ -104,7 +104,7 @@ QUOTA = {
 }
 
 
-def make_state(classes: ScriptedSource, restarts: list[tuple[str, str]]) -> CatalogCache:
+def make_state(classes: ScriptedSource, restarts: list[tuple[str, str]]) -> CatalogStore:
     kubevirt = {
         "kind": "KubeVirt",
         "status": {"phase": "Deployed"},
@@ -126,7 +126,7 @@ def make_state(classes: ScriptedSource, restarts: list[tuple[str, str]]) -> Cata
             static("resourcequotas", [QUOTA]),
         ]
     )
-    return CatalogCache(
+    return CatalogStore(
         client,
         Policy(),
         on_restart=lambda resource, reason: restarts.append((resource, reason)),

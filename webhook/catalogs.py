@@ -1,6 +1,6 @@
-"""Where the webhook's catalog comes from: files (`--objects`) or a live API cache.
+"""Where the webhook's catalog comes from: files (`--objects`) or a store kept by list+watch.
 
-Both sources expose the same thing to the routes: the current `Catalog` (built
+Both feeds expose the same thing to the routes (:class:`CatalogFeed`): the current `Catalog` (built
 once per change, never per request), whether the first full sync is done, when
 the catalog last changed, and whether their background tasks are alive.
 """
@@ -26,13 +26,13 @@ from gpuclass.shared.kube.syncview import SyncView
 
 RESOURCES = ("gpuclasses", "namespaces", "kubevirts", "resourcequotas")
 Compact = RawObject | ClassRecord | tuple[str, Quota]
-"""What the cache keeps of one object (:meth:`CatalogCache._compact`)."""
+"""What the store keeps of one object (:meth:`CatalogStore._compact`)."""
 
 log = logging.getLogger(__name__)
 
 
-class CatalogState(Protocol):
-    """What the routes and probes read, whichever source feeds it: `catalog` for every review,
+class CatalogFeed(Protocol):
+    """What the routes and probes read, whichever feed it is: `catalog` for every review,
     `synced` for /readyz, `updated_at` (epoch seconds, 0 before the first build) for the
     catalog-age metric."""
 
@@ -51,7 +51,7 @@ class CatalogState(Protocol):
         ...
 
 
-class FileState:
+class FileCatalog:
     """The catalog from files, with capacity figures computed from their nodes and pods."""
 
     def __init__(
@@ -96,13 +96,14 @@ class FileState:
         return self._task_alive
 
 
-class CatalogCache:
-    """The catalog from list+watch caches of GPUClasses, Namespaces and the KubeVirt CR.
+class CatalogStore:
+    """The catalog from a store of GPUClasses, Namespaces, KubeVirt CRs and ResourceQuotas
+    kept by list+watch.
 
-    The cache is a :class:`shared.kube.listwatch.Store` kept by the shared reflector,
+    The store is a :class:`shared.kube.listwatch.Store` kept by the shared reflector,
     the loop the reconciler's informers run too, and nothing else writes it. A (re-)list
     goes in page by page, and what the list no longer holds is swept only after its last
-    page, so mid-re-list the cache holds the previous view plus what the new list has
+    page, so mid-re-list the store holds the previous view plus what the new list has
     shown, never less. 410 Gone re-lists at once, other failures after a backoff with
     jitter; each resource has its own sync state. The catalog is rebuilt once every
     resource has completed its first list, then after each page and each event.
