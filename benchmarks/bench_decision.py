@@ -60,6 +60,7 @@ sys.path.insert(0, str(ROOT))
 
 from gpuclass.shared.cli.reviewcmd import offline_catalog  # noqa: E402
 from gpuclass.shared.core.admission.decisions import encode_response  # noqa: E402
+from gpuclass.shared.core.admission.resolution import remembered  # noqa: E402
 from gpuclass.shared.core.admission.review import review  # noqa: E402
 from gpuclass.shared.core.model.selection import (  # noqa: E402
     MAX_SELECTION_BYTES,
@@ -294,7 +295,7 @@ def many_volumes_many_licenses(
         )
         assert record is not None and record.spec is not None
         offers[record.name] = Offer(record, None, True, 1, 1)
-    licensed = _replace(catalog, offers=offers, remembered={})
+    licensed = _replace(catalog, offers=offers)
     body = review_body("not json")
     spec = body["request"]["object"]["spec"]
     spec["volumes"] = [
@@ -358,7 +359,7 @@ def _unremembered(call: Callable[[], object], catalog: Catalog) -> Callable[[], 
 
     def fresh() -> object:
         remembered_selection.cache_clear()
-        catalog.remembered.clear()
+        remembered(catalog).clear()
         return call()
 
     return fresh

@@ -8,6 +8,7 @@ selection alone is resolved once per annotation text and catalog (:func:`resolve
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -91,23 +92,39 @@ class Resolution(NamedTuple):
 
 
 RESOLUTIONS_REMEMBERED = 256
-"""Distinct annotations whose resolution a catalog keeps (:attr:`Catalog.remembered`): a platform's
+"""Distinct annotations whose resolution is kept per catalog (:func:`remembered`): a platform's
 VMs repeat a few selections, so a review usually finds its own there."""
 REMEMBERED_UNITS = 64
 """A resolution of more GPU units than this is not kept: its entries are the memory (a thousand
 entries per hostile annotation), and no honest VM asks for that many."""
 
+_MEMORIES: dict[int, dict[str, Resolution]] = {}
+"""Per live catalog, by identity: its resolutions by annotation text. A catalog never changes once
+built, so neither does what follows from it; a change of state builds a new catalog, which starts
+with nothing remembered, and a catalog's entry leaves with it (a finalizer)."""
+
+
+def remembered(catalog: Catalog) -> dict[str, Resolution]:
+    """The resolutions remembered for `catalog` (admission's memory, not the catalog's: the status
+    layer builds catalogs and knows nothing of it)."""
+    key = id(catalog)
+    memory = _MEMORIES.get(key)
+    if memory is None:
+        memory = _MEMORIES[key] = {}
+        weakref.finalize(catalog, _MEMORIES.pop, key, None)
+    return memory
+
 
 def resolve(raw: str | None, selection: Selection, *, catalog: Catalog) -> Resolution:
     """The namespace-free part of rules 3, 4, 6, 7 and 8 for the selection parsed from `raw`,
-    remembered per annotation text on `catalog` (at most :data:`RESOLUTIONS_REMEMBERED`, each of
-    at most :data:`REMEMBERED_UNITS` units; a full memory starts over)."""
-    memory = catalog.remembered
+    remembered per annotation text and catalog (at most :data:`RESOLUTIONS_REMEMBERED` per
+    catalog, each of at most :data:`REMEMBERED_UNITS` units; a full memory starts over)."""
+    memory = remembered(catalog)
     key = raw if raw is not None and len(raw) <= MAX_SELECTION_BYTES else None
     if key is not None:
         known = memory.get(key)
         if known is not None:
-            return known  # type: ignore[no-any-return]
+            return known
     resolution = _resolve(selection, catalog)
     if key is not None and sum(resolution.plan.totals.values()) <= REMEMBERED_UNITS:
         if len(memory) >= RESOLUTIONS_REMEMBERED:
@@ -170,7 +187,7 @@ def judge_create(obj: Mapping[str, Any], namespace: str, *, catalog: Catalog) ->
         )
     causes += license_causes
     wanted = resolution.wanted
-    if wanted:  # the remembered entries stay the catalog's: the answer carries its own copies
+    if wanted:  # the remembered entries stay in memory: the answer carries its own copies
         wanted = [dict(entry) for entry in wanted]
     own_license = licensed[0] if licensed else None
     operations, op_causes = gpu_operations(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Literal
 
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.model.detail import extended_left
@@ -55,7 +55,7 @@ class Offer:
         return effective_max_count(self.record, self.max_units_per_node)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Catalog:
     """Everything admission reads, built once per change of state by :func:`build_catalog`: the
     offers by class name, namespace labels (for entitlement) and the platform policy."""
@@ -72,11 +72,6 @@ class Catalog:
     """Every resource that is a vGPU (rule 4.5): the resourceName of every `mode: vgpu` class, valid
     or not, and every `mediatedDevices` resourceName of the KubeVirt CR, whether a class names it
     or not. Whoever asks for one, by class, raw VMI entry or plain Pod, needs entitlement."""
-    remembered: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    """What admission derived from this catalog for one selection annotation (its class look-ups,
-    limits, GPU entries and tolerations: :func:`shared.core.admission.resolution.resolve`), kept
-    per annotation text and bounded by its writer. A catalog never changes once built, so neither
-    does what follows from it; a change of state builds a new catalog with nothing remembered."""
 
     def resource_by_class(self) -> dict[str, str]:
         """className -> resourceName of every class that claims one (invalid classes too): what

@@ -7,6 +7,7 @@ Secret references) is judged again by `judge_create`.
 from __future__ import annotations
 
 import copy
+import gc
 import json
 from collections.abc import Callable
 from typing import Any
@@ -14,11 +15,13 @@ from typing import Any
 import jsonpatch
 import pytest
 
+from gpuclass.shared.core.admission import resolution
 from gpuclass.shared.core.admission.decisions import Allowed, Denied
 from gpuclass.shared.core.admission.resolution import (
     REMEMBERED_UNITS,
     RESOLUTIONS_REMEMBERED,
     judge_create,
+    remembered,
 )
 from gpuclass.shared.core.model.snapshot import SnapshotBuilder
 from gpuclass.shared.core.status.catalog import Catalog, Policy, build_catalog
@@ -97,7 +100,7 @@ def test_an_annotation_seen_before_is_judged_on_each_object(
     first, second = _answer(obj, remembering), _answer(obj, remembering)
     assert first == second == expected
     assert create(obj, remembering) == create(obj, catalog())  # a catalog with nothing remembered
-    assert json.dumps(selection) in remembering.remembered
+    assert json.dumps(selection) in remembered(remembering)
 
 
 def test_a_new_catalog_remembers_nothing_of_the_old_one() -> None:
@@ -124,11 +127,25 @@ def test_the_memory_is_bounded_whatever_a_tenant_sends() -> None:
     for spaces in range(3 * RESOLUTIONS_REMEMBERED):  # as many distinct annotations
         obj = vmi(raw="[" + " " * spaces + json.dumps(cls("whole", 1)) + "]")
         assert create(obj, cat) == Allowed((gpus_op(RES["whole"]), tolerations_op(TOL_W)))
-        assert len(cat.remembered) <= RESOLUTIONS_REMEMBERED
+        assert len(remembered(cat)) <= RESOLUTIONS_REMEMBERED
     # A resolution of more units than an honest VM asks for is judged, never kept.
     big = vmi([cls("big", REMEMBERED_UNITS + 1)])
     assert len(ops_of_gpus(create(big, cat))) == REMEMBERED_UNITS + 1
-    assert big["metadata"]["annotations"][ANN_KEY] not in cat.remembered
+    assert big["metadata"]["annotations"][ANN_KEY] not in remembered(cat)
+
+
+def test_a_catalog_s_memory_leaves_with_it() -> None:
+    # The webhook builds a new catalog after every change it watches: the memory of an old one
+    # must not outlive it, however many are built.
+    obj = vmi([cls("whole", 1)])
+    before = len(resolution._MEMORIES)
+    for _ in range(50):
+        cat = catalog()
+        create(obj, cat)
+        assert remembered(cat)
+    del cat
+    gc.collect()
+    assert len(resolution._MEMORIES) == before
 
 
 def ops_of_gpus(decision: Any) -> list[dict[str, Any]]:

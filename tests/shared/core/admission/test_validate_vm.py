@@ -233,7 +233,7 @@ def test_a_quota_that_cannot_hold_the_units_is_a_warning_never_a_refusal(
     from decimal import Decimal
 
     quota = {} if left is None else {"tenant-a": {"requests.example.com/whole-gpu": Decimal(left)}}
-    judged = replace(catalog(), quota_left=quota, remembered={})
+    judged = replace(catalog(), quota_left=quota)
     vm = selection_vm(f'[{{"className": "example-whole-gpu", "count": {count}}}]')
     request = admission_request(VM_KIND, operation="CREATE", namespace="tenant-a", object=vm)
     decision = admit(request, judged)
