@@ -340,7 +340,7 @@ def _allowed_golden_vmi_creates() -> list[GoldenCase]:
 
 
 # A raw `hostDevices` entry needs KubeVirt's HostDevices feature gate, which this KubeVirt CR
-# does not turn on (tests/test_e2e_kubevirt.py shows the refusal and the gate).
+# does not turn on (tests/e2e/test_e2e_kubevirt.py shows the refusal and the gate).
 NEEDS_HOST_DEVICES_GATE = "vmi-4.5-raw-unclassed-mdev-entitled"
 ALLOWED = [c for c in _allowed_golden_vmi_creates() if c.name != NEEDS_HOST_DEVICES_GATE]
 
