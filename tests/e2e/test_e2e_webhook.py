@@ -71,7 +71,7 @@ def world(
             w.licensed_resource,
             mode="vgpu",
             profile="p",
-            license={"secretName": "e2e-licence"},
+            license={"secretName": "e2e-license"},
         )
     )
     api.create(api_gpuclass(w.byol, w.byol_resource, mode="vgpu", profile="p"))
