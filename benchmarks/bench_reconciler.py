@@ -99,7 +99,7 @@ def rss_mb() -> tuple[float, float]:
     return current / 1e6, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
 
 
-SCOPE = Scope(license_secret_names=frozenset({"vgpu-licence"}))
+SCOPE = Scope(license_secret_names=frozenset({"vgpu-license"}))
 """As the chart runs it: the license source read by name (gencluster's one source Secret)."""
 
 

@@ -69,7 +69,7 @@ FLOOD_BYTES = 1_000_000  # about the most a Secret's data may hold (1 MiB)
 SETTLE = float(os.environ.get("BENCH_SETTLE", "5"))
 BEFORE = os.environ.get("BENCH_BEFORE", "")
 CLASSES = 4
-SOURCE = "bench-licence"
+SOURCE = "bench-license"
 TENANT, FLOODED = "tenant-bench", "tenant-flood"
 LICENSED = "bench-licensed"
 COPY = f"gpuclass-license-{LICENSED}"
@@ -207,7 +207,7 @@ def ready(api: Api, process: ReconcilerProcess) -> None:
         eventually(
             lambda: api.get("v1", "Secret", COPY, namespace=TENANT),
             timeout=60,
-            what="the licence copy",
+            what="the license copy",
         )
     except TimeoutError as exc:
         raise SystemExit(f"{exc}; its log ends:\n{process.tail()}") from None

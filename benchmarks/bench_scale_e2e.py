@@ -9,8 +9,8 @@ that kwok runs. Then it prints:
 
 1. **initial sync against a plain list**, in this process, with the same client
    (`reconciler.api.client.KubeAdapter`, same page size and selectors): (a) list every
-   source the reconciler watches and drop the pages; (b) the reconciler's own
-   start-up work: the same lists into its state, then the first pass computing
+   resource the reconciler watches and drop the pages; (b) the reconciler's own
+   start-up work: the same lists into its store, then the first pass computing
    every class (dry run: nothing written). Alternated `BENCH_ROUNDS` times (default
    3); medians and the ratio (goal: sync <= 2x the plain list);
 2. **the reconciler process**: `gpuclass-reconciler` started as in production
@@ -241,7 +241,7 @@ async def plain_list(kubeconfig: Path) -> tuple[float, int]:
 
 
 async def initial_sync(kubeconfig: Path) -> float:
-    """The reconciler's start-up: every list into its state, then the first full pass."""
+    """The reconciler's start-up: every list into its store, then the first full pass."""
     reconciler = Manager(settings(kubeconfig), serve_http=False)
     try:
         started = time.perf_counter()

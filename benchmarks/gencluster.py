@@ -54,7 +54,7 @@ def _classes(count: int) -> Iterator[RawObject]:
         }
         if licensed:
             spec["profile"] = "example-profile"
-            spec["license"] = {"secretName": "vgpu-licence", "featureType": 1}
+            spec["license"] = {"secretName": "vgpu-license", "featureType": 1}
         if i % 5 == 0:
             spec["tolerations"] = [{"key": DEDICATED, "operator": "Exists", "effect": "NoSchedule"}]
         yield {
@@ -91,7 +91,7 @@ def _platform(classes: int) -> Iterator[RawObject]:
     yield {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": "vgpu-licence", "namespace": "cozy-system"},
+        "metadata": {"name": "vgpu-license", "namespace": "cozy-system"},
         "type": "Opaque",
         "data": {"client_configuration_token.tok": "c3ludGhldGljLXRva2Vu"},
     }

@@ -4,7 +4,7 @@ The real kube-apiserver, etcd and kwok; two `gpuclass-webhook` replicas behind a
 `gpuclass-reconciler` replicas with leader election, each as the chart's ServiceAccount with the
 chart's RBAC and policies; a few hundred GPU nodes, a few thousand Pods and VMIs. Steady churn
 (VMIs created through the webhooks and deleted, launcher Pods bound and ended, Pods, nodes
-cordoned, tainted, relabelled and resized, classes edited, licence sources rotated, namespaces
+cordoned, tainted, relabelled and resized, classes edited, license sources rotated, namespaces
 entitled and not) and a fault every `--fault-every` seconds, in turn: SIGKILL of the leader, a
 rolling update of the webhook, a kube-apiserver restart, etcd compaction and defragmentation, and
 every watch cut by a proxy; certificates and CAs rotate on their (minutes-long) lifetimes.

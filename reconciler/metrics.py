@@ -140,7 +140,7 @@ METRICS: tuple[MetricSpec, ...] = (
         "object_writes",
         "counter",
         "gpuclass_object_writes",
-        "Other writes: licence copies and finalizers, by kind, action and result",
+        "Other writes: license copies and finalizers, by kind, action and result",
         ("kind", "action", "result"),
     ),
     MetricSpec("leader", "gauge", "gpuclass_leader", "1 while this replica holds the Lease"),

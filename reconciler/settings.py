@@ -39,7 +39,7 @@ class ReconcilerSettings(CommonSettings):
     )
     bind_address: str = Field("0.0.0.0", description="address to listen on")
     once: bool = Field(
-        False, description="reconcile once, print the statuses and licence copies as JSON, and exit"
+        False, description="reconcile once, print the statuses and license copies as JSON, and exit"
     )
     dry_run: bool = Field(
         False, description="compute and log what would be written, write nothing to the cluster"
@@ -48,7 +48,7 @@ class ReconcilerSettings(CommonSettings):
         True, description="hold a Lease so that one replica writes at a time"
     )
     leader_election_namespace: str | None = Field(
-        None, description="namespace of the Lease (default: the licence namespace)"
+        None, description="namespace of the Lease (default: the license namespace)"
     )
     leader_election_name: str = Field("gpuclass-reconciler", description="name of the Lease")
     lease_duration_seconds: float = Field(
@@ -88,8 +88,8 @@ class ReconcilerSettings(CommonSettings):
     )
     license_secret_names: Annotated[list[str] | None, NoDecode] = Field(
         None,
-        description="the licence source Secrets to read, by name (comma-separated); unset: every "
-        "Secret of the licence namespace. The chart sets it, and grants reads of these names only",
+        description="the license source Secrets to read, by name (comma-separated); unset: every "
+        "Secret of the license namespace. The chart sets it, and grants reads of these names only",
         json_schema_extra={"metavar": "NAME,..."},
     )
 

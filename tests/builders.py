@@ -11,7 +11,7 @@ plumbing module defines one again).
   Pod's phase) and the fields the compaction functions read, nothing more;
 - bodies an API server accepts, as a client creates them (`api_namespace`, `api_gpuclass`,
   `api_licensed_class`, `api_secret` from plain-text data, `api_pod` with images, requests
-  and limits, `api_vmi` with its root disk, memory and licence disk), for the end-to-end
+  and limits, `api_vmi` with its root disk, memory and license disk), for the end-to-end
   tests and benchmarks against a real control plane; :func:`example_class` is an
   `api_gpuclass` named after its resource, and :func:`with_status` one whose status the
   reconciler has written;
@@ -357,7 +357,7 @@ def api_vmi(
     license_copy: str | None = None,
 ) -> RawObject:
     """A VMI body as admission stores it: the selection annotation, `gpus` entries and, for a
-    licensed class, the licence volume and disk naming the copy `license_copy`
+    licensed class, the license volume and disk naming the copy `license_copy`
     (docs/contract.md section 1); with a root disk and memory, as KubeVirt requires."""
     meta: RawObject = {"name": name, "namespace": ns}
     if classes:

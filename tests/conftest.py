@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "admission"
 OBJECTS = [str(ROOT / "examples"), str(ROOT / "tests" / "fixtures" / "objects")]
 # Golden VMI requests that are not valid KubeVirt objects on purpose, and why
-# (tests/test_kubevirt_crds.py proves these and only these fail KubeVirt's schema).
+# (tests/e2e/test_kubevirt_crds.py proves these and only these fail KubeVirt's schema).
 NOT_KUBEVIRT = {
     "vmi-4.6-unknown-fields-survive": "carries fields KubeVirt does not know, to show they survive",
     "vmi-4.6-missing-containers-created": "no spec.domain.devices (KubeVirt requires it) and an "

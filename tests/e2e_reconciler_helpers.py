@@ -69,7 +69,7 @@ KUBEVIRT_CONTROLLER_GROUPS = (
     "system:serviceaccounts",
     f"system:serviceaccounts:{KUBEVIRT_NAMESPACE}",
 )
-LICENSE_SOURCES: tuple[str, ...] = tuple(f"e2e-licence-source-{i}" for i in range(8))
+LICENSE_SOURCES: tuple[str, ...] = tuple(f"e2e-license-source-{i}" for i in range(8))
 """The license source Secrets the tests may use. The chart is rendered with these as
 `settings.licenseSecretNames` (a Role with these resourceNames) and the reconciler runs with
 `--license-secret-names` naming them: any other Secret is beyond its reach. A handful, as a

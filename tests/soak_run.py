@@ -9,8 +9,8 @@ checks the invariants every `check_every` seconds.
 
 A check pauses the churn and waits (at most `settle_timeout`) until a from-scratch computation on a
 fresh list of the cluster agrees with what is written: `gpuclass-reconciler --once --dry-run`, the
-same pure functions the CLI uses, with nothing incremental, must find no status, licence copy or
-finalizer to write; every licence copy must sit beside a VMI that mounts it and hold its source's
+same pure functions the CLI uses, with nothing incremental, must find no status, license copy or
+finalizer to write; every license copy must sit beside a VMI that mounts it and hold its source's
 current token; no class may hold the in-use finalizer while no VMI selects it. A check that is not
 met in time is a violation, reported with what differed. The time from a fault's end until the
 first met check is its recovery time (a roll or a restart ends when its last step has).
@@ -451,7 +451,7 @@ class Soak:
             found.append(f"status of {name} differs from a fresh computation")
         copies = report.get("licenseCopies", report.get("licenceCopies")) or []
         for write in copies:
-            found.append(f"licence copy to write: {json.dumps(write, sort_keys=True)[:300]}")
+            found.append(f"license copy to write: {json.dumps(write, sort_keys=True)[:300]}")
         for write in report.get("finalizers") or []:
             found.append(f"finalizer to write: {json.dumps(write, sort_keys=True)[:300]}")
         with self.api() as api:
@@ -476,11 +476,11 @@ class Soak:
                 continue
             where = f"{meta['namespace']}/{meta['name']}"
             if (meta["namespace"], meta["name"]) not in mounted:
-                found.append(f"licence copy {where} left behind: no VMI there mounts it")
+                found.append(f"license copy {where} left behind: no VMI there mounts it")
             source = sources.get(meta["name"][len(COPY_PREFIX) :])
             token = base64.b64decode((copy.get("data") or {}).get(TOKEN_KEY, "")).decode()
             if source is not None and token != self.world.tokens[source]:
-                found.append(f"licence copy {where} holds an old token")
+                found.append(f"license copy {where} holds an old token")
         selected = {entry.get("className") for v in vmis for entry in _selection_of(v)}
         for cls in api.call("GET", GPUCLASSES)["items"]:
             if (

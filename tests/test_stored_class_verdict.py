@@ -48,7 +48,7 @@ INVALID = [
     ),
     pytest.param({"memory": "-16Gi"}, "spec.memory", id="negative-memory"),
     pytest.param({"profile": "p"}, "spec.profile", id="passthrough-with-profile"),
-    pytest.param({"license": {"secretName": "src"}}, "spec.license", id="passthrough-with-licence"),
+    pytest.param({"license": {"secretName": "src"}}, "spec.license", id="passthrough-with-license"),
     pytest.param(
         {"tolerations": [{"operator": "Equal", "value": "x"}]},
         "spec.tolerations[0].key",

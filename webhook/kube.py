@@ -1,6 +1,6 @@
-"""The webhook's only kubernetes_asyncio adapter: what its catalog cache lists and watches.
+"""The webhook's only kubernetes_asyncio adapter: what its catalog store lists and watches.
 
-The webhook caches GPUClasses, Namespaces (labels only matter), the KubeVirt
+The webhook keeps GPUClasses, Namespaces (labels only matter), the KubeVirt
 CR and ResourceQuotas (their extended-resource request keys: VM admission's quota
 warning); it never watches Pods and never calls the API server inside a request. The
 HTTP lists and watches are the shared :class:`shared.kube.kubeclient.RawClient`
@@ -28,7 +28,7 @@ FIELD_MANAGER = "gpuclass-webhook"
 
 
 def webhook_client(api: client.ApiClient, *, kubevirt_namespace: str) -> RawClient:
-    """The catalog cache's client: the collections it watches (all GPUClasses, Namespaces and
+    """The catalog store's client: the collections it watches (all GPUClasses, Namespaces and
     ResourceQuotas, the KubeVirt CRs of `kubevirt_namespace` only), under the webhook's field
     manager."""
     return RawClient(

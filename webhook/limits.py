@@ -2,7 +2,7 @@
 
 The server layer (`webhook.server`) bounds connections and header reading; this module
 bounds what a request may hold once its headers are in. One body may not exceed
-`max_body_bytes` (413) nor take longer than `body_timeout` to arrive (408), and all bodies
+`max_body_bytes` (413) nor take longer than `body_timeout_seconds` to arrive (408), and all bodies
 being read at once share `BodyBudget`: a chunk that would overdraw it is refused (503), so
 thirty clients each holding 7 MiB cannot take the process past its memory limit.
 Small bodies — every real AdmissionReview — may use the whole budget, large ones only

@@ -2,7 +2,7 @@
 
 With `--objects`, answers come from those files (re-read when they change) and a
 self-signed certificate is made when none is given; otherwise the catalog is a
-list+watch cache of the API server (`--kubeconfig`, `KUBECONFIG`, in-cluster or
+store kept by list+watch of the API server (`--kubeconfig`, `KUBECONFIG`, in-cluster or
 `~/.kube/config`; `--context` picks a context). With `--cert-secret`, the webhook
 keeps its own CA and serving certificate in that Secret and the caBundles current
 (`webhook/certs/rotator.py`).

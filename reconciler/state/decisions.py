@@ -1,4 +1,4 @@
-"""What the reconciler decides from its store: statuses, figures, in-use and licence-copy plans.
+"""What the reconciler decides from its store: statuses, figures, in-use and license-copy plans.
 
 The store (:mod:`reconciler.state.store`) holds and indexes what the reflector brought; the
 functions here read it and say what the classes and copies should be, for the worker to
@@ -77,7 +77,7 @@ def in_use(store: ClusterStore, name: str) -> bool:
 def copy_actions(
     store: ClusterStore, *, vgpu_entitled: bool, verify: bool = False
 ) -> list[CopyAction]:
-    """The licence-copy writes that would bring the recorded copies to what the store wants now
+    """The license-copy writes that would bring the recorded copies to what the store wants now
     (creates, updates, deletes); `verify` writes every wanted copy again."""
     plan = desired_copies(
         store.license_vmis(),

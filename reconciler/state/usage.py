@@ -4,7 +4,7 @@
 to redo per event. These counters are updated by one pod or node change at a
 time and expose the same `UsageIndex` shape, so the status is still computed by
 :func:`shared.core.status.availability.compute_status` itself. A Hypothesis property
-(tests/reconciler/state/test_cache_property.py) proves the two agree after any sequence of
+(tests/reconciler/state/test_store_property.py) proves the two agree after any sequence of
 events. Each update returns the resources whose figures it may have changed: the
 affected-class index starts there, and touches the (resource, node) pairs it changed in the
 per-class survey tallies (:mod:`reconciler.state.surveys`), which the statuses are computed

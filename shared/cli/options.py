@@ -56,7 +56,7 @@ def objects_arg(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> 
         metavar="NAMESPACE",
         default=environ.get(f"{ENV_PREFIX}LICENSE_NAMESPACE", names.DEFAULT_LICENSE_NAMESPACE),
         help=env_help(
-            "namespace of licence source Secrets (default %(default)s)", "license-namespace"
+            "namespace of license source Secrets (default %(default)s)", "license-namespace"
         ),
     )
     parser.add_argument(

@@ -42,10 +42,10 @@ DEFAULT_FAIL_ON: tuple[Impact, ...] = ("refused", "start-refused")
 FIGURES = ("free", "maxFreePerNode", "maxUnitsPerNode", "eligibleNodes")
 NEW_CLASS_ADVICE = "create a new class with the new identity and move tenants to it"
 RUNNING_KEEP = (
-    "keep their devices and licence until they stop; the change applies at their next start"
+    "keep their devices and license until they stop; the change applies at their next start"
 )
 RUNNING_REMOVED = (
-    "keep their devices and licence until they stop; the class stays (deleting, held by its "
+    "keep their devices and license until they stop; the class stays (deleting, held by its "
     "finalizer) until the last of them stops"
 )
 

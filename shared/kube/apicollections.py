@@ -1,6 +1,6 @@
 """The API collections gpuclass reads, in one table: kind, path and server-side selector.
 
-The reconciler's sources (`reconciler/state/resources.py`), the webhook's catalog cache
+The reconciler's watched resources (`reconciler/state/resources.py`), the webhook's catalog store
 (`webhook/kube.py`) and `gpuclass explain --context` (`shared/cli/explaincmd.py`) all
 take their paths from here, so a selector (the bound-Pods one) is written once and every
 namespace and name in a path is quoted the same way.

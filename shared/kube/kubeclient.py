@@ -209,16 +209,16 @@ class RawClient:
 
     # -- list and watch ------------------------------------------------------------------------------
 
-    def list_pages(self, source: str) -> AsyncIterator[ListPage]:
-        """The :class:`ListerWatcher` side: pages of the collection named `source`, with the
+    def list_pages(self, resource: str) -> AsyncIterator[ListPage]:
+        """The :class:`ListerWatcher` side: pages of the collection named `resource`, with the
         selectors it was given."""
-        path, selectors = self.paths[source]
+        path, selectors = self.paths[resource]
         return self.list_collection(path, selectors)
 
-    def watch(self, source: str, resource_version: str) -> AsyncIterator[WatchEvent]:
-        """The :class:`ListerWatcher` side: the watch of the collection named `source` from
+    def watch(self, resource: str, resource_version: str) -> AsyncIterator[WatchEvent]:
+        """The :class:`ListerWatcher` side: the watch of the collection named `resource` from
         `resource_version`."""
-        path, selectors = self.paths[source]
+        path, selectors = self.paths[resource]
         return self.watch_collection(path, selectors, resource_version=resource_version)
 
     async def list_collection(

@@ -73,12 +73,12 @@ class ListerWatcher(Protocol[R_contra]):
 
 
 class Store(Protocol[R_contra]):
-    """The cache a reflector keeps: it calls `upsert`, `delete` and `sweep` with what lists and
-    watches bring.
+    """Where a reflector keeps what it lists and watches: it calls `upsert`, `delete` and
+    `sweep` with what lists and watches bring.
 
-    The reflector is the store's only writer, as an informer is its cache's in client-go and
-    controller-runtime. The webhook's catalog cache has no other; nor has the reconciler's
-    `reconciler.state.store.ClusterStore`: the responses to its own writes are not put into it
+    The reflector is the store's only writer, as an informer's is in client-go and
+    controller-runtime. The webhook's `webhook.catalogs.CatalogStore` has no other; nor has the
+    reconciler's `reconciler.state.store.ClusterStore`: the responses to its own writes are not put into it
     (so a late response cannot roll it back), and the worker waits until the watch brings the
     version a write returned (`reconciler.state.expect`).
     """

@@ -1,23 +1,23 @@
-"""Which watched resources a cache is complete for, and how fresh each one is.
+"""Which watched resources a store is complete for, and how fresh each one is.
 
 A write is only as good as the view it was decided on. This module keeps, per
-source (list/watch stream), what client-go's reflector keeps in its `HasSynced`
+resource (list/watch stream), what client-go's reflector keeps in its `HasSynced`
 flag and last-sync resourceVersion:
 
-- *listed once*: the first full list has arrived. Until every source has, the
+- *listed once*: the first full list has arrived. Until every resource has, the
   worker writes nothing at all (`WaitForCacheSync`).
-- *synced now*: the source is not in the middle of a re-list. A re-list (410,
+- *synced now*: the resource is not in the middle of a re-list. A re-list (410,
   dropped watch, API server restart) makes it unsynced again until the whole list
   is in; deletions that depend on it wait (a half-done list must never look like
   "everything was deleted").
-- *version*: the newest resourceVersion the source has reached (list, event or
-  bookmark). A deletion that depends on a source also needs that source to have
+- *version*: the newest resourceVersion the resource has reached (list, event or
+  bookmark). A deletion that depends on a resource also needs that resource to have
   reached the version of the object being released: the class whose finalizer is
   removed, the copy that is deleted. Any VMI that could hold either was created
   before that object's version, so a view at or past it has seen that VMI.
-- *unsynced since*: when a source lost sync (or started), so `/readyz` can drop
+- *unsynced since*: when a resource lost sync (or started), so `/readyz` can drop
   once a re-list has failed for longer than a bounded time.
-- *lists*: how many lists have begun. A source that is synced now with more lists
+- *lists*: how many lists have begun. A resource that is synced now with more lists
   begun than at some moment has completed a list begun after it: a consistent read
   of the server, so its view holds nothing older than that moment (the reconciler's
   read-your-writes, `reconciler.state.expect`, ends a wait with it).
@@ -25,7 +25,7 @@ flag and last-sync resourceVersion:
 resourceVersions are compared by :func:`shared.core.base.meta.version_reached`.
 
 No I/O: the reflector (shared.kube.listwatch) reports; the reconciler's worker,
-the webhook's catalog and both binaries' probes ask; the clock is passed in.
+the webhook's catalog store and both binaries' probes ask; the clock is passed in.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ R = TypeVar("R", bound=str)
 
 @dataclass(slots=True)
 class SourceSync:
-    """One source's entry: listed at least once, synced now, the newest version seen, since when
+    """One resource's entry: listed at least once, synced now, the newest version seen, since when
     (clock seconds) it has been without a complete view, and how many lists have begun."""
 
     listed_once: bool = False
@@ -55,71 +55,71 @@ class SourceSync:
 
 @dataclass(slots=True)
 class SyncView(Generic[R]):
-    """The sync state of every source, written by the reflector and read by the write gates and
+    """The sync state of every resource, written by the reflector and read by the write gates and
     probes.
 
-    `stale_after` is in seconds of `clock`; `on_change` is called with the source on each change
+    `stale_after` is in seconds of `clock`; `on_change` is called with the resource on each change
     of its state (the reconciler wakes its worker, whose deletions may wait on it).
     """
 
-    sources: tuple[R, ...]
+    resources: tuple[R, ...]
     clock: Callable[[], float]
     stale_after: float = 120.0
-    on_change: Callable[[R], None] = lambda source: None
+    on_change: Callable[[R], None] = lambda resource: None
     state: dict[R, SourceSync] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         now = self.clock()
-        for source in self.sources:
-            self.state.setdefault(source, SourceSync(unsynced_since=now))
+        for resource in self.resources:
+            self.state.setdefault(resource, SourceSync(unsynced_since=now))
 
     # -- reported by the streams ----------------------------------------------------------------
 
-    def relisting(self, source: R) -> None:
-        """A (re-)list started: the source is not synced until it completes."""
-        entry = self.state[source]
+    def relisting(self, resource: R) -> None:
+        """A (re-)list started: the resource is not synced until it completes."""
+        entry = self.state[resource]
         if entry.synced or entry.unsynced_since is None:
             entry.unsynced_since = self.clock()
         entry.synced = False
         entry.lists += 1
-        self.on_change(source)
+        self.on_change(resource)
 
-    def listed(self, source: R, version: str) -> None:
-        """The whole list is in; the view of this source is complete at `version`."""
-        entry = self.state[source]
+    def listed(self, resource: R, version: str) -> None:
+        """The whole list is in; the view of this resource is complete at `version`."""
+        entry = self.state[resource]
         entry.listed_once = entry.synced = True
         entry.unsynced_since = None
         entry.version = version or entry.version
-        self.on_change(source)
+        self.on_change(resource)
 
-    def progressed(self, source: R, version: str) -> None:
-        """A watch event or bookmark: the view of this source has reached `version`."""
-        entry = self.state[source]
+    def progressed(self, resource: R, version: str) -> None:
+        """A watch event or bookmark: the view of this resource has reached `version`."""
+        entry = self.state[resource]
         if version and version_reached(version, entry.version):
             entry.version = version
             if entry.synced:
-                self.on_change(source)
+                self.on_change(resource)
 
     # -- asked by the worker and the probes -------------------------------------------------------
 
     def all_listed(self) -> bool:
-        """Every source has completed its first list: writes may start."""
+        """Every resource has completed its first list: writes may start."""
         return all(entry.listed_once for entry in self.state.values())
 
-    def synced(self, source: R) -> bool:
-        """The source's view is complete now (listed, and no re-list under way since)."""
-        return self.state[source].synced
+    def synced(self, resource: R) -> bool:
+        """The resource's view is complete now (listed, and no re-list under way since)."""
+        return self.state[resource].synced
 
-    def behind(self, sources: Iterable[R], required: str) -> tuple[R, ...]:
-        """The sources that keep a deletion of an object at `required` waiting (none: go)."""
+    def behind(self, resources: Iterable[R], required: str) -> tuple[R, ...]:
+        """The resources that keep a deletion of an object at `required` waiting (none: go)."""
         return tuple(
             s
-            for s in sources
+            for s in resources
             if not self.state[s].synced or not version_reached(self.state[s].version, required)
         )
 
     def stale(self) -> tuple[R, ...]:
-        """Sources that have been without a complete list for longer than `stale_after`."""
+        """Resources that have been without a complete list for longer than `stale_after`."""
         now = self.clock()
         return tuple(
             s

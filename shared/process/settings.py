@@ -63,7 +63,7 @@ class CommonSettings(BaseSettings):
     )
     license_namespace: str = Field(
         names.DEFAULT_LICENSE_NAMESPACE,
-        description="namespace of licence source Secrets",
+        description="namespace of license source Secrets",
         json_schema_extra={"metavar": "NAMESPACE"},
     )
     kubevirt_namespace: str = Field(

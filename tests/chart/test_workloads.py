@@ -133,7 +133,7 @@ def test_reconciler_runs_two_replicas_with_leader_election_in_the_release_namesp
 def test_settings_reach_both_binaries_as_flags(entitled: bool) -> None:
     settings = {
         "vgpuEntitled": entitled,
-        "licenseNamespace": "licences",
+        "licenseNamespace": "licenses",
         "kubevirtNamespace": "kubevirt",
         "kubevirtControllerUser": "system:serviceaccount:kubevirt:kubevirt-controller",
         "logLevel": "debug",
@@ -144,7 +144,7 @@ def test_settings_reach_both_binaries_as_flags(entitled: bool) -> None:
     [reconciler] = pod_spec(deployment(objects, "reconciler"))["containers"]
     for container in (webhook, reconciler):
         assert ("--vgpu-entitled" in container["args"]) is entitled
-        assert "--license-namespace=licences" in container["args"]
+        assert "--license-namespace=licenses" in container["args"]
         assert "--kubevirt-namespace=kubevirt" in container["args"]
         assert "--log-level=debug" in container["args"]
     assert (

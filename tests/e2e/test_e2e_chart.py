@@ -68,7 +68,7 @@ def reconciler(control_plane: ControlPlane, chart: list[RawObject]) -> Iterator[
     admin.apply(
         [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tenant-policy-probe"}}]
     )
-    eventually(lambda: _refused(api, probe), timeout=30, what="licence-copy policy in effect")
+    eventually(lambda: _refused(api, probe), timeout=30, what="license-copy policy in effect")
     yield api
     api.close()
 
@@ -386,7 +386,7 @@ def license_mounts(control_plane: ControlPlane, chart: list[RawObject]) -> Itera
         eventually(
             lambda: _refused(admin, probe, "licence-mounts"),
             timeout=30,
-            what="licence-mount policy",
+            what="license-mount policy",
         )
     yield namespace
     for obj in new:

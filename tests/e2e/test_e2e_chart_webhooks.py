@@ -187,7 +187,7 @@ def routing(
                 classes.licensed_resource,
                 mode="vgpu",
                 profile="p",
-                license={"secretName": "chart-route-licence"},
+                license={"secretName": "chart-route-license"},
             )
         ),
     ]

@@ -102,7 +102,7 @@ def _attack(obj: RawObject) -> list[RawObject]:
         if "gpus" in devices:
             return [{"op": "add", "path": "/spec/domain/devices/gpus/-", "value": RAW_GPU}]
         return [{"op": "add", "path": "/spec/domain/devices/gpus", "value": [RAW_GPU]}]
-    if annotations.get(ATTACK) == "licence" and STOLEN_VOLUME not in (spec.get("volumes") or []):
+    if annotations.get(ATTACK) == "license" and STOLEN_VOLUME not in (spec.get("volumes") or []):
         return [
             {"op": "add", "path": "/spec/volumes/-", "value": STOLEN_VOLUME},
             {"op": "add", "path": "/spec/domain/devices/disks/-", "value": STOLEN_DISK},
@@ -340,7 +340,7 @@ def _allowed_golden_vmi_creates() -> list[GoldenCase]:
 
 
 # A raw `hostDevices` entry needs KubeVirt's HostDevices feature gate, which this KubeVirt CR
-# does not turn on (tests/test_e2e_kubevirt.py shows the refusal and the gate).
+# does not turn on (tests/e2e/test_e2e_kubevirt.py shows the refusal and the gate).
 NEEDS_HOST_DEVICES_GATE = "vmi-4.5-raw-unclassed-mdev-entitled"
 ALLOWED = [c for c in _allowed_golden_vmi_creates() if c.name != NEEDS_HOST_DEVICES_GATE]
 
@@ -427,8 +427,8 @@ def test_a_raw_gpu_added_after_ours_is_refused_by_the_check(cluster: Cluster) ->
 def test_a_foreign_license_volume_added_after_ours_is_refused_by_the_check(
     cluster: Cluster, selection: list[RawObject] | None
 ) -> None:
-    name = unique_name("hostile-licence")
-    error = _refusal(cluster, _vmi(name, selection, **{ATTACK: "licence", WHEN: "late"}))
+    name = unique_name("hostile-license")
+    error = _refusal(cluster, _vmi(name, selection, **{ATTACK: "license", WHEN: "late"}))
     assert [c.path for c in cluster.hostile.calls_for(name) if c.operations] == ["/mark", "/attack"]
     assert error.status_code == 403
     message = error.body["message"]

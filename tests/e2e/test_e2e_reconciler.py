@@ -1137,7 +1137,7 @@ def test_the_reconciler_reads_no_secret_but_the_named_license_sources(world: Wor
     )
     source = world.source("token-listed")
     unlisted = world.create(
-        api_secret(unique_name("e2e-licence-unlisted"), LICENSE_NAMESPACE, {TOKEN_KEY: "token-u"})
+        api_secret(unique_name("e2e-license-unlisted"), LICENSE_NAMESPACE, {TOKEN_KEY: "token-u"})
     )
     unlisted_class = world.new_class(
         api_licensed_class(

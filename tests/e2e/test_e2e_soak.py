@@ -9,7 +9,7 @@ while the webhook replicas rolled or otherwise, every fault followed by a consis
 and nothing left behind once the last VMI is gone. Figures (memory slopes, recovery seconds) are
 the benchmark's to print; here a recovery only has to happen within the settle bound.
 
-The check can fail: a licence copy planted with no VMI mounting it is reported.
+The check can fail: a license copy planted with no VMI mounting it is reported.
 """
 
 from __future__ import annotations

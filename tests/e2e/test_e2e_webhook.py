@@ -1,7 +1,7 @@
 """The webhook end to end: a real kube-apiserver calls `gpuclass-webhook` over TLS.
 
 The webhook runs in cluster mode (`--kubeconfig`), so its catalog is the
-list+watch cache of the real API server; the API server calls it with the
+store kept by list+watch of the real API server; the API server calls it with the
 caBundle of its self-signed CA and applies its JSON patches. Assertions are on
 the stored objects and on what the client receives.
 """
@@ -71,7 +71,7 @@ def world(
             w.licensed_resource,
             mode="vgpu",
             profile="p",
-            license={"secretName": "e2e-licence"},
+            license={"secretName": "e2e-license"},
         )
     )
     api.create(api_gpuclass(w.byol, w.byol_resource, mode="vgpu", profile="p"))

@@ -925,7 +925,7 @@ def test_dry_run_never_logs_or_counts_a_write(caplog: Any) -> None:
     messages = [rec.getMessage() for rec in caplog.records]
     assert "dry run: not written" in messages
     assert not [m for m in messages if m.endswith("written") and not m.startswith("dry run")]
-    assert not [m for m in messages if m.startswith(("licence copy", "in-use finalizer"))]
+    assert not [m for m in messages if m.startswith(("license copy", "in-use finalizer"))]
 
 
 class NeverLeader:

@@ -1,4 +1,4 @@
-"""The webhook's live catalog cache against a fake at the list/watch seam.
+"""The webhook's live catalog store against a fake at the list/watch seam.
 
 The real API server drives the same code in the control-plane tests; here a
 scripted source proves the loop's contract: first full sync before ready, events

@@ -69,7 +69,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
-{{/* The user the API server sees for the reconciler: the licence-copy policy matches on it. */}}
+{{/* The user the API server sees for the reconciler: the license-copy policy matches on it. */}}
 {{- define "gpuclass.reconciler.username" -}}
 {{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "gpuclass.reconciler.serviceAccountName" .) -}}
 {{- end -}}

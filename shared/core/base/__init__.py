@@ -1,4 +1,4 @@
-"""The core's words: names and labels, Kubernetes value formats, object keys, causes, sync state.
+"""The core's words: names and labels, Kubernetes value formats, object keys, raw accessors, causes.
 
 Imports nothing of the project; every other layer may import it.
 """

@@ -1,7 +1,7 @@
-"""What every Kubernetes object's metadata tells a cache: its key and its resourceVersion.
+"""What every Kubernetes object's metadata tells a store: its key and its resourceVersion.
 
-Used by every store of the list/watch loop (the reconciler's cache, the webhook's
-catalog) and by the sync view that compares versions. Pure.
+Used by every store of the list/watch loop (the reconciler's `ClusterStore`, the webhook's
+`CatalogStore`) and by the sync view that compares versions. Pure.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 :func:`pod_requests` is the rule of k8s.io/component-helpers `resource.PodRequests`, in one pass
 (docs/decisions.md, "Status"); :func:`compact_pod` keeps, of a bound Pending or Running Pod, only
 its node and what it requests (:class:`PodRecord`), the record the snapshot and the reconciler's
-cache hold. Pure: raw dicts in, records out.
+store hold. Pure: raw dicts in, records out.
 """
 
 from __future__ import annotations

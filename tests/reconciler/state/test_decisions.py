@@ -1,4 +1,4 @@
-"""What the worker decides from the store: statuses, figures, in-use and licence-copy plans.
+"""What the worker decides from the store: statuses, figures, in-use and license-copy plans.
 
 The rules themselves are tested where they live (`tests/shared/core/status`, `test_inuse.py`,
 `test_licenses.py`) and through the store's events (`test_store.py`); here, that the decisions

@@ -135,7 +135,7 @@ def content(feature_type: int = 4) -> dict[str, Redacted]:
         pytest.param([vmi("tenant-c")], True, set(), set(), id="unlabelled-tenant-no-copy"),
         pytest.param([vmi("tenant-c-d")], True, set(), set(), id="unentitled-parent-no-copy"),
         pytest.param([vmi("default")], True, set(), set(), id="non-tenant-namespace-no-copy"),
-        pytest.param([vmi("tenant-a", None)], True, set(), set(), id="no-licence-volume-no-copy"),
+        pytest.param([vmi("tenant-a", None)], True, set(), set(), id="no-license-volume-no-copy"),
         pytest.param(
             [vmi("tenant-a", "gpuclass-license-byol")],
             True,
@@ -340,7 +340,7 @@ COPY_VOLUME = {"name": "gpulicense", "secret": {"secretName": "gpuclass-license-
         pytest.param(
             [{**OWNER, "apiVersion": "example.com/v1"}], [COPY_VOLUME], None, id="other-group"
         ),
-        pytest.param([OWNER], [], None, id="no-licence-volume"),
+        pytest.param([OWNER], [], None, id="no-license-volume"),
         pytest.param(
             [OWNER], [{"name": "x", "secret": {"secretName": "mine"}}], None, id="other-secret"
         ),
@@ -389,7 +389,7 @@ def test_token_never_in_repr() -> None:
         pytest.param(
             [{"name": "gpulicense", "secret": {"secretName": "gpuclass-license-x"}}],
             "gpuclass-license-x",
-            id="licence-volume",
+            id="license-volume",
         ),
         pytest.param(
             [{"name": "other", "secret": {"secretName": "gpuclass-license-x"}}],

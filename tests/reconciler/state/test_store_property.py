@@ -107,7 +107,7 @@ class StateMachine(RuleBasedStateMachine):
                 self.before[1].get(name, False) == after[1].get(name, False)
                 or name in dirty.finalizers
             ), f"{name}: in-use not marked"
-        assert self.before[2] == after[2] or dirty.copies, "licence copies not marked"
+        assert self.before[2] == after[2] or dirty.copies, "license copies not marked"
         self.before = after
 
     # -- rules -----------------------------------------------------------------------------------

@@ -105,7 +105,7 @@ class Surveys(RuleBasedStateMachine):
         ),
     )
     def put_pod(self, name: str, node: str, requests: dict[str, int]) -> None:
-        """A Pod bound (or moved: its old record goes, as the cache does) with its requests; a Pod
+        """A Pod bound (or moved: its old record goes, as the store does) with its requests; a Pod
         may sit on a node that does not exist (yet), as bound Pods can."""
         old = self.pods.pop(name, None)
         if old is not None:

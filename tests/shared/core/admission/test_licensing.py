@@ -56,8 +56,8 @@ def test_rule_8_looks_at_each_volume_once_whatever_the_licensed_classes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """O(volumes + classes): the license volume a volume could be is the one its Secret names.
-    A 1 MB VMI against 256 licensed classes compared every volume with every class (1.6 s per
-    decision, in the webhook too); the comparisons are counted here, not timed."""
+    A 1 MB VMI against 256 licensed classes once compared every volume with every class (the
+    figure is in docs/performance.md); the comparisons are counted here, not timed."""
     built: list[str] = []
     real = licensing.license_volume
 

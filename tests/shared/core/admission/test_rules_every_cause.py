@@ -243,7 +243,7 @@ EVERY_CAUSE_ROWS = [
         "tenant-a",
         _own_license_volume,
         [(f"{ANN}[0].count", "invalid", "Invalid")],
-        id="bad-count-keeps-its-own-licence-volume",
+        id="bad-count-keeps-its-own-license-volume",
     ),
     pytest.param(
         json.dumps([cls("lic", 0)]),
@@ -253,7 +253,7 @@ EVERY_CAUSE_ROWS = [
             (f"{ANN}[0].count", "invalid", "Invalid"),
             ("spec.volumes[1]", "invalid", "ReservedName"),
         ],
-        id="bad-count-and-reserved-licence-name",
+        id="bad-count-and-reserved-license-name",
     ),
     pytest.param(
         json.dumps([cls("no-such-class"), {"name": RES["whole"]}]),
@@ -281,7 +281,7 @@ EVERY_CAUSE_ROWS = [
         "tenant-a",
         _own_license_volume,
         [(ANN, "invalid", "Invalid")],
-        id="not-json-licence-volume-of-a-licensed-class-not-judged",
+        id="not-json-license-volume-of-a-licensed-class-not-judged",
     ),
     pytest.param(
         OVER_BYTES,

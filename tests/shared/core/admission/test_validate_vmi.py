@@ -218,7 +218,7 @@ generated = st.fixed_dictionaries(
         "gpus": st.lists(devices, max_size=2) | st.just([]),
         "host_devices": st.lists(devices, max_size=1),
         "volumes": st.lists(volumes, max_size=2, unique_by=lambda v: v["name"]),
-        "licence_disk": st.booleans(),
+        "license_disk": st.booleans(),
         "tolerations": st.lists(
             st.sampled_from(
                 [{"key": "gpu.example.com/dedicated", "operator": "Exists", "effect": "NoSchedule"}]
@@ -261,7 +261,7 @@ def _generated_vmi(drawn: dict[str, Any]) -> dict[str, Any]:
         devices["gpus"] = copy.deepcopy(drawn["gpus"])
     if drawn["host_devices"]:
         devices["hostDevices"] = copy.deepcopy(drawn["host_devices"])
-    if drawn["licence_disk"]:
+    if drawn["license_disk"]:
         devices["disks"].append(
             {"name": "gpulicense", "serial": "GPULICENSE", "disk": {"bus": "virtio"}}
         )

@@ -352,7 +352,7 @@ REFERENCE_ROWS = [
         [cls("lic")],
         _credential(SSH_KEY),
         ["spec.accessCredentials[0].sshPublicKey.source.secret.secretName"],
-        id="ssh-key-from-own-licence-copy",
+        id="ssh-key-from-own-license-copy",
     ),
     pytest.param(
         None,
@@ -364,13 +364,13 @@ REFERENCE_ROWS = [
         [cls("byol")],
         _volume({**LICENSE_VOLUME}),
         ["spec.volumes[1].secret.secretName"],
-        id="byol-with-platform-licence",
+        id="byol-with-platform-license",
     ),
     pytest.param(
         [cls("whole")],
         _volume({"name": "x", "secret": {"secretName": "gpuclass-license-other"}}),
         ["spec.volumes[1].secret.secretName"],
-        id="passthrough-with-licence",
+        id="passthrough-with-license",
     ),
     pytest.param(
         [cls("lic")],
@@ -390,7 +390,7 @@ REFERENCE_ROWS = [
         ["spec.volumes[1].secret.secretName", "spec.volumes[1].extra.secretName"],
         id="every-reference-reported",
     ),
-    pytest.param([cls("lic")], _volume({**LICENSE_VOLUME}), [], id="own-licence-volume"),
+    pytest.param([cls("lic")], _volume({**LICENSE_VOLUME}), [], id="own-license-volume"),
     pytest.param(
         None,
         _volume({"name": "s", "secret": {"secretName": "my-own-secret"}}),

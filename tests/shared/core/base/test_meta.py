@@ -1,4 +1,4 @@
-"""Object keys and resourceVersions (shared/core/base/meta.py) as a cache reads them.
+"""Object keys and resourceVersions (shared/core/base/meta.py) as a store reads them.
 
 Expected values follow Kubernetes' object metadata: cluster-scoped objects have no namespace,
 and a name is required. `version_reached` is tested with the sync view, in

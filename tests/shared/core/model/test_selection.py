@@ -309,7 +309,7 @@ def test_uncapped_parse_reads_a_thousand_good_entries() -> None:
 def test_an_uncapped_list_past_the_stored_bound_names_no_class(entry: object) -> None:
     """Only an object stored past the webhook holds more than admission ever let through: such
     a list names nothing, with one cause, instead of a judgment per entry on every event of its
-    VMI (256 KiB of `[1,1,...]` cost 0.77 s an event)."""
+    VMI (what 256 KiB of `[1,1,...]` cost an event is in docs/performance.md)."""
     raw = json.dumps([entry] * (STORED_SELECTION_ENTRIES + 1))
     selection = parse_selection(raw, capped=False)
     assert selection.entries == () and selection.named == ()

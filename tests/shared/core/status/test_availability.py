@@ -535,7 +535,7 @@ def test_license_secret_missing(objects: list[dict[str, Any]], status_: str, mes
         pytest.param([CLASS, kubevirt(R)], "True", [], id="all-clear"),
         pytest.param([CLASS], "False", ["ResourceNameNotPermitted"], id="not-permitted"),
         pytest.param(
-            [LICENSED, kubevirt(R)], "False", ["LicenseSecretMissing"], id="licence-missing"
+            [LICENSED, kubevirt(R)], "False", ["LicenseSecretMissing"], id="license-missing"
         ),
         pytest.param(
             [

@@ -341,7 +341,7 @@ def test_every_advertising_node_has_one_verdict(
         pytest.param(
             [gpuclass("c", R, license="missing"), node("a", {R: 4})],
             "LicenseSecretMissing",
-            id="licence-missing",
+            id="license-missing",
         ),
     ],
 )
