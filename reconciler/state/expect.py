@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from gpuclass.reconciler.state.resources import Resource
 from gpuclass.shared.core.base.meta import Key, version_reached
-from gpuclass.shared.kube.syncview import SourceSync
+from gpuclass.shared.kube.syncview import ResourceSync
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +33,7 @@ class Expectation:
     """What the store must show of one object: `version`, or past it when `newer` (a 409).
 
     `since` is when it was recorded (the caller's clock, for the re-list deadline) and `lists`
-    the number of lists of its resource begun by then (:attr:`SourceSync.lists`).
+    the number of lists of its resource begun by then (:attr:`ResourceSync.lists`).
     """
 
     version: str
@@ -41,7 +41,7 @@ class Expectation:
     since: float
     lists: int
 
-    def met(self, *, held: str, sync: SourceSync) -> bool:
+    def met(self, *, held: str, sync: ResourceSync) -> bool:
         """Whether a store holding the object at `held` ("" when it holds none), with its resource's
         sync state `sync`, shows what this expectation asks."""
         if sync.synced and sync.lists > self.lists:
@@ -77,7 +77,7 @@ class Expectations:
         self._by_object[(resource, key)] = Expectation(stale, True, now, lists)
 
     def unmet(
-        self, resource: Resource, key: Key, *, held: str, sync: SourceSync
+        self, resource: Resource, key: Key, *, held: str, sync: ResourceSync
     ) -> Expectation | None:
         """The object's expectation while the store does not yet show it; None when there is none
         (one that is met now is dropped)."""

@@ -36,13 +36,13 @@ from typing import Generic, TypeVar
 
 from gpuclass.shared.core.base.meta import version_reached
 
-__all__ = ["SourceSync", "SyncView", "version_reached"]
+__all__ = ["ResourceSync", "SyncView", "version_reached"]
 
 R = TypeVar("R", bound=str)
 
 
 @dataclass(slots=True)
-class SourceSync:
+class ResourceSync:
     """One resource's entry: listed at least once, synced now, the newest version seen, since when
     (clock seconds) it has been without a complete view, and how many lists have begun."""
 
@@ -66,12 +66,12 @@ class SyncView(Generic[R]):
     clock: Callable[[], float]
     stale_after: float = 120.0
     on_change: Callable[[R], None] = lambda resource: None
-    state: dict[R, SourceSync] = field(default_factory=dict)
+    state: dict[R, ResourceSync] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         now = self.clock()
         for resource in self.resources:
-            self.state.setdefault(resource, SourceSync(unsynced_since=now))
+            self.state.setdefault(resource, ResourceSync(unsynced_since=now))
 
     # -- reported by the streams ----------------------------------------------------------------
 

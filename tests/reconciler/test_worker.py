@@ -29,7 +29,7 @@ from gpuclass.reconciler.state.licenses import copy_digest, record_body
 from gpuclass.reconciler.state.resources import RESOURCES, Resource
 from gpuclass.shared.core.base import names
 from gpuclass.shared.core.model.secrets import Redacted
-from gpuclass.shared.kube.syncview import SourceSync, SyncView, version_reached
+from gpuclass.shared.kube.syncview import ResourceSync, SyncView, version_reached
 from tests.builders import gpuclass, kubevirt, launcher, namespace, node, pod, secret, vmi
 
 R = "example.com/gpu"
@@ -189,7 +189,7 @@ class BlindView:
     """A sync view that says every source is listed and current: no gate at all."""
 
     def __init__(self) -> None:
-        self.state = {s: SourceSync(listed_once=True, synced=True) for s in RESOURCES}
+        self.state = {s: ResourceSync(listed_once=True, synced=True) for s in RESOURCES}
 
     def all_listed(self) -> bool:
         return True

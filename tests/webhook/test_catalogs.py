@@ -35,7 +35,7 @@ def gpuclass(name: str, resource: str, rv: str = "1") -> RawObject:
     }
 
 
-class ScriptedSource:
+class ScriptedResource:
     """One resource: each list returns the next listing (one page); each watch replays the
     next script of events, then ends (the last one stays open and quiet)."""
 
@@ -65,9 +65,9 @@ class ScriptedSource:
 
 
 class ScriptedClient:
-    """The list/watch seam of the shared reflector, one scripted source per resource."""
+    """The list/watch seam of the shared reflector, one scripted resource each."""
 
-    def __init__(self, sources: list[ScriptedSource]) -> None:
+    def __init__(self, sources: list[ScriptedResource]) -> None:
         self.sources = {s.name: s for s in sources}
 
     def list_pages(self, resource: str) -> AsyncIterator[ListPage]:
@@ -77,8 +77,8 @@ class ScriptedClient:
         return self.sources[resource].watch(resource_version)
 
 
-def static(name: str, items: list[RawObject]) -> ScriptedSource:
-    return ScriptedSource(name, [items], [])
+def static(name: str, items: list[RawObject]) -> ScriptedResource:
+    return ScriptedResource(name, [items], [])
 
 
 async def run_until(state: CatalogStore, condition: Any, timeout: float = 5.0) -> None:
@@ -104,7 +104,7 @@ QUOTA = {
 }
 
 
-def make_state(classes: ScriptedSource, restarts: list[tuple[str, str]]) -> CatalogStore:
+def make_state(classes: ScriptedResource, restarts: list[tuple[str, str]]) -> CatalogStore:
     kubevirt = {
         "kind": "KubeVirt",
         "status": {"phase": "Deployed"},
@@ -134,7 +134,7 @@ def make_state(classes: ScriptedSource, restarts: list[tuple[str, str]]) -> Cata
 
 
 def test_not_synced_until_every_resource_listed() -> None:
-    state = make_state(ScriptedSource("gpuclasses", [[gpuclass("a", "x.com/a")]], []), [])
+    state = make_state(ScriptedResource("gpuclasses", [[gpuclass("a", "x.com/a")]], []), [])
     assert state.synced is False
     asyncio.run(run_until(state, lambda: state.synced))
     assert set(state.catalog.offers) == {"a"}
@@ -145,7 +145,7 @@ def test_not_synced_until_every_resource_listed() -> None:
 
 
 def test_watch_events_update_the_catalog() -> None:
-    source = ScriptedSource(
+    source = ScriptedResource(
         "gpuclasses",
         [[gpuclass("a", "x.com/a")]],
         [
@@ -163,7 +163,7 @@ def test_watch_events_update_the_catalog() -> None:
 
 
 def test_expired_watch_relists_from_scratch() -> None:
-    source = ScriptedSource(
+    source = ScriptedResource(
         "gpuclasses",
         [[gpuclass("a", "x.com/a")], [gpuclass("c", "x.com/c")]],
         [[("ADDED", gpuclass("b", "x.com/b", "101")), Expired]],
@@ -177,7 +177,7 @@ def test_expired_watch_relists_from_scratch() -> None:
 
 
 def test_dropped_watch_backs_off_and_relists() -> None:
-    source = ScriptedSource(
+    source = ScriptedResource(
         "gpuclasses",
         [[gpuclass("a", "x.com/a")], [gpuclass("d", "x.com/d")]],
         [[ConnectionResetError("connection dropped")]],
@@ -190,7 +190,7 @@ def test_dropped_watch_backs_off_and_relists() -> None:
 
 
 def test_watch_resumes_from_the_last_version_seen() -> None:
-    source = ScriptedSource(
+    source = ScriptedResource(
         "gpuclasses",
         [[gpuclass("a", "x.com/a")]],
         [

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from gpuclass.reconciler.state.expect import Expectation, Expectations
-from gpuclass.shared.kube.syncview import SourceSync
+from gpuclass.shared.kube.syncview import ResourceSync
 
 KEY = ("", "c")
 
 
-def view(version: str = "10", *, synced: bool = True, lists: int = 1) -> SourceSync:
-    return SourceSync(listed_once=True, synced=synced, version=version, lists=lists)
+def view(version: str = "10", *, synced: bool = True, lists: int = 1) -> ResourceSync:
+    return ResourceSync(listed_once=True, synced=synced, version=version, lists=lists)
 
 
 def written(version: str) -> Expectation:
@@ -48,7 +48,7 @@ def conflicted(stale: str) -> Expectation:
         pytest.param(conflicted("b"), "c", view("c"), True, id="conflict-opaque-moved"),
     ],
 )
-def test_met(expectation: Expectation, held: str, source: SourceSync, met: bool) -> None:
+def test_met(expectation: Expectation, held: str, source: ResourceSync, met: bool) -> None:
     assert expectation.met(held=held, sync=source) is met
 
 
