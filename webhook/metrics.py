@@ -74,13 +74,13 @@ METRICS: tuple[MetricSpec, ...] = (
         "catalog_synced",
         "gauge",
         "gpuclass_webhook_catalog_synced",
-        "1 once the catalog cache has completed its first full sync.",
+        "1 once the catalog store has completed its first full list of every resource.",
     ),
     MetricSpec(
         "catalog_age",
         "gauge",
         "gpuclass_webhook_catalog_age_seconds",
-        "Seconds since the catalog cache last changed.",
+        "Seconds since the catalog last changed.",
     ),
     MetricSpec(
         "connections_cut",
@@ -93,14 +93,14 @@ METRICS: tuple[MetricSpec, ...] = (
         "watch_restarts",
         "counter",
         "gpuclass_webhook_watch_restarts",
-        "List/watch restarts of the catalog cache, by resource and reason.",
+        "List/watch restarts of the catalog store, by resource and reason.",
         ("resource", "reason"),
     ),
     MetricSpec(
         "store_errors",
         "counter",
         "gpuclass_webhook_store_errors",
-        "Objects the catalog cache raised on (a bug in the webhook, logged with a traceback).",
+        "Objects the catalog store raised on (a bug in the webhook, logged with a traceback).",
         ("resource",),
     ),
 )
