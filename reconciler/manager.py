@@ -32,6 +32,7 @@ from gpuclass.shared.kube.listwatch import Reflector
 from gpuclass.shared.kube.syncview import SyncView
 from gpuclass.shared.process.clock import now_rfc3339
 from gpuclass.shared.process.http import OwnerStops, Probes, Server, health_app, server_config
+from gpuclass.shared.process.memory import keep_returning_memory
 
 log = logging.getLogger("gpuclass.reconciler")
 
@@ -215,7 +216,11 @@ class Manager:
         worker = self._build(api)
         informers = self._informers(api, worker)
         coroutines = {f"informer/{resource}": informers.run(resource) for resource in RESOURCES}
-        coroutines |= {"worker": worker.run(), "resync": self._resync()}
+        coroutines |= {
+            "worker": worker.run(),
+            "resync": self._resync(),
+            "memory": keep_returning_memory(),
+        }
         if self.elector is not None:
             coroutines["leader"] = self.elector.run()
         if self.serve_http:

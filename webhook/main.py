@@ -21,6 +21,7 @@ from gpuclass.shared.files.loader import LoadError
 from gpuclass.shared.kube.clusterconfig import ClusterConfigError
 from gpuclass.shared.process.http import server_config
 from gpuclass.shared.process.logs import setup_logging
+from gpuclass.shared.process.memory import keep_returning_memory
 from gpuclass.shared.process.settings import parse_settings
 from gpuclass.webhook.app import AppContext, create_app
 from gpuclass.webhook.catalogs import CatalogFeed, CatalogStore, FileCatalog
@@ -144,6 +145,7 @@ async def serve(settings: WebhookSettings) -> int:
                 log.warning("certificate files unreadable", extra={"fields": {"error": str(exc)}})
 
     background = [certificates.run] if certificates is not None else [reload_certificates]
+    background.append(keep_returning_memory)
     ctx = AppContext(
         feed,
         metrics,
