@@ -219,7 +219,7 @@ class Manager:
         coroutines |= {
             "worker": worker.run(),
             "resync": self._resync(),
-            "memory": keep_returning_memory(),
+            "memory": keep_returning_memory(self.settings.memory_return_seconds),
         }
         if self.elector is not None:
             coroutines["leader"] = self.elector.run()

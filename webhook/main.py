@@ -11,6 +11,7 @@ keeps its own CA and serving certificate in that Secret and the caBundles curren
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import sys
 import tempfile
@@ -145,7 +146,7 @@ async def serve(settings: WebhookSettings) -> int:
                 log.warning("certificate files unreadable", extra={"fields": {"error": str(exc)}})
 
     background = [certificates.run] if certificates is not None else [reload_certificates]
-    background.append(keep_returning_memory)
+    background.append(functools.partial(keep_returning_memory, settings.memory_return_seconds))
     ctx = AppContext(
         feed,
         metrics,

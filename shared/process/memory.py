@@ -10,8 +10,9 @@ the resident size to a new high, and never lower it: the two-hour soak measured
 stayed flat (docs/testing.md, "What the soak found").
 
 `malloc_trim(0)` walks glibc's heaps and returns every whole free page inside them, not only at
-the top. :func:`keep_returning_memory` calls it on a fixed period; on a C library without it
-(musl, macOS) it does nothing. A real leak (memory still referenced) is untouched by it, which
+the top. :func:`keep_returning_memory` calls it every `--memory-return-seconds` (default 300,
+well under a millisecond a call at our heap sizes); on a C library without it (musl, macOS) it
+does nothing. A real leak (memory still referenced) is untouched by it, which
 is what the soak's slope is meant to see.
 """
 
@@ -21,11 +22,10 @@ import asyncio
 import ctypes
 import ctypes.util
 import functools
+import logging
 from collections.abc import Callable
 
-TRIM_PERIOD_SECONDS = 300.0
-"""Often enough that a burst's pages go back within minutes; one trim costs well under a
-millisecond at our heap sizes (docs/performance.md)."""
+log = logging.getLogger("gpuclass.memory")
 
 
 @functools.cache
@@ -48,9 +48,13 @@ def return_free_memory() -> bool | None:
     return None if trim is None else bool(trim(0))
 
 
-async def keep_returning_memory(period: float = TRIM_PERIOD_SECONDS) -> None:
-    """Every `period` seconds, :func:`return_free_memory`; runs until cancelled. Started by both
-    servers beside their other background tasks; where there is no `malloc_trim` it only waits."""
+async def keep_returning_memory(period: float) -> None:
+    """Every `period` seconds (`--memory-return-seconds`; 0: never), :func:`return_free_memory`,
+    with a debug line saying whether pages went back; runs until cancelled. Both servers start
+    it beside their other background tasks; without `malloc_trim` it only waits."""
+    if period <= 0 or _malloc_trim() is None:
+        await asyncio.Event().wait()
     while True:
         await asyncio.sleep(period)
-        return_free_memory()
+        returned = return_free_memory()
+        log.debug("free heap pages returned", extra={"fields": {"returned": returned}})

@@ -76,6 +76,13 @@ class CommonSettings(BaseSettings):
         description="user that creates virt-launcher Pods",
         json_schema_extra={"metavar": "USER"},
     )
+    memory_return_seconds: float = Field(
+        300.0,
+        ge=0,
+        description="give the C library's free heap pages back to the system this often "
+        "(glibc's malloc_trim), so resident memory follows what the process holds; 0: never",
+        json_schema_extra={"metavar": "SECONDS"},
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
     log_format: Literal["json", "text"] = Field("json", description="log format")
 

@@ -946,3 +946,19 @@ def test_a_follower_never_advances_the_last_sync_timestamp() -> None:
             assert (leader.sample("gpuclass_last_sync_timestamp_seconds") or 0) > 0
 
     run(scenario)
+
+
+def test_the_reconciler_gives_free_heap_back_on_its_period(monkeypatch: Any) -> None:
+    """`--memory-return-seconds` reaches the running loop (shared.process.memory); the soak
+    found resident memory ratcheting up after re-lists without it."""
+    from gpuclass.shared.process import memory
+
+    trims: list[int] = []
+    monkeypatch.setattr(memory, "_malloc_trim", lambda: lambda pad: trims.append(pad) or 1)
+
+    async def scenario() -> None:
+        async with Running(MemoryKube(world()), memory_return_seconds=0.01):
+            await until(lambda: len(trims) >= 2)
+
+    run(scenario)
+    assert set(trims) == {0}

@@ -22,6 +22,7 @@ import pytest
 import uvicorn
 from uvicorn.server import ServerState
 
+from gpuclass.shared.process.memory import return_free_memory
 from gpuclass.webhook import paths
 from gpuclass.webhook.server import ConnectionLimits, GuardedProtocol, JoinedWrites
 from tests.conftest import OBJECTS
@@ -474,3 +475,23 @@ def test_connections_arriving_together_at_the_cap_each_evict_their_own_victim() 
     cut, closed = asyncio.run(turn())
     assert cut == ["idle_evicted", "idle_evicted"]
     assert closed == [True, True, False]
+
+
+def test_the_webhook_gives_free_heap_back_on_its_period(tmp_path: Path) -> None:
+    """`--memory-return-seconds` reaches the running server (shared.process.memory): its debug
+    line says whether glibc gave pages back (true or false; null only off glibc)."""
+    process = WebhookProcess(
+        [*OBJECT_ARGS, "--memory-return-seconds", "0.2", "--log-level", "debug"],
+        tls_dir=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        lines: list[dict[str, object]] = []
+        while not lines and time.monotonic() < deadline:
+            time.sleep(0.1)
+            lines = [e for e in process.logs() if e.get("msg") == "free heap pages returned"]
+        assert lines, "no memory return within 10 s"
+        # true or false where glibc is (our images); null only without malloc_trim
+        assert isinstance(lines[0]["returned"], bool) or return_free_memory() is None
+    finally:
+        assert process.stop() == 0
