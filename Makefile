@@ -68,10 +68,11 @@ test: $(STAMP) system-deps $(TYPECHECK) ## install what the tests need, lint, ty
 test-fast: $(STAMP) ## the tests that need no control plane
 	$(BIN)/python -m pytest -m "not controlplane"
 
-lint: $(STAMP) ## ruff lint and format check, and the import contracts (lint-imports)
+lint: $(STAMP) ## ruff lint and format check, the import contracts (lint-imports), one name per class
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/python -m pytest -q -p no:randomly --no-cov tests/project/test_names.py
 
 format: $(STAMP) ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff check --fix .
