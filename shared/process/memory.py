@@ -5,15 +5,14 @@ tables, long strings). glibc keeps what is freed inside its heap for the next re
 pages back only from the heap's top. A re-list after an API-server restart or a watch cut parses
 pages of hundreds of objects at once; the store keeps a compact copy of each object, allocated
 in between, so the freed pages sit below live data and stay resident. Each such burst can raise
-the resident size to a new high, and never lower it: the two-hour soak measured
-4.7 to 17 MB/h in the reconcilers and 1.0 to 2.5 MB/h in the webhooks while the heap in use
-stayed flat (docs/testing.md, "What the soak found").
+the resident size to a new high, and never lower it, while the heap in use stays flat: what the
+two-hour soak found (its figures are in docs/testing.md, "What the soak found").
 
 `malloc_trim(0)` walks glibc's heaps and returns every whole free page inside them, not only at
-the top. :func:`keep_returning_memory` calls it every `--memory-return-seconds` (default 300,
-well under a millisecond a call at our heap sizes); on a C library without it (musl, macOS) it
-does nothing. A real leak (memory still referenced) is untouched by it, which
-is what the soak's slope is meant to see.
+the top. :func:`keep_returning_memory` calls it every `--memory-return-seconds` (default 300; its
+cost is in docs/operations.md, "Resident memory"); on a C library without it (musl, macOS) it
+does nothing. A real leak (memory still referenced) is untouched by it, which is what the
+soak's slope is meant to see.
 """
 
 from __future__ import annotations
