@@ -94,6 +94,7 @@ class Shape:
     timings: Timings = PRODUCTION
     seed: int = 1
     faults: tuple[str, ...] = FAULTS  # injected in turn
+    every_fault: bool = False  # go on past `seconds` until each fault has run once
 
     def fault_goal(self, kind: str) -> float:
         """Seconds from a fault to a consistent state again (the issue's goals)."""
@@ -569,7 +570,9 @@ class Soak:
         next_check = self.shape.check_every
         next_fault = self.shape.fault_every
         faults = 0
-        while self.now() < self.shape.seconds:
+        while self.now() < self.shape.seconds or (
+            self.shape.every_fault and faults < len(self.shape.faults)
+        ):
             if self.now() >= next_fault:
                 kind = self.shape.faults[faults % len(self.shape.faults)]
                 faults += 1
