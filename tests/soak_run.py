@@ -661,10 +661,18 @@ class Soak:
         return left
 
     def keep_logs(self, folder: Path) -> None:
-        """Each webhook and reconciler process's log, one file per process, for a post-mortem."""
+        """Each webhook and reconciler process's log, one file per process, and every memory and
+        open-files sample (`samples.tsv`: process, seconds into the run, RSS MB, open files), for
+        a post-mortem and for reading a slope's shape, not only its figure."""
         folder.mkdir(parents=True, exist_ok=True)
         for name, lines in self.fleet.logs().items():
             (folder / f"{name}.log").write_text("\n".join(lines) + "\n")
+        rows = ["process\tseconds\trss_mb\tfds"] + [
+            f"{label}\t{at:.0f}\t{rss:.1f}\t{fds}"
+            for label, series in sorted(self.report.samples.items())
+            for at, rss, fds in series
+        ]
+        (folder / "samples.tsv").write_text("\n".join(rows) + "\n")
 
     def close(self) -> None:
         self.stopping.set()

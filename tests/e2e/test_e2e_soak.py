@@ -99,6 +99,20 @@ def test_every_process_was_sampled(soak: tuple[Soak, Report]) -> None:
 
 
 @pytest.mark.timeout(600)
+def test_kept_logs_hold_every_process_log_and_every_sample(
+    soak: tuple[Soak, Report], tmp_path: Path
+) -> None:
+    run, report = soak
+    run.keep_logs(tmp_path)
+    assert {p.stem for p in tmp_path.glob("*.log")} == set(run.fleet.started)
+    rows = (tmp_path / "samples.tsv").read_text().splitlines()
+    assert rows[0].split("\t") == ["process", "seconds", "rss_mb", "fds"]
+    kept = [row.split("\t") for row in rows[1:]]
+    assert len(kept) == sum(len(series) for series in report.samples.values())
+    assert {process for process, *_ in kept} == set(report.samples)
+
+
+@pytest.mark.timeout(600)
 def test_the_check_sees_a_copy_nobody_mounts(soak: tuple[Soak, Report]) -> None:
     run, _ = soak
     stray = api_secret("gpuclass-license-soak-licensed-1", tenant(0), {TOKEN_KEY: "x"}, MANAGED)
