@@ -132,6 +132,7 @@ class Report:
     faults: list[FaultRecord] = field(default_factory=list)
     admissions: Admissions = field(default_factory=Admissions)
     samples: dict[str, list[tuple[float, float, int]]] = field(default_factory=dict)
+    holders: list[tuple[float, str | None]] = field(default_factory=list)  # the Lease's, sampled
     started: dict[str, float] = field(default_factory=dict)
     status_writes: dict[str, float] = field(default_factory=dict)  # by process
     changes: int = 0
@@ -145,7 +146,9 @@ class Report:
 
     def slopes(self) -> dict[str, tuple[float, float, float]]:
         """Per process living long enough: (RSS MB/h, fds/h, hours measured), by least squares
-        over its samples after warm-up and away from faults."""
+        over its samples after warm-up and away from faults, within each stretch of one role: a
+        reconciler that takes the Lease starts doing the writes and holds more, a step that is
+        no slope, so each stretch gets its own level and the slope is the one they share."""
         fault_times = [f.at for f in self.faults]
         out = {}
         for label, series in self.samples.items():
@@ -158,21 +161,53 @@ class Report:
             ]
             if len(kept) < 8 or kept[-1][0] - kept[0][0] < 600:
                 continue
+            stretches = self.role_stretches(label, kept)
             hours = (kept[-1][0] - kept[0][0]) / 3600
             out[label] = (
-                _slope([(t, rss) for t, rss, _ in kept]) * 3600,
-                _slope([(t, float(fds)) for t, _, fds in kept]) * 3600,
+                pooled_slope([[(t, rss) for t, rss, _ in part] for part in stretches]) * 3600,
+                pooled_slope([[(t, float(fds)) for t, _, fds in part] for part in stretches])
+                * 3600,
                 hours,
             )
         return out
 
+    def role_stretches(
+        self, label: str, series: list[tuple[float, float, int]]
+    ) -> list[list[tuple[float, float, int]]]:
+        """`series` cut where `label` took or lost the Lease (`holders`: the holder at each
+        sampling); one stretch for a process that never did."""
+        stretches: list[list[tuple[float, float, int]]] = []
+        role: bool | None = None
+        for sample in series:
+            leads = self.holder_at(sample[0]) == label
+            if role is None or leads != role:
+                stretches.append([])
+                role = leads
+            stretches[-1].append(sample)
+        return stretches
 
-def _slope(points: list[tuple[float, float]]) -> float:
-    n = len(points)
-    mean_t = sum(t for t, _ in points) / n
-    mean_v = sum(v for _, v in points) / n
-    var = sum((t - mean_t) ** 2 for t, _ in points)
-    return 0.0 if var == 0 else sum((t - mean_t) * (v - mean_v) for t, v in points) / var
+    def holder_at(self, at: float) -> str | None:
+        """The Lease holder at the last sampling at or before `at`."""
+        holder = None
+        for when, name in self.holders:
+            if when > at:
+                break
+            holder = name
+        return holder
+
+
+def pooled_slope(stretches: list[list[tuple[float, float]]]) -> float:
+    """Least squares slope of value over time with one level per stretch (a fixed-effects fit):
+    steps between stretches do not count, a drift within them does."""
+    num = var = 0.0
+    for points in stretches:
+        if len(points) < 2:
+            continue
+        mean_t = sum(t for t, _ in points) / len(points)
+        mean_v = sum(v for _, v in points) / len(points)
+        num += sum((t - mean_t) * (v - mean_v) for t, v in points)
+        var += sum((t - mean_t) ** 2 for t, _ in points)
+    return 0.0 if var == 0 else num / var
 
 
 class Soak:
@@ -412,6 +447,8 @@ class Soak:
                     continue
                 self.report.started.setdefault(tracked.label, tracked.started - self.t0)
                 self.report.samples.setdefault(tracked.label, []).append((at, *found))
+            with contextlib.suppress(ApiError, httpx.HTTPError):
+                self.report.holders.append((at, self.fleet.leader(api)))
             for name, process in list(self.fleet.reconcilers.items()):
                 value = process.metric("gpuclass_status_writes_total")
                 if value is not None:
