@@ -21,6 +21,7 @@ At the end every VMI and launcher is deleted: no copy and no finalizer may be le
 from __future__ import annotations
 
 import base64
+import bisect
 import contextlib
 import json
 import math
@@ -187,13 +188,9 @@ class Report:
         return stretches
 
     def holder_at(self, at: float) -> str | None:
-        """The Lease holder at the last sampling at or before `at`."""
-        holder = None
-        for when, name in self.holders:
-            if when > at:
-                break
-            holder = name
-        return holder
+        """The Lease holder at the last sampling at or before `at` (`holders` is in time order)."""
+        found = bisect.bisect_right(self.holders, at, key=lambda held: held[0])
+        return self.holders[found - 1][1] if found else None
 
 
 def pooled_slope(stretches: list[list[tuple[float, float]]]) -> float:

@@ -26,6 +26,7 @@ from gpuclass.shared.process.memory import return_free_memory
 from gpuclass.webhook import paths
 from gpuclass.webhook.server import ConnectionLimits, GuardedProtocol, JoinedWrites
 from tests.conftest import OBJECTS
+from tests.controlplane.cluster import eventually
 from tests.webhook_process import WebhookProcess
 
 OBJECT_ARGS = [a for p in OBJECTS for a in ("--objects", p)]
@@ -485,12 +486,14 @@ def test_the_webhook_gives_free_heap_back_on_its_period(tmp_path: Path) -> None:
         tls_dir=tmp_path,
     )
     try:
-        deadline = time.monotonic() + 10
-        lines: list[dict[str, object]] = []
-        while not lines and time.monotonic() < deadline:
-            time.sleep(0.1)
-            lines = [e for e in process.logs() if e.get("msg") == "free heap pages returned"]
-        assert lines, "no memory return within 10 s"
+        lines = eventually(
+            lambda: (
+                [e for e in process.logs() if e.get("msg") == "free heap pages returned"] or None
+            ),
+            timeout=10,
+            what="the webhook's memory-return log line",
+            every=0.1,
+        )
         # true or false where glibc is (our images); null only without malloc_trim
         assert isinstance(lines[0]["returned"], bool) or return_free_memory() is None
     finally:
