@@ -20,6 +20,7 @@ an invariant was violated or an admission failed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -40,7 +41,7 @@ FD_GOAL_PER_HOUR = 1.0
 WRITES_PER_CHANGE_GOAL = 1.0
 
 
-def parse(argv: list[str]) -> tuple[Shape, Path | None]:
+def parse(argv: list[str]) -> tuple[Shape, Path | None, Path | None]:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -66,24 +67,37 @@ def parse(argv: list[str]) -> tuple[Shape, Path | None]:
         default=",".join(FAULTS),
         help=f"comma-separated, in turn (default: {','.join(FAULTS)})",
     )
-    p.add_argument("--keep-logs", type=Path, help="write each process's log into this folder")
+    p.add_argument(
+        "--keep-logs",
+        type=Path,
+        help="write each process's log, the samples and the report (report.json) into this folder",
+    )
+    p.add_argument(
+        "--figures-from",
+        type=Path,
+        help="run nothing: print the figures of a kept report.json (--warmup applies again)",
+    )
     a = p.parse_args(argv)
     unknown = set(a.faults.split(",")) - set(FAULTS)
     if unknown:
         p.error(f"unknown faults {sorted(unknown)}; choose from {', '.join(FAULTS)}")
-    return Shape(
-        seconds=a.minutes * 60,
-        nodes=a.nodes,
-        pods=a.pods,
-        vmis=a.vmis,
-        churn_per_second=a.churn_per_second,
-        fault_every=a.fault_every,
-        check_every=a.check_every,
-        warmup=a.warmup,
-        timings=FAST if a.fast_lease else PRODUCTION,
-        seed=a.seed,
-        faults=tuple(a.faults.split(",")),
-    ), a.keep_logs
+    return (
+        Shape(
+            seconds=a.minutes * 60,
+            nodes=a.nodes,
+            pods=a.pods,
+            vmis=a.vmis,
+            churn_per_second=a.churn_per_second,
+            fault_every=a.fault_every,
+            check_every=a.check_every,
+            warmup=a.warmup,
+            timings=FAST if a.fast_lease else PRODUCTION,
+            seed=a.seed,
+            faults=tuple(a.faults.split(",")),
+        ),
+        a.keep_logs,
+        a.figures_from,
+    )
 
 
 def row(name: str, value: str, goal: str, met: bool | None) -> str:
@@ -192,7 +206,13 @@ def figures(report: Report) -> tuple[list[str], bool]:
 
 
 def main(argv: list[str]) -> int:
-    shape, keep_logs = parse(argv)
+    shape, keep_logs, figures_from = parse(argv)
+    if figures_from is not None:
+        kept = Report.from_json(figures_from.read_text())
+        kept.shape = dataclasses.replace(kept.shape, warmup=shape.warmup)
+        lines, held = figures(kept)
+        print("\n".join(lines))
+        return 0 if held else 1
     started = time.monotonic()
 
     def log(text: str) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import bisect
 import contextlib
+import dataclasses
 import json
 import math
 import random
@@ -186,6 +187,28 @@ class Report:
                 role = leads
             stretches[-1].append(sample)
         return stretches
+
+    def to_json(self) -> str:
+        """Everything the figures are computed from, so a finished run's figures can be computed
+        again (`benchmarks/soak.py --figures-from`), with another warm-up or estimator."""
+        return json.dumps(dataclasses.asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> Report:
+        data = json.loads(text)
+        shape = data.pop("shape")
+        shape["timings"] = Timings(**shape["timings"])
+        shape["faults"] = tuple(shape["faults"])
+        report = cls(Shape(**shape))
+        report.admissions = Admissions(**data.pop("admissions"))
+        report.faults = [FaultRecord(**f) for f in data.pop("faults")]
+        report.samples = {
+            k: [(t, rss, fds) for t, rss, fds in v] for k, v in data.pop("samples").items()
+        }
+        report.holders = [(t, held) for t, held in data.pop("holders")]
+        for name, value in data.items():
+            setattr(report, name, value)
+        return report
 
     def holder_at(self, at: float) -> str | None:
         """The Lease holder at the last sampling at or before `at` (`holders` is in time order)."""
@@ -697,7 +720,8 @@ class Soak:
     def keep_logs(self, folder: Path) -> None:
         """Each webhook and reconciler process's log, one file per process, and every memory and
         open-files sample (`samples.tsv`: process, seconds into the run, RSS MB, open files), for
-        a post-mortem and for reading a slope's shape, not only its figure."""
+        a post-mortem and for reading a slope's shape, not only its figure, and the whole report
+        (`report.json`), from which `benchmarks/soak.py --figures-from` prints the figures again."""
         folder.mkdir(parents=True, exist_ok=True)
         for name, lines in self.fleet.logs().items():
             (folder / f"{name}.log").write_text("\n".join(lines) + "\n")
@@ -707,6 +731,7 @@ class Soak:
             for at, rss, fds in series
         ]
         (folder / "samples.tsv").write_text("\n".join(rows) + "\n")
+        (folder / "report.json").write_text(self.report.to_json())
 
     def close(self) -> None:
         self.stopping.set()

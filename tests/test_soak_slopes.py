@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.soak_run import Report, Shape, pooled_slope
+from tests.soak_run import FaultRecord, Report, Shape, pooled_slope
 
 HOUR = 3600.0
 
@@ -49,3 +49,18 @@ def test_a_reconciler_that_takes_the_lease_gets_two_stretches() -> None:
     assert slopes["reconciler-5"][0] == pytest.approx(0.0, abs=1e-9)
     assert slopes["webhook-1"][0] == pytest.approx(0.0, abs=1e-9)
     assert slopes["reconciler-5"][2] == pytest.approx(4785 / HOUR)
+
+
+def test_a_kept_report_gives_the_same_figures_again() -> None:
+    from benchmarks.soak import figures
+
+    report = Report(Shape(warmup=0.0, fault_every=840.0))
+    report.started = {"reconciler-5": 0.0}
+    report.samples = {"reconciler-5": [(t, 112.0 + t / HOUR, 27) for t in range(0, 4800, 15)]}
+    report.holders = [(0.0, "reconciler-5")]
+    report.faults = [FaultRecord("leader-kill", 840.0, 0.1, 17.5, 25.0)]
+    report.admissions.total, report.admissions.failed = 100, 1
+    report.changes, report.status_writes = 50, {"reconciler-5": 8.0}
+    again = Report.from_json(report.to_json())
+    assert again == report
+    assert figures(again) == figures(report)
