@@ -24,6 +24,7 @@ import base64
 import bisect
 import contextlib
 import dataclasses
+import itertools
 import json
 import math
 import random
@@ -97,6 +98,7 @@ class Shape:
     seed: int = 1
     faults: tuple[str, ...] = FAULTS  # injected in turn
     every_fault: bool = False  # go on past `seconds` until each fault has run once
+    envelope_window: float = 600.0  # seconds; two of the servers' 5-minute memory returns
 
     def fault_goal(self, kind: str) -> float:
         """Seconds from a fault to a consistent state again (the issue's goals)."""
@@ -146,11 +148,11 @@ class Report:
     slow_settles: list[str] = field(default_factory=list)
     unknown_at_drain: int = 0  # VMIs and launchers stored while their create's answer was lost
 
-    def slopes(self) -> dict[str, tuple[float, float, float]]:
-        """Per process living long enough: (RSS MB/h, fds/h, hours measured), by least squares
-        over its samples after warm-up and away from faults, within each stretch of one role: a
-        reconciler that takes the Lease starts doing the writes and holds more, a step that is
-        no slope, so each stretch gets its own level and the slope is the one they share."""
+    def slopes(self) -> dict[str, Drift]:
+        """Per process living long enough, its drift after warm-up and away from faults, fitted
+        within each stretch of one role: a reconciler that takes the Lease starts doing the
+        writes and holds more, a step that is no slope, so each stretch gets its own level and
+        the slope is the one they share (`pooled_slope`)."""
         fault_times = [f.at for f in self.faults]
         out = {}
         for label, series in self.samples.items():
@@ -164,12 +166,15 @@ class Report:
             if len(kept) < 8 or kept[-1][0] - kept[0][0] < 600:
                 continue
             stretches = self.role_stretches(label, kept)
-            hours = (kept[-1][0] - kept[0][0]) / 3600
-            out[label] = (
-                pooled_slope([[(t, rss) for t, rss, _ in part] for part in stretches]) * 3600,
-                pooled_slope([[(t, float(fds)) for t, _, fds in part] for part in stretches])
+            rss = [[(t, v) for t, v, _ in part] for part in stretches]
+            windows = [envelope(part, self.shape.envelope_window) for part in rss]
+            out[label] = Drift(
+                floor=pooled_slope([[(t, low) for t, low, _ in w] for w in windows]) * 3600,
+                ceiling=pooled_slope([[(t, high) for t, _, high in w] for w in windows]) * 3600,
+                every_sample=pooled_slope(rss) * 3600,
+                fds=pooled_slope([[(t, float(n)) for t, _, n in part] for part in stretches])
                 * 3600,
-                hours,
+                hours=(kept[-1][0] - kept[0][0]) / 3600,
             )
         return out
 
@@ -214,6 +219,38 @@ class Report:
         """The Lease holder at the last sampling at or before `at` (`holders` is in time order)."""
         found = bisect.bisect_right(self.holders, at, key=lambda held: held[0])
         return self.holders[found - 1][1] if found else None
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One process's slopes per hour. Both servers give free heap back to the system every 5
+    minutes (`--memory-return-seconds`), so RSS is a sawtooth: down at each return, up again
+    within a minute as the next batch of work reuses pages. A least-squares line through every
+    sample then tilts with where the returns fall; the lowest sample of each window (what stays
+    held after a return: a leak shows here) and the highest (the working high-water mark) do
+    not, each window holding whole return periods."""
+
+    floor: float  # MB/h of each window's lowest RSS
+    ceiling: float  # MB/h of each window's highest RSS
+    every_sample: float  # MB/h through every sample, shown, not judged
+    fds: float  # open files per hour
+    hours: float  # measured
+
+
+def envelope(points: list[tuple[float, float]], window: float) -> list[tuple[float, float, float]]:
+    """(mid time, lowest, highest) of each whole `window` of seconds from the first point; a
+    window less than half sampled (a fault's quiet time, the stretch's end) is left out."""
+    if len(points) < 2:
+        return []
+    step = min(b[0] - a[0] for a, b in itertools.pairwise(points)) or window
+    groups: dict[int, list[float]] = {}
+    for t, v in points:
+        groups.setdefault(int((t - points[0][0]) // window), []).append(v)
+    return [
+        (points[0][0] + (index + 0.5) * window, min(values), max(values))
+        for index, values in groups.items()
+        if len(values) * step >= window / 2
+    ]
 
 
 def pooled_slope(stretches: list[list[tuple[float, float]]]) -> float:

@@ -6,9 +6,11 @@ took the Lease has no drift; a line rising 2 MB an hour has 2 MB/h, step or not.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tests.soak_run import FaultRecord, Report, Shape, pooled_slope
+from tests.soak_run import Drift, FaultRecord, Report, Shape, envelope, pooled_slope
 
 HOUR = 3600.0
 
@@ -46,13 +48,17 @@ def test_a_reconciler_that_takes_the_lease_gets_two_stretches() -> None:
     stretches = report.role_stretches("reconciler-5", report.samples["reconciler-5"])
     assert [len(part) for part in stretches] == [160, 160]
     slopes = report.slopes()
-    assert slopes["reconciler-5"][0] == pytest.approx(0.0, abs=1e-9)
-    assert slopes["webhook-1"][0] == pytest.approx(0.0, abs=1e-9)
-    assert slopes["reconciler-5"][2] == pytest.approx(4785 / HOUR)
+    for drift in slopes.values():
+        assert (drift.floor, drift.ceiling, drift.every_sample) == pytest.approx(
+            (0, 0, 0), abs=1e-9
+        )
+    assert slopes["reconciler-5"].hours == pytest.approx(4785 / HOUR)
 
 
-def test_a_kept_report_gives_the_same_figures_again() -> None:
-    from benchmarks.soak import figures
+def test_a_kept_report_gives_the_same_figures_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmarks.soak import figures, main
 
     report = Report(Shape(warmup=0.0, fault_every=840.0))
     report.started = {"reconciler-5": 0.0}
@@ -64,3 +70,58 @@ def test_a_kept_report_gives_the_same_figures_again() -> None:
     again = Report.from_json(report.to_json())
     assert again == report
     assert figures(again) == figures(report)
+    kept = tmp_path / "report.json"
+    kept.write_text(report.to_json())
+    assert main(["--figures-from", str(kept)]) == 1  # the failed admission
+    assert capsys.readouterr().out.splitlines() == figures(report)[0]
+    assert "(1.33 h)" in figures(report)[0][1]
+    main(["--figures-from", str(kept), "--warmup", "1800"])
+    assert "(0.83 h)" in capsys.readouterr().out
+
+
+def sawtooth(
+    seconds: int, trough: float, peak: float, drift_per_hour: float, phase: int = 0
+) -> list[tuple[float, float, int]]:
+    """15 s samples of a server that gives memory back every 300 s, `phase` seconds before the
+    first sample: at `trough` for the minute after each return, at `peak` for the rest, both
+    rising `drift_per_hour`."""
+    out = []
+    for t in range(0, seconds, 15):
+        level = trough if (t + phase) % 300 < 60 else peak
+        out.append((float(t), level + drift_per_hour * t / HOUR, 20))
+    return out
+
+
+def drift_of(samples: list[tuple[float, float, int]]) -> Drift:
+    report = Report(Shape(warmup=0.0))
+    report.started, report.samples = {"webhook-1": 0.0}, {"webhook-1": samples}
+    return report.slopes()["webhook-1"]
+
+
+def test_a_flat_sawtooth_has_no_floor_or_ceiling_slope_wherever_the_returns_fall() -> None:
+    # half an hour of a flat sawtooth: a line through every sample tilts with where the returns
+    # fall (up when the stretch starts on a return, down when it ends on one); the envelope not
+    every_sample = set()
+    for phase in (0, 60, 120, 180, 240):
+        drift = drift_of(sawtooth(1800, 112.0, 120.0, 0.0, phase))
+        assert drift.floor == pytest.approx(0.0, abs=1e-9)
+        assert drift.ceiling == pytest.approx(0.0, abs=1e-9)
+        every_sample.add(round(drift.every_sample, 1))
+    assert max(every_sample) > 1.0 and min(every_sample) < -1.0
+
+
+@pytest.mark.parametrize("mb_per_hour", [0.5, 2.0, 6.0])
+def test_a_rising_sawtooth_shows_its_rise_on_the_floor_and_the_ceiling(mb_per_hour: float) -> None:
+    drift = drift_of(sawtooth(7200, 112.0, 120.0, mb_per_hour))
+    # each window's lowest sample sits at its first return, its highest at its end: both one
+    # window apart from the next, so both rise exactly as the line does
+    assert drift.floor == pytest.approx(mb_per_hour, rel=1e-6)
+    assert drift.ceiling == pytest.approx(mb_per_hour, rel=1e-6)
+
+
+def test_a_window_mostly_unsampled_is_left_out() -> None:
+    points = [(float(t), 1.0) for t in range(0, 1200, 15)] + [(1250.0, 50.0)]
+    assert [(mid, low, high) for mid, low, high in envelope(points, 600.0)] == [
+        (300.0, 1.0, 1.0),
+        (900.0, 1.0, 1.0),
+    ]
