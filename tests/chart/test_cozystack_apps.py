@@ -46,13 +46,15 @@ RAW = [{"name": "example.com/whole-gpu"}, {"name": "example.com/whole-gpu"}]
 
 
 @pytest.fixture(scope="module")
-def charts(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, bool], Path]:
+def charts(
+    tmp_path_factory: pytest.TempPathFactory, cozyvalues_gen: Path
+) -> dict[tuple[str, bool], Path]:
     """(chart, changed) -> a copy: with docs/operations.md's change, and without it."""
     found = {}
     for name in TEMPLATES:
         found[(name, True)] = app_chart(tmp_path_factory.mktemp(f"{name}-after"), name)
         before = app_chart(tmp_path_factory.mktemp(f"{name}-before"), name)
-        found[(name, False)] = without_the_change(before, name)
+        found[(name, False)] = without_the_change(before, name, cozyvalues_gen)
     return found
 
 
@@ -180,42 +182,50 @@ def test_a_worker_pool_selecting_a_vgpu_class_is_refused_at_apply(
 
 
 @pytest.mark.parametrize("name", list(TEMPLATES))
-def test_without_the_change_a_class_entry_would_render_a_gpu_with_no_device(
+def test_without_the_change_helm_refuses_a_class_entry_before_any_template(
     charts: dict[tuple[str, bool], Path], name: str
 ) -> None:
-    """Why the raw block must be gated: Cozystack's charts render every entry's `name`."""
-    template = _vmi_template(_object(charts[(name, False)], name, CLASSES))
-    assert template["spec"]["domain"]["devices"]["gpus"] == [{"name": "gpu1", "deviceName": None}]
-    assert ANN not in template["metadata"]["annotations"]
+    """Cozystack's generated schema requires `name` on every GPU entry, and Helm checks values
+    against it before rendering: a class entry never reaches the charts as they are."""
+    with pytest.raises(helm.HelmValuesError, match="missing property 'name'"):
+        _text(charts[(name, False)], name, CLASSES)
+    assert _text(charts[(name, False)], name, RAW)  # raw entries render as before
 
 
 OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 
-def _documented_snippets() -> list[list[str]]:
-    """The template lines docs/operations.md ("Cozystack's application charts") tells Cozystack
-    to insert and to put in place of the raw block's condition, stripped of indentation."""
+def _documented_blocks() -> list[list[str]]:
+    """The YAML blocks of docs/operations.md ("Cozystack's application charts"): the typedef,
+    then the template lines for each file named on a block's first (comment) line."""
     text = OPERATIONS.read_text()
     section = text.split("## Cozystack's application charts", 1)[1]
     section = re.split(r"\n## (?!@)", section, maxsplit=1)[0]  # the typedef's lines start "## @"
     blocks = [b.split("```", 1)[0] for b in section.split("```yaml\n")[1:]]
-    templates = [b for b in blocks if "{{" in b]
-    return [[line.strip() for line in b.strip().splitlines()] for b in templates]
+    return [b.strip("\n").splitlines() for b in blocks]
+
+
+# The file of Cozystack's each stand-in copies the structure of (tests/fixtures/cozystack-apps/).
+UPSTREAM = {
+    "vm-instance": "packages/apps/vm-instance/templates/vm.yaml",
+    "kubernetes-nodes": "packages/apps/kubernetes-nodes/templates/nodegroup.yaml",
+}
+
+
+def _contains(lines: list[str], snippet: list[str]) -> bool:
+    return any(lines[i : i + len(snippet)] == snippet for i in range(len(lines)))
 
 
 @pytest.mark.parametrize("name", list(TEMPLATES))
 def test_the_stand_ins_carry_exactly_the_documented_change(name: str) -> None:
-    snippets = _documented_snippets()
+    blocks = _documented_blocks()
+    mine = [b for b in blocks if b[0].startswith("#") and UPSTREAM[name] in b[0]]
+    assert len(mine) == 1
+    snippets = "\n".join(mine[0][1:]).split("\n\n")
     assert len(snippets) == 2  # the annotation lines, the raw block's condition
-    lines = [
-        line.strip()
-        for line in (APPS / name / "templates" / TEMPLATES[name]).read_text().splitlines()
-    ]
-    for snippet in snippets:
-        if name == "kubernetes-nodes":
-            snippet = [
-                line.replace(".Values.gpus", ".group.gpus").replace("nindent 8", "nindent 12")
-                for line in snippet
-            ]
-        start = lines.index(snippet[0])
-        assert lines[start : start + len(snippet)] == snippet
+    template = (APPS / name / "templates" / TEMPLATES[name]).read_text().splitlines()
+    for snippet in snippets:  # at the upstream file's indent, which the stand-in keeps
+        assert _contains(template, snippet.split("\n"))
+    typedef = [b for b in blocks if b[0].startswith("## @typedef {struct} GPU ")]
+    assert len(typedef) == 1
+    assert _contains((APPS / name / "values.yaml").read_text().splitlines(), typedef[0])

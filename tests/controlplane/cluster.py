@@ -57,6 +57,41 @@ class AssetsUnavailable(RuntimeError):
     """kube-apiserver/etcd could neither be found nor built (tests skip or fail on it)."""
 
 
+def _printed_path(label: str, build_script: Path, hint: str, timeout: float) -> Path:
+    """The path a build script prints on its last line; AssetsUnavailable, saying `hint`,
+    when it cannot run, fails or prints nothing."""
+    try:
+        done = subprocess.run(
+            ["bash", str(build_script)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise AssetsUnavailable(f"{label}: {build_script} did not finish: {exc}") from exc
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+        raise AssetsUnavailable(
+            f"{label}: {build_script} exited {done.returncode}; {hint}, or install Go. "
+            f"Last output:\n{tail}"
+        )
+    return Path(lines[-1])
+
+
+def built_binary(label: str, build_script: Path, env: str, *, timeout: float = 3600.0) -> Path:
+    """The program `label` the tests build from a Go module: the executable `env` names, else
+    the path `build_script` prints on its last line (it builds once into the assets cache)."""
+    configured = os.environ.get(env)
+    if configured and os.access(configured, os.X_OK):
+        return Path(configured)
+    binary = _printed_path(label, build_script, f"set {env} to a built binary", timeout)
+    if not os.access(binary, os.X_OK):
+        raise AssetsUnavailable(f"{label}: {build_script} printed {binary}, not an executable")
+    return binary
+
+
 class ControlPlaneError(RuntimeError):
     """A control-plane process did not start or did not become ready."""
 
@@ -71,24 +106,8 @@ def find_assets(*, build_script: Path = BUILD_SCRIPT, timeout: float = 3600.0) -
     configured = os.environ.get("KUBEBUILDER_ASSETS")
     if configured and _has_binaries(Path(configured)):
         return Path(configured)
-    try:
-        done = subprocess.run(
-            ["bash", str(build_script)],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise AssetsUnavailable(f"{build_script.name} did not finish: {exc}") from exc
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
-        raise AssetsUnavailable(
-            f"{build_script.name} exited {done.returncode}; set KUBEBUILDER_ASSETS to a folder "
-            f"with kube-apiserver and etcd, or install Go. Last output:\n{tail}"
-        )
-    folder = Path(lines[-1])
+    hint = "set KUBEBUILDER_ASSETS to a folder with kube-apiserver and etcd"
+    folder = _printed_path(build_script.name, build_script, hint, timeout)
     if not _has_binaries(folder):
         raise AssetsUnavailable(f"{build_script.name} printed {folder}, which lacks {BINARIES}")
     return folder

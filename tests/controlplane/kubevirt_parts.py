@@ -24,9 +24,7 @@ Boundary: process plumbing and the KubeVirt CR; what tests create on top is thei
 from __future__ import annotations
 
 import contextlib
-import os
 import ssl
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,7 +33,7 @@ import httpx
 import yaml
 
 from tests.controlplane.api import Api, RawObject, manifests
-from tests.controlplane.cluster import AssetsUnavailable, ControlPlane, free_port
+from tests.controlplane.cluster import ControlPlane, built_binary, free_port
 from tests.controlplane.components import MERGE, Component
 
 HERE = Path(__file__).resolve().parent
@@ -49,30 +47,10 @@ MANAGED_BY = "app.kubernetes.io/managed-by=virt-operator"
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
 
-def find_kubevirt_parts(*, build_script: Path = BUILD_SCRIPT, timeout: float = 3600.0) -> Path:
+def find_kubevirt_parts(*, build_script: Path = BUILD_SCRIPT) -> Path:
     """The kubevirt-parts binary: GPUCLASS_KUBEVIRT_PARTS if executable, else build.sh
     (cached by KubeVirt version, Go version and a hash of the program's sources)."""
-    configured = os.environ.get(BINARY_ENV)
-    if configured and os.access(configured, os.X_OK):
-        return Path(configured)
-    try:
-        done = subprocess.run(
-            ["bash", str(build_script)],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise AssetsUnavailable(f"kubevirt-parts: {build_script} did not finish: {exc}") from exc
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines or not os.access(lines[-1], os.X_OK):
-        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
-        raise AssetsUnavailable(
-            f"kubevirt-parts: {build_script} exited {done.returncode}; set {BINARY_ENV} to a "
-            f"built binary, or install Go. Last output:\n{tail}"
-        )
-    return Path(lines[-1])
+    return built_binary("kubevirt-parts", build_script, BINARY_ENV)
 
 
 def service_account_user(namespace: str, name: str) -> tuple[str, list[str]]:

@@ -21,6 +21,10 @@ GPUCLASS_REQUIRE_CONTROL_PLANE=1 (CI). Every test using the fixture is marked
 `kubevirt_parts` (module scope) runs KubeVirt's own admission webhooks and launcher
 renderer (tests/controlplane/kubevirt_parts.py) for KubeVirt installed in `cozy-kubevirt`;
 its binary is located (or built) with the others, and skips or fails the same way.
+
+`cozyvalues_gen` (session scope) is the path of Cozystack's values generator, built from its
+module (tests/controlplane/cozyvalues-gen/) once collection is over, when a selected test asks;
+it needs no control plane, and skips or fails the same way.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import pytest
 
 from tests.controlplane import components
 from tests.controlplane.api import Api, RawObject
-from tests.controlplane.cluster import AssetsUnavailable, ControlPlane, find_assets
+from tests.controlplane.cluster import AssetsUnavailable, ControlPlane, built_binary, find_assets
 from tests.controlplane.components import Component, missing_binaries
 from tests.controlplane.kubevirt_parts import (
     find_kubevirt_parts,
@@ -53,12 +57,15 @@ KUBEVIRT_CRDS = tuple(sorted((Path(__file__).resolve().parent / "crds").glob("*.
 REQUIRE_ENV = "GPUCLASS_REQUIRE_CONTROL_PLANE"
 FIXTURE = "control_plane"
 KUBEVIRT_FIXTURE = "kubevirt_parts"
+COZYVALUES_FIXTURE = "cozyvalues_gen"
+COZYVALUES_BUILD = Path(__file__).resolve().parent / "cozyvalues-gen" / "build.sh"
 KUBEVIRT_NAMESPACE = "cozy-kubevirt"
 KUBEVIRT_CR = "kubevirt-e2e"
 LAUNCHER_IMAGE = "quay.io/kubevirt/virt-launcher:v1.8.4"
 
 _ASSETS = pytest.StashKey[Path | AssetsUnavailable]()
 _KUBEVIRT_PARTS = pytest.StashKey[Path | AssetsUnavailable]()
+_COZYVALUES_GEN = pytest.StashKey[Path | AssetsUnavailable]()
 _STARTUP = pytest.StashKey[float]()
 _WORKER_STARTUPS = pytest.StashKey[list[float]]()
 
@@ -84,13 +91,21 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Find or build the binaries before the first test runs (its timeout would not
     cover a first build), and only when a selected test needs them."""
     config = session.config
-    if config.option.collectonly or not any(map(_uses_control_plane, session.items)):
+
+    def wanted(fixture: str) -> bool:
+        return any(fixture in getattr(item, "fixturenames", ()) for item in session.items)
+
+    plane, generator = any(map(_uses_control_plane, session.items)), wanted(COZYVALUES_FIXTURE)
+    if config.option.collectonly or not (plane or generator):
         return
     capture = config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
-        config.stash[_ASSETS] = _locate()
-        if any(KUBEVIRT_FIXTURE in getattr(item, "fixturenames", ()) for item in session.items):
+        if plane:
+            config.stash[_ASSETS] = _locate()
+        if plane and wanted(KUBEVIRT_FIXTURE):
             config.stash[_KUBEVIRT_PARTS] = _locate_kubevirt_parts()
+        if generator:
+            config.stash[_COZYVALUES_GEN] = _locate_cozyvalues_gen()
 
 
 def _locate() -> Path | AssetsUnavailable:
@@ -103,6 +118,13 @@ def _locate() -> Path | AssetsUnavailable:
 def _locate_kubevirt_parts() -> Path | AssetsUnavailable:
     try:
         return find_kubevirt_parts()
+    except AssetsUnavailable as exc:
+        return exc
+
+
+def _locate_cozyvalues_gen() -> Path | AssetsUnavailable:
+    try:
+        return built_binary("cozyvalues-gen", COZYVALUES_BUILD, "GPUCLASS_COZYVALUES_GEN")
     except AssetsUnavailable as exc:
         return exc
 
@@ -247,6 +269,17 @@ def garbage_collector(control_plane: ControlPlane) -> Iterator[Component]:
         roles=("system:controller:generic-garbage-collector",),
     ) as process:
         yield process
+
+
+@pytest.fixture(scope="session")
+def cozyvalues_gen(request: pytest.FixtureRequest) -> Path:
+    """Cozystack's values generator (cozyvalues-gen, built from the module
+    tests/controlplane/cozyvalues-gen/ pins): values.yaml typedefs in, values.schema.json out."""
+    binary = request.config.stash.get(_COZYVALUES_GEN, None) or _locate_cozyvalues_gen()
+    if isinstance(binary, AssetsUnavailable):
+        _unavailable(str(binary))
+        raise AssertionError("unreachable")  # pragma: no cover - skip/fail raise
+    return binary
 
 
 @pytest.fixture(scope="module")
