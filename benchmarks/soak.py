@@ -135,6 +135,9 @@ def figures(report: Report) -> tuple[list[str], bool]:
                 drift.fds <= FD_GOAL_PER_HOUR,
             )
         )
+    for label, drift in sorted(slopes.items()):
+        shape = "  ".join(f"{t / 60:.0f}m {low:.1f}/{high:.1f}" for t, low, high in drift.windows)
+        lines.append(f"  {label} RSS floor/ceiling MB per window: {shape}")
     for label, series in sorted(report.samples.items()):
         if label not in slopes and series:
             first, last = series[0], series[-1]

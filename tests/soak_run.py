@@ -175,6 +175,7 @@ class Report:
                 fds=pooled_slope([[(t, float(n)) for t, _, n in part] for part in stretches])
                 * 3600,
                 hours=(kept[-1][0] - kept[0][0]) / 3600,
+                windows=tuple(w for part in windows for w in part),
             )
         return out
 
@@ -235,6 +236,7 @@ class Drift:
     every_sample: float  # MB/h through every sample, shown, not judged
     fds: float  # open files per hour
     hours: float  # measured
+    windows: tuple[tuple[float, float, float], ...] = ()  # (mid time, floor, ceiling), in order
 
 
 def envelope(points: list[tuple[float, float]], window: float) -> list[tuple[float, float, float]]:

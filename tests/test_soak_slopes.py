@@ -113,6 +113,10 @@ def test_a_flat_sawtooth_has_no_floor_or_ceiling_slope_wherever_the_returns_fall
 @pytest.mark.parametrize("mb_per_hour", [0.5, 2.0, 6.0])
 def test_a_rising_sawtooth_shows_its_rise_on_the_floor_and_the_ceiling(mb_per_hour: float) -> None:
     drift = drift_of(sawtooth(7200, 112.0, 120.0, mb_per_hour))
+    assert [(mid, low) for mid, low, _ in drift.windows][:2] == [
+        (300.0, 112.0),
+        (900.0, pytest.approx(112.0 + mb_per_hour / 6)),
+    ]
     # each window's lowest sample sits at its first return, its highest at its end: both one
     # window apart from the next, so both rise exactly as the line does
     assert drift.floor == pytest.approx(mb_per_hour, rel=1e-6)
