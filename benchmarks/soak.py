@@ -138,6 +138,11 @@ def figures(report: Report) -> tuple[list[str], bool]:
     for label, drift in sorted(slopes.items()):
         shape = "  ".join(f"{t / 60:.0f}m {low:.1f}/{high:.1f}" for t, low, high in drift.windows)
         lines.append(f"  {label} RSS floor/ceiling MB per window: {shape}")
+        if drift.first_relist_step is not None:
+            lines.append(
+                f"  {label} floor across its first re-list (warm-up): "
+                f"{drift.first_relist_step:+.1f} MB"
+            )
     for label, series in sorted(report.samples.items()):
         if label not in slopes and series:
             first, last = series[0], series[-1]
