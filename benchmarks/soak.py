@@ -14,7 +14,10 @@ soak") gives the design and the latest figures. Prints each figure with its goal
 an invariant was violated or an admission failed.
 
     .venv/bin/python benchmarks/soak.py                 # 30 minutes, 200 nodes
-    .venv/bin/python benchmarks/soak.py --minutes 120   # what a release's note reports
+    .venv/bin/python benchmarks/soak.py --minutes 120   # every fault kind, each process short-lived
+    # what a release's note reports: the leader killed last, so one leader lives 1.8 hours
+    .venv/bin/python benchmarks/soak.py --minutes 120 --fault-every 1300 \
+        --faults apiserver-restart,webhook-roll,etcd-compact-defrag,watch-cut,leader-kill
 """
 
 from __future__ import annotations
