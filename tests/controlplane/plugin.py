@@ -33,7 +33,7 @@ import contextlib
 import os
 import shutil
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -108,25 +108,26 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             config.stash[_COZYVALUES_GEN] = _locate_cozyvalues_gen()
 
 
-def _locate() -> Path | AssetsUnavailable:
+def _located(find: Callable[[], Path]) -> Path | AssetsUnavailable:
+    """What `find` found or built, or why it could not (kept, and raised by the fixture)."""
     try:
-        return find_assets()
+        return find()
     except AssetsUnavailable as exc:
         return exc
+
+
+def _locate() -> Path | AssetsUnavailable:
+    return _located(find_assets)
 
 
 def _locate_kubevirt_parts() -> Path | AssetsUnavailable:
-    try:
-        return find_kubevirt_parts()
-    except AssetsUnavailable as exc:
-        return exc
+    return _located(find_kubevirt_parts)
 
 
 def _locate_cozyvalues_gen() -> Path | AssetsUnavailable:
-    try:
-        return built_binary("cozyvalues-gen", COZYVALUES_BUILD, "GPUCLASS_COZYVALUES_GEN")
-    except AssetsUnavailable as exc:
-        return exc
+    return _located(
+        lambda: built_binary("cozyvalues-gen", COZYVALUES_BUILD, "GPUCLASS_COZYVALUES_GEN")
+    )
 
 
 def _unavailable(reason: str) -> None:
