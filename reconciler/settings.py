@@ -18,13 +18,15 @@ from gpuclass.shared.process.settings import CommonSettings
 class WorkerSettings:
     """The worker's settings: whether tenants' namespaces need the vGPU label for a copy, where
     the copy record lives, the coalescing window, the re-list interval of a store that does not
-    catch up, and a dry run (`api` records instead of sending: nothing is logged or counted as
+    catch up, how long a deletion waits for a busy watch to bring the version it needs before
+    re-listing, and a dry run (`api` records instead of sending: nothing is logged or counted as
     written, nothing waited for)."""
 
     vgpu_entitled: bool
     record_namespace: str
     coalesce_seconds: float = 0.2
     relist_interval: float = 10.0
+    catch_up_seconds: float = 5.0
     dry_run: bool = False
 
 
@@ -65,6 +67,12 @@ class ReconcilerSettings(CommonSettings):
     )
     coalesce_seconds: float = Field(
         0.2, ge=0, description="events within this window are reconciled together"
+    )
+    catch_up_seconds: float = Field(
+        5.0,
+        ge=0,
+        description="a deletion waits this long for a busy watch to bring the version it needs "
+        "before that resource is re-listed (0: re-list at once)",
     )
     watch_timeout_seconds: int = Field(
         290, gt=0, description="server-side timeout of one watch request"
@@ -148,5 +156,6 @@ class ReconcilerSettings(CommonSettings):
             vgpu_entitled=self.vgpu_entitled,
             record_namespace=self.lease_namespace(),
             coalesce_seconds=self.coalesce_seconds,
+            catch_up_seconds=self.catch_up_seconds,
             dry_run=self.dry_run,
         )

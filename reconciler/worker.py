@@ -19,9 +19,9 @@ controller does with its reconcile handler's result.
 Nothing is written before every resource has completed its first list (the marks
 wait). A deletion — a finalizer removal, a license-copy delete — also needs the
 resources it depends on synced now and at least as recent as the object it
-releases (:meth:`shared.kube.syncview.SyncView.behind`); otherwise it waits, and a
-resource whose watch has not brought it that far is re-listed (at most every
-`relist_interval` seconds).
+releases (:meth:`shared.kube.syncview.SyncView.behind`); otherwise it waits. A busy
+watch is given `catch_up_seconds` to bring it that far; a quiet one, or one still behind
+then, has its resource re-listed (at most every `relist_interval` seconds).
 
 Every write first asks the Lease (`is_leader`), so a replica that lost it stops at
 once, and the per-object backoff, so a refused write is not retried in a storm.
@@ -107,6 +107,8 @@ class Worker:
         self._timers: dict[Hashable, asyncio.TimerHandle] = {}
         self._waiting: list[Callable[[], None]] = []
         self._relist_asked: dict[Resource, float] = {}
+        self._behind_since: dict[Resource, float] = {}
+        """Since when (monotonic seconds) a synced view has kept a deletion waiting."""
         self.expectations = Expectations()
         """What the store must show of the objects written, before they are acted on again."""
         self._store_waits: dict[Hashable, tuple[Resource, Key, Callable[[], None]]] = {}
@@ -190,17 +192,29 @@ class Worker:
     ) -> bool:
         """The store of `resources` is synced and has reached `version`; else wait for it."""
         behind = self.sync.behind(resources, version)
+        for resource in resources:
+            if resource not in behind:
+                self._behind_since.pop(resource, None)
         if not behind:
             return True
         self._waiting.append(retry)
+        now, grace = time.monotonic(), self.settings.catch_up_seconds
         for resource in behind:
             if not self.sync.synced(resource):
                 continue  # a list is running: its end wakes us
+            since = self._behind_since.setdefault(resource, now)
+            if now - since < grace and self.sync.moving(resource, within=grace):
+                # A busy watch gets there on its own (its next event wakes us through
+                # `sync_changed`); a quiet one, or one still behind after `grace`, is re-listed.
+                self._retry_later(("catch-up", resource), since + grace - now, retry=retry)
+                continue
             wait = self._relist(
                 resource, version, message="deletion waits for a newer store; re-listing"
             )
             if wait:
                 self._retry_later(("relist", resource), wait, retry=retry)
+            else:
+                self._behind_since.pop(resource, None)
         return False
 
     def _store_caught_up(

@@ -44,13 +44,15 @@ R = TypeVar("R", bound=str)
 @dataclass(slots=True)
 class ResourceSync:
     """One resource's entry: listed at least once, synced now, the newest version seen, since when
-    (clock seconds) it has been without a complete view, and how many lists have begun."""
+    (clock seconds) it has been without a complete view, how many lists have begun, and when
+    (clock seconds) a watch event or bookmark last moved it on."""
 
     listed_once: bool = False
     synced: bool = False
     version: str = ""
     unsynced_since: float | None = None
     lists: int = 0
+    moved_at: float | None = None
 
 
 @dataclass(slots=True)
@@ -81,6 +83,7 @@ class SyncView(Generic[R]):
         if entry.synced or entry.unsynced_since is None:
             entry.unsynced_since = self.clock()
         entry.synced = False
+        entry.moved_at = None
         entry.lists += 1
         self.on_change(resource)
 
@@ -98,6 +101,7 @@ class SyncView(Generic[R]):
         if version and version_reached(version, entry.version):
             entry.version = version
             if entry.synced:
+                entry.moved_at = self.clock()
                 self.on_change(resource)
 
     # -- asked by the worker and the probes -------------------------------------------------------
@@ -116,6 +120,14 @@ class SyncView(Generic[R]):
             s
             for s in resources
             if not self.state[s].synced or not version_reached(self.state[s].version, required)
+        )
+
+    def moving(self, resource: R, *, within: float) -> bool:
+        """Synced, and its watch moved it on in the last `within` seconds: a busy watch, which
+        will soon bring a version a little ahead of it without a re-list."""
+        entry = self.state[resource]
+        return (
+            entry.synced and entry.moved_at is not None and self.clock() - entry.moved_at <= within
         )
 
     def stale(self) -> tuple[R, ...]:

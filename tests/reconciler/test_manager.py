@@ -58,7 +58,12 @@ def world() -> list[dict[str, Any]]:
 
 
 def settings(**overrides: Any) -> ReconcilerSettings:
-    values: dict[str, Any] = {"coalesce_seconds": 0.0, "leader_elect": False, "vgpu_entitled": True}
+    values: dict[str, Any] = {
+        "coalesce_seconds": 0.0,
+        "catch_up_seconds": 0.0,  # a deletion behind a view re-lists at once (below: the wait)
+        "leader_elect": False,
+        "vgpu_entitled": True,
+    }
     return ReconcilerSettings(**{**values, **overrides})
 
 
@@ -788,6 +793,41 @@ def test_finalizer_added_while_used_and_removed_after() -> None:
                 [names.IN_USE_FINALIZER],
                 [],
             ]
+
+    run(scenario)
+
+
+def test_a_finalizer_removal_waits_for_a_busy_watch_instead_of_relisting() -> None:
+    """docs/reconciler.md, start-up step 4: a view behind the version a deletion needs, whose
+    watch is moving, is given `--catch-up-seconds` to get there; the next event does, no list."""
+
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube, catch_up_seconds=30.0) as r:
+            kube.apply(vmi("vm", "tenant-a", classes=["c"], devices=[R]))
+            await r.settle()
+            assert finalizers(kube, "c") == [names.IN_USE_FINALIZER]
+            kube.remove("VirtualMachineInstance", "tenant-a", name="vm")
+            worker = r.reconciler.worker
+            assert worker is not None
+            await until(lambda: "vmis" in worker._behind_since)  # the removal waits on the view
+            assert finalizers(kube, "c") == [names.IN_USE_FINALIZER]
+            kube.apply(vmi("other", "tenant-b", classes=["c"]))  # the next VMI event
+            await until(lambda: finalizers(kube, "c") == [])
+            assert r.sample("gpuclass_watch_restarts_total", resource="vmis") is None
+
+    run(scenario)
+
+
+def test_a_view_still_behind_after_the_catch_up_time_is_relisted() -> None:
+    async def scenario() -> None:
+        kube = MemoryKube(world())
+        async with Running(kube, catch_up_seconds=0.5) as r:
+            kube.apply(vmi("vm", "tenant-a", classes=["c"], devices=[R]))
+            await r.settle()
+            kube.remove("VirtualMachineInstance", "tenant-a", name="vm")
+            await until(lambda: finalizers(kube, "c") == [])  # no further event: a list did it
+            assert r.sample("gpuclass_watch_restarts_total", resource="vmis") == 1
 
     run(scenario)
 

@@ -119,7 +119,12 @@ class GatedKube(MemoryKube):
 
 
 def make(kube: MemoryKube, **overrides: Any) -> Manager:
-    values: dict[str, Any] = {"coalesce_seconds": 0.0, "leader_elect": False, "vgpu_entitled": True}
+    values: dict[str, Any] = {
+        "coalesce_seconds": 0.0,
+        "catch_up_seconds": 0.0,  # a deletion behind a view re-lists at once (below: the wait)
+        "leader_elect": False,
+        "vgpu_entitled": True,
+    }
     reconciler = Manager(
         ReconcilerSettings(**{**values, **overrides}),
         api=kube,
@@ -362,6 +367,23 @@ STEP = st.one_of(
     st.tuples(st.sampled_from(["expire", "drop"]), st.sampled_from(RESOURCES)),
     st.tuples(st.just("delete-vmi"), st.sampled_from(["vm-c", "vm-lic"])),
 )
+
+
+def test_a_view_is_moving_while_its_watch_brings_events() -> None:
+    now = [100.0]
+    view: SyncView[str] = SyncView(("vmis",), clock=lambda: now[0])
+    view.progressed("vmis", "5")
+    assert not view.moving("vmis", within=5.0)  # not synced: a list is running
+    view.listed("vmis", "10")
+    assert not view.moving("vmis", within=5.0)  # listed, no event since
+    now[0] = 101.0
+    view.progressed("vmis", "12")
+    now[0] = 106.0
+    assert view.moving("vmis", within=5.0)
+    now[0] = 106.5
+    assert not view.moving("vmis", within=5.0)
+    view.progressed("vmis", "11")  # older than the view: it does not move it
+    assert not view.moving("vmis", within=5.0)
 
 
 def test_every_write_is_one_a_complete_view_also_writes() -> None:
