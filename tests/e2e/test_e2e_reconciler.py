@@ -106,8 +106,9 @@ MANAGED_SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED.items())
 SETTLE = 20.0  # seconds a status may take to follow a change (it takes well under one)
 RELEASE_SETTLE = 60.0
 """Seconds a copy's deletion may take: a deletion waits until the view of the sources it depends
-on has reached the event (docs/reconciler.md), which may take a re-list (every 10 s at most, then
-the list itself); on a machine running four test workers that has passed 20 s."""
+on has reached the event (docs/reconciler.md), which may take up to 5 s of waiting for a busy
+watch, then a re-list (every 10 s at most, then the list itself); on a machine running four test
+workers that has passed 20 s."""
 
 
 # -- the module's world --------------------------------------------------------------------------
