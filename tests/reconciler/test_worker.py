@@ -121,7 +121,7 @@ class GatedKube(MemoryKube):
 def make(kube: MemoryKube, **overrides: Any) -> Manager:
     values: dict[str, Any] = {
         "coalesce_seconds": 0.0,
-        "catch_up_seconds": 0.0,  # a deletion behind a view re-lists at once (below: the wait)
+        "catch_up_seconds": 0.0,  # a deletion behind a view re-lists at once (the wait: test_manager)
         "leader_elect": False,
         "vgpu_entitled": True,
     }
