@@ -562,8 +562,14 @@ class Soak:
     # -- the invariants ---------------------------------------------------------------------------
 
     def problems(self) -> list[str]:
-        """What a from-scratch computation on a fresh list finds different; [] when consistent."""
+        """What a from-scratch computation on a fresh list finds different, and a Lease held by
+        no living replica; [] when consistent."""
         found: list[str] = []
+        with self.api() as api:
+            if self.fleet.leader(api) is None:
+                # a SIGKILLed leader leaves a written state that may happen to be right; it only
+                # stays right while a living replica holds the Lease
+                found.append("no living reconciler holds the Lease")
         done = subprocess.run(
             [
                 str(RECONCILER),

@@ -4,12 +4,13 @@ for about two minutes instead of hours.
 Its own control plane (a fault restarts the API server, which the session's shared plane must
 not see), 16 nodes, 40 Pods, 16 VMIs, the five faults once each, back to back. What must hold,
 whatever the machine: every check met (a from-scratch `--once` on a fresh list agrees with what
-is written, every copy mounted and current, no class held in use by nothing), no admission failed
-while the webhook replicas rolled or otherwise, every fault followed by a consistent state again,
-and nothing left behind once the last VMI is gone. Figures (memory slopes, recovery seconds) are
+is written, every copy mounted and current, no class held in use by nothing, a living reconciler
+holding the Lease), no admission failed while the webhook replicas rolled or otherwise, every
+fault followed by a consistent state again, and nothing left behind once the last VMI is gone. Figures (memory slopes, recovery seconds) are
 the benchmark's to print; here a recovery only has to happen within the settle bound.
 
-The check can fail: a license copy planted with no VMI mounting it is reported.
+The check can fail: a license copy planted with no VMI mounting it is reported, and so is a Lease
+still held by a killed leader.
 """
 
 from __future__ import annotations
@@ -125,3 +126,14 @@ def test_the_check_sees_a_copy_nobody_mounts(soak: tuple[Soak, Report]) -> None:
     finally:
         admin.delete(stray)
     assert any("gpuclass-license-soak-licensed-1" in p and "left behind" in p for p in problems)
+
+
+@pytest.mark.timeout(600)
+def test_the_check_sees_a_lease_held_by_a_killed_leader(soak: tuple[Soak, Report]) -> None:
+    """The last test of the module: it kills the leader the others leave in place."""
+    run, _ = soak
+    with run.api() as api:
+        leader = run.fleet.leader(api)
+    assert leader is not None, "a living replica held the Lease at the end of the run"
+    run.fleet.kill_reconciler(leader)  # its Lease stays until it expires
+    assert "no living reconciler holds the Lease" in run.problems()
