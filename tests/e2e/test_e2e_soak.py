@@ -6,8 +6,9 @@ not see), 16 nodes, 40 Pods, 16 VMIs, the five faults once each, back to back. W
 whatever the machine: every check met (a from-scratch `--once` on a fresh list agrees with what
 is written, every copy mounted and current, no class held in use by nothing, a living reconciler
 holding the Lease), no admission failed while the webhook replicas rolled or otherwise, every
-fault followed by a consistent state again, and nothing left behind once the last VMI is gone. Figures (memory slopes, recovery seconds) are
-the benchmark's to print; here a recovery only has to happen within the settle bound.
+fault followed by a consistent state again, and nothing left behind once the last VMI is gone.
+Figures (memory slopes, recovery seconds) are the benchmark's to print; here a recovery only has
+to happen within the settle bound.
 
 The check can fail: a license copy planted with no VMI mounting it is reported, and so is a Lease
 still held by a killed leader.
@@ -130,7 +131,8 @@ def test_the_check_sees_a_copy_nobody_mounts(soak: tuple[Soak, Report]) -> None:
 
 @pytest.mark.timeout(600)
 def test_the_check_sees_a_lease_held_by_a_killed_leader(soak: tuple[Soak, Report]) -> None:
-    """The last test of the module: it kills the leader the others leave in place."""
+    """It kills the leader; in whatever order they run, the other tests read the report, or look
+    for their own finding among the check's."""
     run, _ = soak
     with run.api() as api:
         leader = run.fleet.leader(api)
